@@ -1,0 +1,124 @@
+# Dataset preparation: BODMAS-shaped sets (generated, collected from this machine, or yours),
+# their folds, and the dataset-statistics table.
+
+
+rule bodmas_synthetic:
+    output:
+        metadata="results/data/bodmas/{dataset}/metadata.csv",
+        binaries=directory("results/data/bodmas/{dataset}/binaries"),
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets("synthetic")),
+    params:
+        options=lambda wildcards: bodmas_synthetic_options(wildcards.dataset),
+    log:
+        log_path("bodmas_synthetic", "{dataset}"),
+    benchmark:
+        benchmark_path("bodmas_synthetic", "{dataset}")
+    resources:
+        mem_mb=1000,
+        runtime=30,
+    conda:
+        ENV
+    shell:
+        "membench bodmas synthetic --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
+
+
+rule bodmas_elf:
+    output:
+        metadata="results/data/bodmas/{dataset}/metadata.csv",
+        binaries=directory("results/data/bodmas/{dataset}/binaries"),
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets("elf")),
+    params:
+        options=lambda wildcards: bodmas_elf_options(wildcards.dataset),
+    log:
+        log_path("bodmas_elf", "{dataset}"),
+    benchmark:
+        benchmark_path("bodmas_elf", "{dataset}")
+    resources:
+        mem_mb=1000,
+        runtime=30,
+    conda:
+        ENV
+    shell:
+        "membench bodmas elf --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
+
+
+rule bodmas_fold:
+    input:
+        metadata=bodmas_metadata,
+        binaries=bodmas_binaries_input,
+    output:
+        train="results/data/bodmas/{dataset}/folds/train_{dataset}_fold_{fold}.csv",
+        val="results/data/bodmas/{dataset}/folds/val_{dataset}_fold_{fold}.csv",
+        test="results/data/bodmas/{dataset}/folds/test_{dataset}_fold_{fold}.csv",
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets()),
+    params:
+        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
+        options=lambda wildcards: bodmas_fold_options(wildcards.dataset),
+    log:
+        log_path("bodmas_fold", "{dataset}/{fold}"),
+    benchmark:
+        benchmark_path("bodmas_fold", "{dataset}/{fold}")
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    conda:
+        ENV
+    shell:
+        "membench bodmas fold --metadata {input.metadata} --binaries {params.binaries}"
+        " --dataset {wildcards.dataset} --fold {wildcards.fold}"
+        " --outdir results/data/bodmas/{wildcards.dataset}/folds {params.options} > {log} 2>&1"
+
+
+rule bodmas_classes:
+    input:
+        metadata=bodmas_metadata,
+    output:
+        "results/data/bodmas/{dataset}/folds/classes.csv",
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets()),
+    params:
+        label_mode=lambda wildcards: BODMAS[wildcards.dataset]["label_mode"],
+        top_families=lambda wildcards: BODMAS[wildcards.dataset]["top_families"],
+    log:
+        log_path("bodmas_classes", "{dataset}"),
+    benchmark:
+        benchmark_path("bodmas_classes", "{dataset}")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench bodmas classes --metadata {input.metadata} --out {output}"
+        " --label-mode {params.label_mode} --top-families {params.top_families} > {log} 2>&1"
+
+
+rule dataset_table:
+    input:
+        folds=bodmas_all_fold_files(),
+        classes=[f"{bodmas_dir(d)}/folds/classes.csv" for d in bodmas_datasets()],
+    output:
+        csv=report(
+            "results/tables/datasets.csv",
+            caption="../workflow/report/datasets.rst",
+            category="Datasets",
+            labels={"table": "dataset statistics"},
+        ),
+        parquet="results/tables/datasets.parquet",
+    log:
+        log_path("dataset_table"),
+    benchmark:
+        benchmark_path("dataset_table")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench bodmas stats --out {output.csv} {input.folds} > {log} 2>&1"
+
+
+FINAL_OUTPUTS.append("results/tables/datasets.csv")

@@ -1,0 +1,52 @@
+# The meter check: what this machine (or cluster node) lets membench measure, and at what cost.
+
+
+rule meter_check:
+    output:
+        metrics="results/meter/check/metrics.json",
+        memlog="results/meter/check/memlog.csv",
+    params:
+        device=config["device"],
+        options=f'{cli_options(config["meter_check"])} {meter_options()}',
+        seed=config["seed"],
+    log:
+        log_path("meter_check"),
+    benchmark:
+        benchmark_path("meter_check")
+    threads: 2
+    resources:
+        mem_mb=2000,
+        runtime=15,
+        gpu=gpu_count(),
+    conda:
+        ENV
+    shell:
+        "membench meter check --outdir results/meter/check --device {params.device}"
+        " --seed {params.seed} {params.options} > {log} 2>&1"
+
+
+rule meter_table:
+    input:
+        rules.meter_check.output.metrics,
+    output:
+        csv=report(
+            "results/tables/meter.csv",
+            caption="../workflow/report/meter.rst",
+            category="Meter check",
+            labels={"table": "meter check"},
+        ),
+        parquet="results/tables/meter.parquet",
+    log:
+        log_path("meter_table"),
+    benchmark:
+        benchmark_path("meter_table")
+    resources:
+        mem_mb=500,
+        runtime=5,
+    conda:
+        ENV
+    shell:
+        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+
+
+FINAL_OUTPUTS.append("results/tables/meter.csv")

@@ -1,0 +1,60 @@
+"""The ``membench`` command line: ``membench <group> <step> [options]``.
+
+Every workflow rule calls one of these commands, so each step also runs (and is tested) without
+Snakemake. Bad input ends in a one-line message naming the file and the problem, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# group -> (module defining ``build_parser(prog)`` and ``run(args)``, one-line description)
+GROUPS: dict[str, tuple[str, str]] = {
+    "meter": ("membench.core.commands.meter", "what this machine lets the meter read, and its overhead"),
+    "table": ("membench.core.commands.table", "aggregate job metrics into results tables"),
+    "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="membench",
+        description="Reproduce, measure and compare memory-efficient GPU training methods.",
+    )
+    parser.add_argument("--version", action="version", version=f"membench {_version()}")
+    groups = parser.add_subparsers(dest="group", metavar="<group>", title="command groups")
+    for name, (_, description) in GROUPS.items():
+        groups.add_parser(name, help=description, add_help=False)
+    return parser
+
+
+def _version() -> str:
+    from membench import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``membench`` script; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not argv or argv[0] not in GROUPS:
+        top.parse_args(argv or ["--help"])
+        return 2
+    module = importlib.import_module(GROUPS[argv[0]][0])
+    parser = module.build_parser(f"membench {argv[0]}")
+    args = parser.parse_args(argv[1:])
+    from membench.core.errors import InputError
+
+    try:
+        module.run(args)
+    except InputError as exc:
+        print(f"membench {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

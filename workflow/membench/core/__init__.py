@@ -1,0 +1,1 @@
+"""Shared core used by every system: errors, atomic I/O, validation, meter, metrics, tables."""

@@ -1,0 +1,1 @@
+"""Command-line groups of the shared core."""

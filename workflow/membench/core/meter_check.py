@@ -1,0 +1,109 @@
+"""The meter check job: a small reference training loop measured under the meter.
+
+It answers, on a new machine or cluster node, which sources can be read (NVML, the CUDA
+allocator, RAPL) and what the meter's sampling costs, measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from membench.core.device import synchronize
+from membench.core.meter import Meter
+
+
+def reference_model(num_classes: int = 10) -> nn.Module:
+    """A small CNN (conv-bn-relu x2, pooling, linear) for 3x32x32 inputs."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, num_classes),
+    )
+
+
+def _train_steps(model, optimizer, inputs, targets, steps: int, meter: Meter | None) -> None:
+    criterion = nn.CrossEntropyLoss()
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        if meter is None:
+            loss = criterion(model(inputs), targets)
+        else:
+            with meter.saved_activations(model):
+                loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+
+
+def run_meter_check(
+    device: torch.device,
+    batch_size: int = 32,
+    steps: int = 20,
+    repeats: int = 5,
+    sample_interval_s: float = 0.05,
+    seed: int = 0,
+    grid_intensity_g_per_kwh: float = 475.0,
+) -> tuple[dict[str, object], "object"]:
+    """Train the reference model and measure it; return ``(metrics fields, memlog frame)``.
+
+    The overhead figure alternates ``repeats`` timed blocks of ``steps`` steps without the meter
+    and with it (sampling thread and saved-activation counting on), and compares the medians.
+    A final traced phase measures the live-tensor peak, whose tracer is far costlier and is
+    therefore timed separately (``traced_step_ms``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = reference_model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs = torch.rand(batch_size, 3, 32, 32, generator=generator).to(device)
+    targets = torch.randint(0, 10, (batch_size,), generator=generator).to(device)
+    _train_steps(model, optimizer, inputs, targets, 2, None)  # warm-up: allocator, kernels
+
+    plain_s, metered_s = [], []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        _train_steps(model, optimizer, inputs, targets, steps, None)
+        synchronize(device)
+        plain_s.append(time.perf_counter() - start)
+        with Meter(device, sample_interval_s=sample_interval_s) as probe:
+            with probe.phase("train"):
+                _train_steps(model, optimizer, inputs, targets, steps, probe)
+        metered_s.append(probe.phases["train"].wall_s)
+
+    with Meter(
+        device,
+        sample_interval_s=sample_interval_s,
+        trace_live_tensors=True,
+        grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+    ) as meter:
+        with meter.phase("train"):
+            _train_steps(model, optimizer, inputs, targets, steps, meter)
+        with meter.phase("traced_step"):
+            _train_steps(model, optimizer, inputs, targets, 1, meter)
+    plain, metered = statistics.median(plain_s), statistics.median(metered_s)
+    summary = meter.summary()
+    fields = {
+        **summary,
+        "steps": steps,
+        "repeats": repeats,
+        "sample_interval_s": sample_interval_s,
+        "step_ms": plain / steps * 1000.0,
+        "metered_step_ms": metered / steps * 1000.0,
+        "meter_overhead_pct": (metered - plain) / plain * 100.0,
+        "sampler_cpu_pct": summary["meter_sampler_cpu_s"] / summary["meter_wall_s"] * 100.0,
+        "traced_step_ms": meter.phases["traced_step"].wall_s * 1000.0,
+        "samples_per_s": batch_size * steps / plain,
+        "parameter_mib": sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20,
+    }
+    return fields, meter.memlog()

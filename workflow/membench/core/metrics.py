@@ -1,0 +1,110 @@
+"""The metrics contract every job follows (SPEC section 2).
+
+A job writes, atomically, into its output directory:
+
+``metrics.json``
+    one flat JSON object with at least :data:`REQUIRED_FIELDS` and :data:`MEASURED_FIELDS` (null
+    where a source cannot be read), plus the job's own results;
+``memlog.csv``
+    the meter's sampled time series (:data:`membench.core.meter.MEMLOG_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from membench.core import atomic
+from membench.core.device import device_name
+from membench.core.errors import InputError
+
+REQUIRED_FIELDS = (
+    "system",
+    "variant",
+    "dataset",
+    "device",
+    "device_name",
+    "torch_version",
+    "seed",
+    "batch_size",
+    "wall_s",
+)
+MEASURED_FIELDS = (
+    "nvml_peak_mib",
+    "cuda_peak_allocated_mib",
+    "cuda_peak_reserved_mib",
+    "activation_mib",
+    "peak_tensor_mib",
+    "peak_rss_mib",
+    "energy_j",
+    "co2e_g",
+)
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+
+
+def job_record(
+    system: str, variant: str, dataset: str, device: torch.device, seed: int, batch_size: int | None
+) -> dict[str, object]:
+    """Start a metrics record with the identifying fields of a job (``wall_s`` is set at the end)."""
+    device = torch.device(device)
+    return {
+        "system": system,
+        "variant": variant,
+        "dataset": dataset,
+        "device": device.type,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "seed": seed,
+        "batch_size": batch_size,
+        "wall_s": None,
+        "host": socket.gethostname(),
+        "python_version": platform.python_version(),
+        "cuda_version": torch.version.cuda,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def write_job_outputs(outdir: str | os.PathLike, record: dict, memlog: pd.DataFrame | None = None) -> Path:
+    """Check ``record`` against the contract and write ``metrics.json`` (and ``memlog.csv``) atomically.
+
+    Returns the path of ``metrics.json``. ``memlog.csv`` is written first so that a present
+    ``metrics.json`` always means a complete job.
+    """
+    outdir = Path(outdir)
+    record = {**{f: None for f in MEASURED_FIELDS}, **record}
+    check_record(record, outdir / "metrics.json")
+    if memlog is not None:
+        atomic.write_csv(outdir / "memlog.csv", memlog)
+    atomic.write_json(outdir / "metrics.json", record)
+    return outdir / "metrics.json"
+
+
+def check_record(record: dict, path: str | os.PathLike) -> None:
+    """Raise :class:`InputError` unless ``record`` is flat and holds every required field."""
+    missing = [f for f in REQUIRED_FIELDS + MEASURED_FIELDS if f not in record]
+    if missing:
+        raise InputError(path, f"metrics record lacks required field(s) {', '.join(missing)}")
+    nested = [k for k, v in record.items() if not isinstance(v, _SCALAR_TYPES)]
+    if nested:
+        raise InputError(path, f"metrics record must be flat; field(s) {', '.join(nested)} are not scalars")
+
+
+def read_metrics(path: str | os.PathLike) -> dict:
+    """Read and check one ``metrics.json``."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, "metrics file not found") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
+    if not isinstance(record, dict):
+        raise InputError(path, "expected a JSON object")
+    check_record(record, path)
+    return record

@@ -1,0 +1,1 @@
+"""Dataset preparation shared by the systems: BODMAS folds, image LMDBs, graph files."""

@@ -1,0 +1,94 @@
+"""``membench bodmas <step>``: generate, collect, fold and describe BODMAS-shaped datasets."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
+from membench.data.bodmas.synthetic import SyntheticSpec
+
+
+def _add_dataclass_options(parser: argparse.ArgumentParser, spec_type) -> None:
+    for field in dataclasses.fields(spec_type):
+        option = "--" + field.name.replace("_", "-")
+        if field.name == "label_mode":
+            parser.add_argument(option, choices=LABEL_MODES, default=field.default)
+        elif field.type == "bool":
+            parser.add_argument(option, action=argparse.BooleanOptionalAction, default=field.default)
+        elif field.type == "str | None":
+            parser.add_argument(option, default=field.default)
+        else:
+            kind = {"int": int, "float": float, "str": str}[field.type]
+            parser.add_argument(option, type=kind, default=field.default)
+
+
+def _spec_from_args(spec_type, args: argparse.Namespace):
+    return spec_type(**{f.name: getattr(args, f.name) for f in dataclasses.fields(spec_type)})
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    synthetic = steps.add_parser("synthetic", help="write a synthetic BODMAS-shaped set (metadata + binaries)")
+    synthetic.add_argument("--outdir", required=True)
+    _add_dataclass_options(synthetic, SyntheticSpec)
+
+    elf = steps.add_parser("elf", help="collect ELF programs and shared libraries found on this machine")
+    elf.add_argument("--outdir", required=True)
+    elf.add_argument("--search-dir", action="append", required=True, help="directory to search (repeatable)")
+    elf.add_argument("--max-files", type=int, default=200)
+    elf.add_argument("--max-file-bytes", type=int, default=1 << 20)
+    elf.add_argument("--seed", type=int, default=0)
+
+    fold = steps.add_parser("fold", help="validate a dataset and write one fold's train/val/test CSVs")
+    fold.add_argument("--metadata", required=True, help="bodmas_metadata.csv (sha, timestamp, family)")
+    fold.add_argument("--binaries", required=True, help="directory of <sha>.exe files")
+    fold.add_argument("--dataset", required=True, help="dataset name used in the fold file names")
+    fold.add_argument("--fold", type=int, required=True, help="0 (time split) or 1..k (stratified)")
+    fold.add_argument("--outdir", required=True)
+    _add_dataclass_options(fold, FoldSpec)
+
+    classes = steps.add_parser("classes", help="write the class table (Label, Name, Count)")
+    classes.add_argument("--metadata", required=True)
+    classes.add_argument("--out", required=True)
+    classes.add_argument("--label-mode", default="binary", choices=LABEL_MODES)
+    classes.add_argument("--top-families", type=int, default=10)
+
+    stats = steps.add_parser("stats", help="samples, classes and size quantiles per split")
+    stats.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
+    stats.add_argument("folds", nargs="+", help="fold CSV files")
+
+    plot = steps.add_parser("plot-sizes", help="file-size distribution per dataset and class")
+    plot.add_argument("--out", required=True, help="PNG path")
+    plot.add_argument("folds", nargs="+", help="fold CSV files")
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.step == "synthetic":
+        from membench.data.bodmas.synthetic import generate_synthetic
+
+        generate_synthetic(args.outdir, _spec_from_args(SyntheticSpec, args))
+    elif args.step == "elf":
+        from membench.data.bodmas.elf import build_elf_set
+
+        build_elf_set(args.outdir, args.search_dir, args.max_files, args.max_file_bytes, args.seed)
+    elif args.step == "fold":
+        from membench.data.bodmas.folds import make_fold
+
+        make_fold(args.metadata, args.binaries, args.dataset, args.fold, args.outdir, _spec_from_args(FoldSpec, args))
+    elif args.step == "classes":
+        from membench.data.bodmas.folds import write_classes
+
+        write_classes(args.metadata, args.out, args.label_mode, args.top_families)
+    elif args.step == "stats":
+        from membench.core.tables import parquet_path_for, write_table
+        from membench.data.bodmas.stats import dataset_statistics
+
+        write_table(dataset_statistics(args.folds), args.out, parquet_path_for(args.out))
+    elif args.step == "plot-sizes":
+        from membench.data.bodmas.stats import plot_size_distribution
+
+        plot_size_distribution(args.folds, args.out)
