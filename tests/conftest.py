@@ -1,0 +1,25 @@
+"""Shared fixtures: deterministic torch, and the location of the shared test data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_torch():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """``../shared/data`` beside the checkout; tests that need it skip where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present beside the checkout")
+    return SHARED_DATA

@@ -1,0 +1,38 @@
+"""The command line: groups listed, bad input as one line and exit code 2."""
+
+import json
+import subprocess
+import sys
+
+from membench.cli import GROUPS, main
+
+
+def test_help_lists_every_group(capsys):
+    try:
+        main(["--help"])
+    except SystemExit as exit_:
+        assert exit_.code == 0
+    out = capsys.readouterr().out
+    for group in GROUPS:
+        assert group in out
+
+
+def test_input_error_is_one_line_and_exit_2(tmp_path, capsys):
+    code = main(["bodmas", "classes", "--metadata", str(tmp_path / "none.csv"), "--out", str(tmp_path / "c.csv")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == f"membench bodmas: error: {tmp_path / 'none.csv'}: file not found (expected a CSV file)"
+    assert not (tmp_path / "c.csv").exists()
+
+
+def test_console_script_runs_meter_check(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "membench.cli", "meter", "check", "--outdir", str(tmp_path), "--device", "cpu",
+         "--steps", "2", "--repeats", "1", "--batch-size", "4"],
+        capture_output=True, text=True, check=True,
+    )
+    assert result.stdout == ""
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["system"] == "meter" and metrics["device"] == "cpu"
+    assert metrics["nvml_available"] is False and metrics["activation_mib"] > 0
+    assert (tmp_path / "memlog.csv").exists()
