@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from membench.core import atomic
 from membench.core.errors import InputError
@@ -108,7 +109,7 @@ def build_elf_set(
     binaries = outdir / "binaries"
     binaries.mkdir(parents=True, exist_ok=True)
     rows, seen = [], set()
-    for path, kind in chosen:
+    for path, kind in tqdm(chosen, desc="copying ELF files", unit="file", mininterval=10):
         content = path.read_bytes()
         sha = hashlib.sha256(content).hexdigest()
         if sha in seen:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 from sklearn.model_selection import StratifiedKFold, train_test_split
 
 from membench.core import atomic
@@ -91,7 +92,7 @@ def read_metadata(metadata_path: str | os.PathLike, binaries_dir: str | os.PathL
         raise InputError(path, f"timestamp {frame['timestamp'].iloc[i]!r} is not a date", csv_line(i))
     frame["timestamp"] = timestamps
     names, sizes = [], []
-    for i, sha in enumerate(frame["sha"]):
+    for i, sha in enumerate(tqdm(frame["sha"], desc=f"checking binaries of {path.name}", unit="file", mininterval=10)):
         name = binary_name(sha)
         file = safe_join(binaries_dir, name, path, csv_line(i))
         readable_nonempty_file(file, path, csv_line(i))

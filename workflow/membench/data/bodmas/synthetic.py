@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from membench.core import atomic
 from membench.data.bodmas import binary_name
@@ -58,7 +59,7 @@ def generate_synthetic(outdir: str | os.PathLike, spec: SyntheticSpec) -> pd.Dat
     family_weights /= family_weights.sum()
     span_s = (_END - _START).total_seconds()
     rows = []
-    for _ in range(spec.samples):
+    for _ in tqdm(range(spec.samples), desc="generating binaries", unit="file", mininterval=10):
         if spec.families == 0 or rng.random() < spec.benign_fraction:
             family = ""
         else:
