@@ -6,7 +6,11 @@ from snakemake.utils import min_version, validate
 min_version("8.20")
 
 
-configfile: "config/config.yaml"
+# The default config applies unless the user names config files (--configfile replaces it;
+# --config alone adjusts it).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "config/schema.yaml")
@@ -19,6 +23,9 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/meter.smk"
 include: "rules/report.smk"
+
+
+check_dataset_paths()
 
 
 rule all:

@@ -1,8 +1,11 @@
 # Helpers every rules file uses: paths, config lookups, command-line options, wildcard constraints.
 # No other rules file reads the config in ad-hoc ways.
 
+import os
 import re
 import shlex
+
+from snakemake.exceptions import WorkflowError
 
 ENV = "../envs/membench.yaml"
 
@@ -49,6 +52,22 @@ def gpu_count():
     return 0 if config["device"] == "cpu" else 1
 
 
+# -- user datasets ------------------------------------------------------------------------------
+# Each rules file registers the paths of user data its config names, as (config key, path); the
+# Snakefile checks them all at start, so a missing dataset is reported before any job runs.
+DATASET_PATHS = []
+
+
+def check_dataset_paths():
+    missing = [(key, path) for key, path in DATASET_PATHS if not os.path.exists(path)]
+    if missing:
+        lines = "\n".join(f"  {key}: {path}" for key, path in missing)
+        raise WorkflowError(
+            f"membench: {len(missing)} dataset path(s) named in the config do not exist:\n{lines}\n"
+            "Point these keys at your copies of the data (see config/README.md)."
+        )
+
+
 # -- meter ---------------------------------------------------------------------------------------
 def meter_options():
     """The meter's settings as options of a job command."""
@@ -66,6 +85,12 @@ BODMAS = config["bodmas"]["datasets"]
 FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile", "time_split_date", "sort_by_size")
 SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes", "gzip_fraction")
 SPLITS = ("train", "val", "test")
+
+
+for _name, _spec in BODMAS.items():
+    if _spec["source"] == "directory":
+        DATASET_PATHS.append((f"bodmas.datasets.{_name}.metadata", _spec["metadata"]))
+        DATASET_PATHS.append((f"bodmas.datasets.{_name}.binaries", _spec["binaries"]))
 
 
 def bodmas_datasets(source=None):

@@ -92,3 +92,19 @@ def test_lint_is_clean():
         [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_missing_user_dataset_is_listed_before_any_job(tmp_path):
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config["bodmas"]["datasets"]["real"] = {
+        "source": "directory",
+        "metadata": str(tmp_path / "nowhere" / "bodmas_metadata.csv"),
+        "binaries": str(tmp_path / "nowhere" / "binaries"),
+    }
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", configfile=missing)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "2 dataset path(s) named in the config do not exist" in output
+    assert f"bodmas.datasets.real.metadata: {tmp_path / 'nowhere' / 'bodmas_metadata.csv'}" in output
