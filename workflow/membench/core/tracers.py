@@ -48,9 +48,6 @@ class _StorageLedger:
             self.peak_bytes = max(self.peak_bytes, self.current_bytes)
         weakref.finalize(storage, self._release, key)
 
-    def contains(self, key: _Key) -> bool:
-        return key in self._live
-
     def _release(self, key: _Key) -> None:
         with self._lock:
             nbytes = self._live.pop(key, 0)
@@ -61,7 +58,21 @@ class _StorageLedger:
             self.peak_bytes = self.current_bytes
 
 
-class SavedActivationCounter:
+class _LedgerCounts:
+    """Exposes a ``_ledger``'s running and peak byte counts."""
+
+    _ledger: _StorageLedger
+
+    @property
+    def peak_bytes(self) -> int:
+        return self._ledger.peak_bytes
+
+    @property
+    def current_bytes(self) -> int:
+        return self._ledger.current_bytes
+
+
+class SavedActivationCounter(_LedgerCounts):
     """Count the bytes of tensors saved for backward while the context is active.
 
     Parameters
@@ -82,14 +93,6 @@ class SavedActivationCounter:
         self._ledger = _StorageLedger()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
 
-    @property
-    def peak_bytes(self) -> int:
-        return self._ledger.peak_bytes
-
-    @property
-    def current_bytes(self) -> int:
-        return self._ledger.current_bytes
-
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if storage_key(tensor) not in self._excluded:
             self._ledger.add(tensor)
@@ -107,7 +110,7 @@ def _unpack(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-class LiveTensorTracker(TorchDispatchMode):
+class LiveTensorTracker(_LedgerCounts, TorchDispatchMode):
     """Track the peak bytes of tensor storages created while active (``max_memory_allocated``'s analogue).
 
     Only storages an operator creates are counted: outputs that alias an input (views, in-place
@@ -117,14 +120,6 @@ class LiveTensorTracker(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self._ledger = _StorageLedger()
-
-    @property
-    def peak_bytes(self) -> int:
-        return self._ledger.peak_bytes
-
-    @property
-    def current_bytes(self) -> int:
-        return self._ledger.current_bytes
 
     def reset_peak(self) -> None:
         """Restart the peak from the bytes alive now."""
