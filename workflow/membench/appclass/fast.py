@@ -25,7 +25,7 @@ import torch
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
 
-DISTANCE_CHUNK_BYTES = 32 * 2**20  # (rows x pattern rows x features) temporaries of the distance
+DISTANCE_CHUNK_BYTES = 8 * 2**20  # (rows x pattern rows x features) temporaries of the distance
 
 
 @dataclass

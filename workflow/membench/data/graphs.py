@@ -201,10 +201,11 @@ def read_graph_pair(
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def write_graph(graph: Graph, vertex_path: str | os.PathLike, edge_path: str | os.PathLike, float_format: str = "%.17g") -> None:
+def write_graph(graph: Graph, vertex_path: str | os.PathLike, edge_path: str | os.PathLike, float_format: str | None = None) -> None:
     """Write ``graph`` as a vertex table and an edge table, each atomically.
 
-    ``float_format`` formats the features; the default round-trips float64 exactly.
+    ``float_format`` (printf style) formats the features; the default, the shortest repr, round-trips
+    float64 exactly.
     """
     vertex_frame = pd.DataFrame(graph.node_features)
     vertex_frame.insert(0, "id", np.arange(graph.num_nodes, dtype=np.int64))
