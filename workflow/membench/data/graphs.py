@@ -14,6 +14,7 @@ line 1) and what was expected.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
             path, f"header says {num_cols} column(s); a {kind} table needs {id_columns} id column(s) and at least one feature", "line 1"
         )
     try:
-        table = np.loadtxt(path, dtype=np.float64, skiprows=1, ndmin=2, comments=None, encoding="ascii")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
+            table = np.loadtxt(path, dtype=np.float64, skiprows=1, ndmin=2, comments=None, encoding="ascii")
     except (ValueError, UnicodeDecodeError):
         _raise_first_malformed_row(path, num_cols)
         raise
@@ -146,15 +149,19 @@ def _line(path: Path, row: int) -> str:
     return csv_line(row)
 
 
-def read_graph(vertex_path: str | os.PathLike, edge_path: str | os.PathLike) -> Graph:
-    """Read and check one graph: a vertex table and an edge table in the PNNL text format."""
+def read_graph(vertex_path: str | os.PathLike, edge_path: str | os.PathLike, role: str = "data") -> Graph:
+    """Read and check one graph (``role``: data or pattern): a vertex and an edge table, non-empty."""
     vertices = _read_table(vertex_path, 1, "vertex")
+    if len(vertices) == 0:
+        raise InputError(vertex_path, f"the {role} graph has no nodes; expected at least one", "line 1")
     ids = vertices[:, 0]
     expected = np.arange(len(ids), dtype=np.float64)
     if not np.array_equal(ids, expected):
         row = int(np.flatnonzero(ids != expected)[0])
         raise InputError(vertex_path, f"vertex id is {int(ids[row])}; expected {row} (ids 0..n-1 in order)", _line(Path(vertex_path), row))
     edges = _read_table(edge_path, 2, "edge")
+    if len(edges) == 0:
+        raise InputError(edge_path, f"the {role} graph has no edges; expected at least one", "line 1")
     num_nodes = len(ids)
     outside = edges[:, :2] >= num_nodes
     if outside.any():
@@ -178,13 +185,8 @@ def read_graph_pair(
     pattern_edges: str | os.PathLike,
 ) -> tuple[Graph, Graph]:
     """Read a data graph and a pattern graph; check both are non-empty and their feature dims agree."""
-    data = read_graph(data_vertices, data_edges)
-    pattern = read_graph(pattern_vertices, pattern_edges)
-    for graph, vertex_path, edge_path, role in ((data, data_vertices, data_edges, "data"), (pattern, pattern_vertices, pattern_edges, "pattern")):
-        if graph.num_nodes == 0:
-            raise InputError(vertex_path, f"the {role} graph has no nodes; expected at least one", "line 1")
-        if graph.num_edges == 0:
-            raise InputError(edge_path, f"the {role} graph has no edges; expected at least one", "line 1")
+    data = read_graph(data_vertices, data_edges, "data")
+    pattern = read_graph(pattern_vertices, pattern_edges, "pattern")
     if pattern.node_feature_dim != data.node_feature_dim:
         raise InputError(
             pattern_vertices,
