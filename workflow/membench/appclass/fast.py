@@ -47,6 +47,10 @@ class FastState:
     pattern_edges: list[tuple[int, int]]  # (src, dst) per pattern edge, on the host
     options: AppclassOptions
     chunk_edges: int
+    # Buffers reused every iteration: a fresh large tensor costs page faults on every allocation.
+    message_buffer: torch.Tensor  # (chunk_edges, PE)
+    vf: torch.Tensor  # (DV, PE)
+    vr: torch.Tensor  # (DV, PE)
 
 
 def default_chunk_edges(device: torch.device) -> int:
@@ -66,15 +70,19 @@ def pairwise_distance(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None
 
 def column_max(x: torch.Tensor) -> torch.Tensor:
     """Per-column maximum ignoring NaN, never below the dtype's lowest finite value (C fmax loop)."""
-    lowest = torch.finfo(x.dtype).min
-    return torch.where(torch.isnan(x), float("-inf"), x).amax(0).clamp_min(lowest)
+    col_max = x.amax(0)
+    if torch.isnan(col_max).any():
+        # Rare (PNNL's underflow quirk): only then pay for a NaN-free copy.
+        col_max = torch.where(torch.isnan(x), float("-inf"), x).amax(0)
+    return col_max.clamp_min_(torch.finfo(x.dtype).min)
 
 
-def _normalise(y: torch.Tensor, col_max: torch.Tensor, log_sum: torch.Tensor, normalisation: str) -> torch.Tensor:
-    """The normalisation of values ``y`` of columns with maximum ``col_max`` and log exp-sum ``log_sum``."""
+def _normalise_(y: torch.Tensor, col_max: torch.Tensor, log_sum: torch.Tensor, normalisation: str) -> torch.Tensor:
+    """Normalise, in place, values ``y`` of columns with maximum ``col_max`` and log exp-sum ``log_sum``."""
+    y.sub_(col_max)
     if normalisation == "reference":
-        return torch.exp(y - col_max).log_().sub_(log_sum)
-    return (y - col_max).sub_(log_sum)
+        y.exp_().log_()
+    return y.sub_(log_sum)
 
 
 def normprob_(x: torch.Tensor, normalisation: str = "reference") -> torch.Tensor:
@@ -109,19 +117,20 @@ def _message_maxima(
     edge_distance: torch.Tensor,
     groups: torch.Tensor,
     floor: torch.Tensor,
+    out: torch.Tensor,
     state: FastState,
 ) -> torch.Tensor:
     """``fmax(floor, max over edges e of group i of normprob(node_values[rows] - edge_distance)[e])``.
 
     Shapes: node_values (DV, PE); rows, groups (DE,) with groups sorted; edge_distance (DE, PE);
-    floor (PE,). Returns (DV, PE).
+    floor (PE,). Writes the (DV, PE) result into ``out`` (which must not alias ``node_values``).
     """
     num_edges, width = edge_distance.shape
     dtype, device = edge_distance.dtype, edge_distance.device
-    group_max = torch.full((node_values.shape[0], width), float("-inf"), dtype=dtype, device=device)
+    group_max = out.fill_(float("-inf"))
     col_max = torch.full((width,), torch.finfo(dtype).min, dtype=dtype, device=device)
     col_sum = torch.zeros(width, dtype=dtype, device=device)
-    buffer = torch.empty((min(state.chunk_edges, num_edges), width), dtype=dtype, device=device)
+    buffer = state.message_buffer
     for start in range(0, num_edges, state.chunk_edges):
         stop = min(start + state.chunk_edges, num_edges)
         message = buffer[: stop - start]
@@ -131,8 +140,8 @@ def _message_maxima(
         new_max = torch.maximum(col_max, message.amax(0))
         col_sum.mul_(torch.exp(col_max - new_max)).add_(message.sub_(new_max).exp_().sum(0))
         col_max = new_max
-    normalised = _normalise(group_max, col_max, col_sum.log_(), state.options.normalisation)
-    return torch.fmax(floor, normalised)
+    _normalise_(group_max, col_max, col_sum.log_(), state.options.normalisation)
+    return torch.fmax(group_max, floor, out=out)
 
 
 def initialise(
@@ -168,8 +177,8 @@ def initialise(
 
     # The first edge messages are FE = RE = normprob(-CE) of the raw distances.
     col_max, log_sum = _negated_column_stats(ce_by_src, chunk_edges)
-    first_rmax = _normalise(-_group_min(ce_by_src, src_by_src, data.num_nodes), col_max, log_sum, normalisation)
-    first_fmax = _normalise(-_group_min(ce_by_dst, dst_by_dst, data.num_nodes), col_max, log_sum, normalisation)
+    first_rmax = _normalise_(_group_min(ce_by_src, src_by_src, data.num_nodes).neg_(), col_max, log_sum, normalisation)
+    first_fmax = _normalise_(_group_min(ce_by_dst, dst_by_dst, data.num_nodes).neg_(), col_max, log_sum, normalisation)
 
     col_max = ce_by_src.amax(0).clamp_min(torch.finfo(dtype).min)
     log_sum = torch.zeros_like(col_max)
@@ -178,38 +187,39 @@ def initialise(
     log_sum.log_()
     for ce in (ce_by_src, ce_by_dst):
         for start in range(0, len(ce), chunk_edges):
-            block = ce[start:start + chunk_edges]
-            block.copy_(_normalise(block, col_max, log_sum, normalisation))
+            _normalise_(ce[start:start + chunk_edges], col_max, log_sum, normalisation)
 
     pattern_src = tensor(pattern.edge_src, torch.int64)
     pattern_dst = tensor(pattern.edge_dst, torch.int64)
     cnull = torch.zeros(pattern.num_edges, dtype=dtype, device=device)
-    fmax = torch.fmax(-cnull + column_max(mu[:, pattern_src]), first_fmax)
-    rmax = torch.fmax(-cnull + column_max(mu[:, pattern_dst]), first_rmax)
+    fmax = torch.fmax(first_fmax, -cnull + column_max(mu[:, pattern_src]), out=first_fmax)
+    rmax = torch.fmax(first_rmax, -cnull + column_max(mu[:, pattern_dst]), out=first_rmax)
     forward_rows = src[by_dst] if options.forward_message_index == "src" else dst_by_dst
     return FastState(
         cv=cv, mu=mu, ce_by_src=ce_by_src, ce_by_dst=ce_by_dst, src_by_src=src_by_src, dst_by_dst=dst_by_dst,
         forward_rows=forward_rows, fmax=fmax, rmax=rmax, cnull=cnull, pattern_src=pattern_src,
         pattern_dst=pattern_dst, pattern_edges=list(zip(pattern.edge_src.tolist(), pattern.edge_dst.tolist())),
         options=options, chunk_edges=chunk_edges,
+        message_buffer=torch.empty((min(chunk_edges, data.num_edges), pattern.num_edges), dtype=dtype, device=device),
+        vf=torch.empty_like(fmax), vr=torch.empty_like(fmax),
     )
 
 
 def iterate(state: FastState) -> None:
     """One belief-propagation iteration, updating ``state`` in place."""
     s = state
-    vf = s.mu[:, s.pattern_dst] - s.fmax
-    vr = s.mu[:, s.pattern_src] - s.rmax
-    vf_max = column_max(vf)
-    vr_max = column_max(vr)
-    s.fmax = _message_maxima(vr, s.forward_rows, s.ce_by_dst, s.dst_by_dst, -s.cnull + vr_max, s)
-    s.rmax = _message_maxima(vf, s.src_by_src, s.ce_by_src, s.src_by_src, -s.cnull + vf_max, s)
-    mu = -s.cv
+    torch.index_select(s.mu, 1, s.pattern_dst, out=s.vf).sub_(s.fmax)
+    torch.index_select(s.mu, 1, s.pattern_src, out=s.vr).sub_(s.rmax)
+    vf_max = column_max(s.vf)
+    vr_max = column_max(s.vr)
+    _message_maxima(s.vr, s.forward_rows, s.ce_by_dst, s.dst_by_dst, -s.cnull + vr_max, s.fmax, s)
+    _message_maxima(s.vf, s.src_by_src, s.ce_by_src, s.src_by_src, -s.cnull + vf_max, s.rmax, s)
+    mu = torch.neg(s.cv, out=s.mu)
     # Pattern edge by pattern edge, as PNNL adds them (the order matters where sums overflow).
     for j, (src, dst) in enumerate(s.pattern_edges):
         mu[:, dst] += s.fmax[:, j]
         mu[:, src] += s.rmax[:, j]
-    s.mu = normprob_(mu, s.options.normalisation)
+    normprob_(mu, s.options.normalisation)
 
 
 def beliefs(state: FastState) -> torch.Tensor:
