@@ -139,7 +139,8 @@ wildcard_constraints:
 
 # -- appclass --------------------------------------------------------------------------------------
 APPCLASS = config["appclass"]
-APPCLASS_REFERENCE_VARIANT = "reference-cpu-t1-float64"
+# Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
+APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
 
 
@@ -148,7 +149,17 @@ def appclass_variant_name(variant):
     return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
 
 
-APPCLASS_VARIANTS = {appclass_variant_name(v): v for v in APPCLASS["variants"]}
+def appclass_variants():
+    variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
+    for variant in APPCLASS["variants"]:
+        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
+            raise ValueError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+        variants[appclass_variant_name(variant)] = variant
+    return variants
+
+
+APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
+APPCLASS_VARIANTS = appclass_variants()
 APPCLASS_TORCH_VARIANTS = [name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"]
 
 

@@ -69,3 +69,17 @@ def test_generators_stats_bench_and_plots(tmp_path, capsys):
     assert main(["appclass", "plot", "--table", str(table), "--runtime-png", str(tmp_path / "runtime.png"),
                  "--speedup-png", str(tmp_path / "speedup.png")]) == 0
     assert (tmp_path / "runtime.png").stat().st_size > 0 and (tmp_path / "speedup.png").stat().st_size > 0
+
+
+def test_agreement_flags_differences():
+    from membench.appclass.bench import agreement
+
+    reference = np.array([[-1.0, -2.0], [np.nan, -np.inf]])
+    assert agreement(reference.copy(), reference, "float64")["agrees_with_reference"]
+    nudged = reference * (1 + 1e-11)
+    assert agreement(nudged, reference, "float64")["agrees_with_reference"]
+    assert not agreement(reference * (1 + 1e-7), reference, "float64")["agrees_with_reference"]
+    assert agreement(reference * (1 + 1e-7), reference, "float32")["agrees_with_reference"]
+    moved_nan = np.array([[-1.0, np.nan], [-3.0, -np.inf]])
+    assert not agreement(moved_nan, reference, "float64")["agrees_with_reference"]
+    assert not agreement(reference[:1], reference, "float64")["agrees_with_reference"]

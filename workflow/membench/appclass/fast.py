@@ -58,9 +58,9 @@ def default_chunk_edges(device: torch.device) -> int:
     return 1 << 22 if device.type == "cuda" else 1 << 15
 
 
-def pairwise_distance(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def pairwise_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Euclidean distances (len(a), len(b)) from explicit differences (no matmul cancellation)."""
-    out = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device) if out is None else out
+    out = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
     rows = max(1, DISTANCE_CHUNK_BYTES // (a.element_size() * max(1, b.shape[0] * a.shape[1])))
     for start in range(0, a.shape[0], rows):
         diff = b.unsqueeze(0) - a[start:start + rows].unsqueeze(1)
