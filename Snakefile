@@ -23,6 +23,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/meter.smk"
 include: "rules/report.smk"
+include: "rules/appclass.smk"
 
 
 check_dataset_paths()

@@ -159,3 +159,126 @@ def bodmas_elf_options(dataset):
 
 wildcard_constraints:
     fold=r"\d+",
+
+
+# -- appclass --------------------------------------------------------------------------------------
+APPCLASS = config["appclass"]
+# Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
+APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
+RMAT_KEYS = ("scale", "edge_factor", "feature_max")
+
+
+def appclass_variant_name(variant):
+    """The variant name bench jobs record (membench.appclass.bench.BenchSpec.variant)."""
+    return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+
+
+def appclass_variants():
+    variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
+    for variant in APPCLASS["variants"]:
+        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
+            raise ValueError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+        variants[appclass_variant_name(variant)] = variant
+    return variants
+
+
+for _kind in ("graphs", "patterns"):
+    for _name, _spec in APPCLASS[_kind].items():
+        if _spec["source"] == "files":
+            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.vertices", _spec["vertices"]))
+            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.edges", _spec["edges"]))
+
+APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
+APPCLASS_VARIANTS = appclass_variants()
+APPCLASS_TORCH_VARIANTS = [name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"]
+
+
+def appclass_graphs(source=None):
+    return [name for name, spec in APPCLASS["graphs"].items() if source is None or spec["source"] == source]
+
+
+def appclass_patterns(source=None):
+    return [name for name, spec in APPCLASS["patterns"].items() if source is None or spec["source"] == source]
+
+
+def appclass_graph_files(graph):
+    """(vertices, edges) of a data graph: generated under results/data/graphs, or the user's files."""
+    spec = APPCLASS["graphs"][graph]
+    if spec["source"] == "files":
+        return spec["vertices"], spec["edges"]
+    return f"results/data/graphs/{graph}/data.Vertex.csv", f"results/data/graphs/{graph}/data.Edges.csv"
+
+
+def appclass_pattern_files(graph, pattern):
+    """(vertices, edges) of a pattern: the configured files, or induced from ``graph``."""
+    spec = APPCLASS["patterns"][pattern]
+    if spec["source"] == "files":
+        return spec["vertices"], spec["edges"]
+    base = f"results/data/graphs/{graph}/patterns/{pattern}"
+    return f"{base}.Vertex.csv", f"{base}.Edges.csv"
+
+
+def appclass_pair_files(wildcards):
+    """The four graph files of the pair graph/pattern, in the order the commands take them."""
+    return [*appclass_graph_files(wildcards.graph), *appclass_pattern_files(wildcards.graph, wildcards.pattern)]
+
+
+def appclass_pairs():
+    return [os.path.split(pair) for pair in APPCLASS["benchmark_pairs"]]
+
+
+def appclass_rmat_options(graph):
+    spec = APPCLASS["graphs"][graph]
+    return cli_options(
+        {key: spec[key] for key in RMAT_KEYS}
+        | {
+            "node_feature_dim": APPCLASS["node_feature_dim"],
+            "edge_feature_dim": APPCLASS["edge_feature_dim"],
+            "seed": config["seed"],
+        }
+    )
+
+
+def appclass_bench_options(variant_name):
+    variant = APPCLASS_VARIANTS[variant_name]
+    return cli_options(
+        {
+            "implementation": variant["implementation"],
+            "device": variant["device"],
+            "threads": variant["threads"],
+            "precision": variant["precision"],
+            "repeats": APPCLASS["repeats"],
+            "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
+            "sample_interval_s": config["meter"]["sample_interval_s"],
+            "grid_intensity_g_per_kwh": config["meter"]["grid_intensity_g_per_kwh"],
+        }
+    )
+
+
+def appclass_bench_dir(graph, pattern, variant):
+    return f"results/appclass/{graph}/{pattern}/{variant}"
+
+
+def appclass_all_metrics():
+    return [
+        f"{appclass_bench_dir(graph, pattern, variant)}/metrics.json"
+        for graph, pattern in appclass_pairs()
+        for variant in APPCLASS_VARIANTS
+    ]
+
+
+def appclass_stats_pairs():
+    """--pair NAME DATA_V DATA_E PATT_V PATT_E options of the graph-statistics command."""
+    words = []
+    for graph, pattern in appclass_pairs():
+        words += ["--pair", f"{graph}/{pattern}", *appclass_graph_files(graph), *appclass_pattern_files(graph, pattern)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def appclass_stats_inputs():
+    return [path for graph, pattern in appclass_pairs()
+            for path in (*appclass_graph_files(graph), *appclass_pattern_files(graph, pattern))]
+
+
+def appclass_variant_gpus(variant_name):
+    return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1

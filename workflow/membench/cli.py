@@ -15,6 +15,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "meter": ("membench.core.commands.meter", "what this machine lets the meter read, and its overhead"),
     "table": ("membench.core.commands.table", "aggregate job metrics into results tables"),
     "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
+    "appclass": ("membench.appclass.commands", "graph matching by belief propagation: graphs, run, benchmark"),
 }
 
 

@@ -281,6 +281,7 @@ class Meter:
             fields[f"{p.name}_wall_s"] = p.wall_s
             fields[f"{p.name}_activation_mib"] = _mib(p.activation_bytes)
             fields[f"{p.name}_peak_tensor_mib"] = _mib(p.peak_tensor_bytes)
+            fields[f"{p.name}_peak_rss_mib"] = _mib(p.rss_peak_bytes)
             fields[f"{p.name}_cuda_peak_allocated_mib"] = _mib(p.cuda_peak_allocated_bytes)
             fields[f"{p.name}_nvml_peak_mib"] = _mib(
                 None if p.nvml_peak_bytes is None or self._nvml_baseline_bytes is None

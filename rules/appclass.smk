@@ -1,0 +1,199 @@
+# Application classification (seed 001): graphs (RMAT data graphs, induced patterns), benchmark jobs
+# (implementation x device x threads x precision x graph pair), their table, graph statistics, figures.
+
+
+rule appclass_rmat:
+    output:
+        vertices="results/data/graphs/{graph}/data.Vertex.csv",
+        edges="results/data/graphs/{graph}/data.Edges.csv",
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs("rmat")),
+    params:
+        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
+    log:
+        log_path("appclass_rmat", "{graph}"),
+    benchmark:
+        benchmark_path("appclass_rmat", "{graph}")
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        ENV
+    shell:
+        "membench appclass generate-rmat --vertices {output.vertices} --edges {output.edges} {params.options} > {log} 2>&1"
+
+
+rule appclass_pattern:
+    input:
+        vertices=lambda wildcards: appclass_graph_files(wildcards.graph)[0],
+        edges=lambda wildcards: appclass_graph_files(wildcards.graph)[1],
+    output:
+        vertices="results/data/graphs/{graph}/patterns/{pattern}.Vertex.csv",
+        edges="results/data/graphs/{graph}/patterns/{pattern}.Edges.csv",
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns("induced")),
+    params:
+        max_pattern_nodes=lambda wildcards: APPCLASS["patterns"][wildcards.pattern]["max_pattern_nodes"],
+        seed=config["seed"],
+    log:
+        log_path("appclass_pattern", "{graph}/{pattern}"),
+    benchmark:
+        benchmark_path("appclass_pattern", "{graph}/{pattern}")
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench appclass generate-pattern {input.vertices} {input.edges} --max-pattern-nodes {params.max_pattern_nodes}"
+        " --seed {params.seed} --vertices {output.vertices} --edges {output.edges} > {log} 2>&1"
+
+
+rule appclass_reference:
+    input:
+        appclass_pair_files,
+    output:
+        metrics=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/metrics.json",
+        memlog=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/memlog.csv",
+        beliefs=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
+    log:
+        log_path("appclass_reference", "{graph}/{pattern}"),
+    benchmark:
+        benchmark_path("appclass_reference", "{graph}/{pattern}")
+    # Timing jobs take every core so that no other job runs beside them.
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        ENV
+    shell:
+        "membench appclass bench {input} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
+        " --out-npy {output.beliefs} {params.options} > {log} 2>&1"
+
+
+rule appclass_bench:
+    input:
+        graphs=appclass_pair_files,
+        reference=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
+    output:
+        metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
+        memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+        variant=alternatives(APPCLASS_TORCH_VARIANTS),
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=lambda wildcards: appclass_bench_options(wildcards.variant),
+    log:
+        log_path("appclass_bench", "{graph}/{pattern}/{variant}"),
+    benchmark:
+        benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
+    # Timing jobs take every core so that no other job runs beside them; torch uses the variant's threads.
+    threads: workflow.cores
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpu=lambda wildcards: appclass_variant_gpus(wildcards.variant),
+    conda:
+        ENV
+    shell:
+        "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
+        " --reference-npy {input.reference} {params.options} > {log} 2>&1"
+
+
+rule appclass_table:
+    input:
+        appclass_all_metrics(),
+    output:
+        csv=report(
+            "results/tables/appclass.csv",
+            caption="../workflow/report/appclass_table.rst",
+            category="Application classification",
+            labels={"table": "appclass benchmark jobs"},
+        ),
+        parquet="results/tables/appclass.parquet",
+    log:
+        log_path("appclass_table"),
+    benchmark:
+        benchmark_path("appclass_table")
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    conda:
+        ENV
+    shell:
+        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+
+
+rule appclass_graph_stats:
+    input:
+        appclass_stats_inputs(),
+    output:
+        csv=report(
+            "results/tables/appclass_graphs.csv",
+            caption="../workflow/report/appclass_graphs.rst",
+            category="Application classification",
+            labels={"table": "graph statistics"},
+        ),
+        parquet="results/tables/appclass_graphs.parquet",
+    params:
+        pairs=appclass_stats_pairs(),
+    log:
+        log_path("appclass_graph_stats"),
+    benchmark:
+        benchmark_path("appclass_graph_stats")
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench appclass graph-stats --out {output.csv} {params.pairs} > {log} 2>&1"
+
+
+rule appclass_plots:
+    input:
+        rules.appclass_table.output.csv,
+    output:
+        runtime=report(
+            "results/plots/appclass_runtime.png",
+            caption="../workflow/report/appclass_runtime.rst",
+            category="Application classification",
+            labels={"figure": "runtime vs graph size"},
+        ),
+        speedup=report(
+            "results/plots/appclass_speedup.png",
+            caption="../workflow/report/appclass_speedup.rst",
+            category="Application classification",
+            labels={"figure": "speed-up over the reference"},
+        ),
+    log:
+        log_path("appclass_plots"),
+    benchmark:
+        benchmark_path("appclass_plots")
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    conda:
+        ENV
+    shell:
+        "membench appclass plot --table {input} --runtime-png {output.runtime} --speedup-png {output.speedup} > {log} 2>&1"
+
+
+FINAL_OUTPUTS.extend(
+    [
+        "results/tables/appclass.csv",
+        "results/tables/appclass_graphs.csv",
+        "results/plots/appclass_runtime.png",
+        "results/plots/appclass_speedup.png",
+    ]
+)

@@ -1,0 +1,226 @@
+"""Benchmark jobs: one implementation on one graph pair under the meter, and side-by-side comparisons."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from membench.appclass.api import classify
+from membench.appclass.options import AppclassOptions, formula_bytes
+from membench.core import sources
+from membench.core.meter import MIB, Meter
+from membench.core.metrics import job_record, read_metrics, write_job_outputs
+from membench.core.tables import write_table
+from membench.data.graphs import read_graph_pair
+
+log = logging.getLogger(__name__)
+
+AGREEMENT_RTOL = {"float64": 1e-9, "float32": 1e-3}
+# Log-beliefs at (or a rounding away from) 0 cannot agree relatively; this much absolute slack.
+AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
+COMPARE_COLUMNS = (
+    "round", "variant", "read_ms", "init_ms", "iterations_ms", "total_ms", "algorithm_rss_mib",
+    "peak_rss_mib", "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
+)
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What one benchmark job runs."""
+
+    implementation: str = "torch"
+    device: str = "cpu"
+    threads: int = 2
+    precision: str = "float64"
+    options: AppclassOptions = AppclassOptions()
+    repeats: int = 1
+    chunk_edges: int | None = None
+
+    @property
+    def variant(self) -> str:
+        name = f"{self.implementation}-{self.device}-t{self.threads}-{self.precision}"
+        if self.options.normalisation != "reference":
+            name += f"-{self.options.normalisation}"
+        if self.options.forward_message_index != "src":
+            name += f"-forward_{self.options.forward_message_index}"
+        return name
+
+
+def agreement(beliefs: np.ndarray, reference: np.ndarray, precision: str) -> dict[str, object]:
+    """How far ``beliefs`` are from the reference's (same shape).
+
+    Max relative and absolute differences over entries finite in both, and whether every entry is
+    within ``AGREEMENT_RTOL * |reference| + AGREEMENT_ATOL`` (per precision) with NaN and
+    infinities in the same places.
+    """
+    if beliefs.shape != reference.shape:
+        return {"reference_max_rel_diff": None, "reference_max_abs_diff": None, "agrees_with_reference": False}
+    finite = np.isfinite(beliefs) & np.isfinite(reference)
+    same_special = np.array_equal(beliefs[~finite], reference[~finite], equal_nan=True)
+    diff = np.abs(beliefs[finite] - reference[finite])
+    scale = np.abs(reference[finite])
+    rel = diff / np.where(scale > 0, scale, 1.0)
+    within = bool(np.all(diff <= AGREEMENT_RTOL[precision] * scale + AGREEMENT_ATOL[precision]))
+    return {
+        "reference_max_rel_diff": float(rel.max(initial=0.0)),
+        "reference_max_abs_diff": float(diff.max(initial=0.0)),
+        "agrees_with_reference": bool(same_special and within),
+        "reference_rtol": AGREEMENT_RTOL[precision],
+    }
+
+
+def run_bench_job(
+    graph_paths: tuple[str, str, str, str],
+    dataset: str,
+    spec: BenchSpec,
+    outdir: str | os.PathLike,
+    *,
+    reference_npy: str | None = None,
+    out_npy: str | None = None,
+    sample_interval_s: float = 0.02,
+    trace_live_tensors: bool = False,
+    grid_intensity_g_per_kwh: float = 475.0,
+) -> dict[str, object]:
+    """Read the graphs, run ``spec.repeats`` times under the meter, write metrics.json and memlog.csv.
+
+    Times (ms, median over repeats): ``read_ms``, ``init_ms``, ``iterations_ms``, ``total_ms``
+    (init + iterations). Memory (MiB): ``algorithm_rss_mib`` (sampled RSS peak of init and
+    iterations above the RSS after reading and a warm-up run), ``formula_mib`` (SPEC's arrays), and with
+    ``trace_live_tensors`` a separate traced run's ``peak_tensor_mib`` (torch tensors only).
+    """
+    from membench.appclass.output import write_npy
+    from membench.core.device import resolve_device
+
+    start = time.perf_counter()
+    device = resolve_device(spec.device)
+    torch.set_num_threads(spec.threads)
+    record = job_record("appclass", spec.variant, dataset, device, 0, None)
+    phase_ms: dict[str, list[float]] = {"read": [], "init": [], "iterations": []}
+    with Meter(device, sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
+
+        @contextlib.contextmanager
+        def timed(name: str):
+            begin = time.perf_counter()
+            with meter.phase(name):
+                yield
+            phase_ms[name].append((time.perf_counter() - begin) * 1000.0)
+
+        with timed("read"):
+            data, pattern = read_graph_pair(*graph_paths)
+        # A run on the pattern alone initialises the libraries (thread pools, kernels) first, so the
+        # memory above this baseline is the algorithm's own.
+        classify(pattern, pattern, implementation=spec.implementation, options=spec.options, device=device,
+                 precision=spec.precision)
+        rss_after_read = sources.current_rss_bytes()
+        for repeat in range(spec.repeats):
+            beliefs = classify(
+                data, pattern, implementation=spec.implementation, options=spec.options, device=device,
+                precision=spec.precision, chunk_edges=spec.chunk_edges, phase=timed,
+            )
+            log.info("%s on %s, repeat %d: init %.1f ms, iterations %.1f ms", spec.variant, dataset, repeat,
+                     phase_ms["init"][-1], phase_ms["iterations"][-1])
+    record.update(meter.summary())
+    algorithm_peak = max(record["init_peak_rss_mib"], record["iterations_peak_rss_mib"])
+    itemsize = 8 if spec.precision == "float64" else 4
+    record.update(
+        {
+            "implementation": spec.implementation,
+            "threads": spec.threads,
+            "precision": spec.precision,
+            "normalisation": spec.options.normalisation,
+            "forward_message_index": spec.options.forward_message_index,
+            "repeats": spec.repeats,
+            "data_nodes": data.num_nodes,
+            "data_edges": data.num_edges,
+            "pattern_nodes": pattern.num_nodes,
+            "pattern_edges": pattern.num_edges,
+            "read_ms": statistics.median(phase_ms["read"]),
+            "init_ms": statistics.median(phase_ms["init"]),
+            "iterations_ms": statistics.median(phase_ms["iterations"]),
+            "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
+            "rss_after_read_mib": rss_after_read / MIB,
+            "algorithm_rss_mib": max(0.0, algorithm_peak - rss_after_read / MIB),
+            "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
+        }
+    )
+    if trace_live_tensors:
+        with Meter(device, sample_interval_s=0, trace_live_tensors=True) as traced:
+            classify(data, pattern, implementation=spec.implementation, options=spec.options, device=device,
+                     precision=spec.precision, chunk_edges=spec.chunk_edges, phase=traced.phase)
+        record["peak_tensor_mib"] = traced.summary()["peak_tensor_mib"]
+        record["trace_live_tensors"] = True
+    if reference_npy is not None:
+        record.update(agreement(beliefs, np.load(reference_npy, allow_pickle=False), spec.precision))
+    if out_npy is not None:
+        write_npy(out_npy, beliefs)
+    record["wall_s"] = time.perf_counter() - start
+    write_job_outputs(outdir, record, meter.memlog())
+    return record
+
+
+def compare(
+    graph_paths: tuple[str, str, str, str],
+    dataset: str,
+    specs: list[BenchSpec],
+    outdir: str | os.PathLike,
+    rounds: int,
+    extra_args: list[str],
+) -> pd.DataFrame:
+    """Run each spec as its own ``membench appclass bench`` process, interleaved over ``rounds``.
+
+    Separate processes give each implementation its own peak RSS; interleaving exposes both to the
+    same background load. The first spec's beliefs (round 0) are the agreement reference of the
+    rest. Writes ``<outdir>/compare.csv`` (one row per run) and returns it.
+    """
+    outdir = Path(outdir)
+    reference_npy = outdir / "first_variant_beliefs.npy"
+    rows = []
+    for round_index in range(rounds):
+        for position, spec in enumerate(specs):
+            jobdir = outdir / f"round{round_index}" / spec.variant
+            command = [
+                sys.executable, "-m", "membench.cli", "appclass", "bench", *graph_paths,
+                "--dataset", dataset, "--outdir", str(jobdir), *_spec_arguments(spec), *extra_args,
+            ]
+            if position == 0 and round_index == 0:
+                command += ["--out-npy", str(reference_npy)]
+            elif position > 0:
+                command += ["--reference-npy", str(reference_npy)]
+            log.info("round %d: %s", round_index, spec.variant)
+            subprocess.run(command, check=True)
+            record = read_metrics(jobdir / "metrics.json")
+            rows.append({"round": round_index, **{c: record.get(c) for c in COMPARE_COLUMNS[1:]}})
+    frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    write_table(frame, outdir / "compare.csv")
+    return frame
+
+
+def summarise_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median per variant, with speed-up and memory ratio against the first variant."""
+    medians = frame.groupby("variant", sort=False).median(numeric_only=True).drop(columns="round")
+    first = medians.iloc[0]
+    medians["speedup_vs_first"] = first["total_ms"] / medians["total_ms"]
+    medians["algorithm_rss_vs_first"] = medians["algorithm_rss_mib"] / first["algorithm_rss_mib"]
+    return medians.reset_index()
+
+
+def _spec_arguments(spec: BenchSpec) -> list[str]:
+    words = [
+        "--implementation", spec.implementation, "--device", spec.device, "--threads", str(spec.threads),
+        "--precision", spec.precision, "--normalisation", spec.options.normalisation,
+        "--forward-message-index", spec.options.forward_message_index, "--repeats", str(spec.repeats),
+    ]
+    if spec.chunk_edges:
+        words += ["--chunk-edges", str(spec.chunk_edges)]
+    return words

@@ -1,0 +1,246 @@
+"""``membench appclass <step>``: graphs (generate, describe), run the matching, benchmark it.
+
+``run`` prints the log-belief matrix exactly as the PNNL code does (C ``%e``, row-major, one value
+per line) on standard output and nothing else; logs go to standard error.
+"""
+
+from __future__ import annotations
+
+import os
+
+# GNU OpenMP threads spin while they wait; on a small machine shared with other work a spinning
+# thread holds a core its descheduled partner needs, and every parallel region stalls (measured
+# 4x slower than one thread). Waiting passively costs nothing measurable when the cores are free.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
+from membench.core.device import DEVICE_CHOICES  # noqa: E402
+
+GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
+PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
+
+
+def _add_graph_files(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("data_vertices", help="data graph vertex table (PNNL text format)")
+    parser.add_argument("data_edges", help="data graph edge table")
+    parser.add_argument("pattern_vertices", help="pattern graph vertex table")
+    parser.add_argument("pattern_edges", help="pattern graph edge table")
+
+
+def _add_method_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--implementation", choices=IMPLEMENTATIONS, default="reference")
+    parser.add_argument("--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="float64", help="torch only; the reference is float64")
+    parser.add_argument("--normalisation", choices=NORMALISATIONS, default="reference",
+                        help="reference: PNNL's log(exp(.)) (underflows past ~745); stable: log-sum-exp")
+    parser.add_argument("--forward-message-index", choices=FORWARD_MESSAGE_INDEX, default="src",
+                        help="row of the forward edge message: src as PNNL, or dst (SPEC's dst-fixed mode)")
+    parser.add_argument("--chunk-edges", type=int, default=None, help="torch: edges per chunk (default by device)")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    run = steps.add_parser("run", help="print the log-belief matrix (C %%e, row-major) on stdout")
+    _add_graph_files(run)
+    _add_method_options(run)
+    run.add_argument("--npy", help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
+    run.add_argument("--no-stdout", action="store_true", help="do not print the matrix (with --npy)")
+
+    bench = steps.add_parser("bench", help="one implementation on one graph pair under the meter: metrics.json")
+    _add_graph_files(bench)
+    _add_method_options(bench)
+    bench.add_argument("--dataset", required=True, help="name of the graph pair in the results")
+    bench.add_argument("--outdir", required=True, help="job directory for metrics.json and memlog.csv")
+    bench.add_argument("--repeats", type=int, default=1, help="runs of init + iterations (median reported)")
+    bench.add_argument("--reference-npy", help="reference beliefs (.npy) to check agreement against")
+    bench.add_argument("--out-npy", help="write this job's beliefs as .npy")
+    bench.add_argument("--sample-interval-s", type=float, default=0.02)
+    bench.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False,
+                       help="one extra traced run for peak_tensor_mib (torch tensors)")
+    bench.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+
+    compare = steps.add_parser("compare", help="several variants side by side (separate processes, interleaved)")
+    _add_graph_files(compare)
+    compare.add_argument("--dataset", required=True)
+    compare.add_argument("--outdir", required=True)
+    compare.add_argument("--variant", action="append", required=True,
+                         help="IMPLEMENTATION:DEVICE:THREADS:PRECISION, repeatable; the first is the baseline")
+    compare.add_argument("--rounds", type=int, default=3)
+    compare.add_argument("--repeats", type=int, default=1)
+    compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
+
+    rmat = steps.add_parser("generate-rmat", help="RMAT data graph with uniform random features")
+    rmat.add_argument("--scale", type=int, required=True, help="2**scale + 1 nodes")
+    rmat.add_argument("--edge-factor", type=int, default=8, help="edges drawn per node (before dropping loops/duplicates)")
+    rmat.add_argument("--node-feature-dim", type=int, default=13)
+    rmat.add_argument("--edge-feature-dim", type=int, default=17)
+    rmat.add_argument("--feature-max", type=float, default=10.0)
+    rmat.add_argument("--seed", type=int, default=0)
+    rmat.add_argument("--vertices", required=True, help="output vertex table")
+    rmat.add_argument("--edges", required=True, help="output edge table")
+
+    pattern = steps.add_parser("generate-pattern", help="pattern graph induced by a sampled neighbourhood")
+    pattern.add_argument("data_vertices")
+    pattern.add_argument("data_edges")
+    pattern.add_argument("--max-pattern-nodes", type=int, required=True)
+    pattern.add_argument("--seed", type=int, default=0)
+    pattern.add_argument("--vertices", required=True)
+    pattern.add_argument("--edges", required=True)
+
+    stats = steps.add_parser("graph-stats", help="statistics table of graph pairs")
+    stats.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
+    stats.add_argument("--pair", nargs=5, action="append", required=True,
+                       metavar=("NAME", "DATA_V", "DATA_E", "PATT_V", "PATT_E"), help="repeatable")
+
+    plot = steps.add_parser("plot", help="runtime and speed-up figures from the appclass table")
+    plot.add_argument("--table", required=True)
+    plot.add_argument("--runtime-png", required=True)
+    plot.add_argument("--speedup-png", required=True)
+    return parser
+
+
+def _options(args: argparse.Namespace):
+    from membench.appclass.options import AppclassOptions
+
+    return AppclassOptions(normalisation=args.normalisation, forward_message_index=args.forward_message_index)
+
+
+def _graph_paths(args: argparse.Namespace) -> tuple[str, str, str, str]:
+    return tuple(getattr(args, name) for name in GRAPH_FILES)
+
+
+def run(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    handler = {
+        "run": _run, "bench": _bench, "compare": _compare, "generate-rmat": _generate_rmat,
+        "generate-pattern": _generate_pattern, "graph-stats": _graph_stats, "plot": _plot,
+    }[args.step]
+    handler(args)
+
+
+def _run(args: argparse.Namespace) -> None:
+    import torch
+
+    from membench.appclass.api import classify
+    from membench.appclass.output import format_beliefs, write_npy
+    from membench.core.device import resolve_device
+    from membench.data.graphs import read_graph_pair
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data, pattern = read_graph_pair(*_graph_paths(args))
+    beliefs = classify(
+        data, pattern, implementation=args.implementation, options=_options(args), device=resolve_device(args.device),
+        precision=args.precision, chunk_edges=args.chunk_edges,
+    )
+    if args.npy:
+        write_npy(args.npy, beliefs)
+    if not args.no_stdout:
+        sys.stdout.write(format_beliefs(beliefs))
+        sys.stdout.flush()
+
+
+def _bench_spec(args: argparse.Namespace):
+    import torch
+
+    from membench.appclass.bench import BenchSpec
+
+    return BenchSpec(
+        implementation=args.implementation, device=args.device, threads=args.threads or torch.get_num_threads(),
+        precision=args.precision, options=_options(args), repeats=args.repeats, chunk_edges=args.chunk_edges,
+    )
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from membench.appclass.bench import run_bench_job
+
+    record = run_bench_job(
+        _graph_paths(args), args.dataset, _bench_spec(args), args.outdir,
+        reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
+        trace_live_tensors=args.trace_live_tensors, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+    )
+    logging.info(
+        "%s on %s: read %.0f ms, init %.0f ms, iterations %.0f ms, algorithm RSS %.0f MiB (formula %.0f MiB)",
+        record["variant"], args.dataset, record["read_ms"], record["init_ms"], record["iterations_ms"],
+        record["algorithm_rss_mib"], record["formula_mib"],
+    )
+
+
+def _parse_variant(text: str) -> tuple[str, str, int, str]:
+    from membench.core.errors import InputError
+
+    parts = text.split(":")
+    if len(parts) != 4 or not parts[2].isdigit():
+        raise InputError(None, f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION", "option --variant")
+    implementation, device, threads, precision = parts
+    if implementation not in IMPLEMENTATIONS or precision not in PRECISIONS:
+        raise InputError(None, f"variant {text!r}: implementation or precision unknown", "option --variant")
+    return implementation, device, int(threads), precision
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from membench.appclass.bench import BenchSpec, compare, summarise_comparison
+    from membench.core.tables import write_table
+
+    specs = [
+        BenchSpec(implementation=i, device=d, threads=t, precision=p, repeats=args.repeats)
+        for i, d, t, p in map(_parse_variant, args.variant)
+    ]
+    extra = ["--trace-live-tensors"] if args.trace_live_tensors else []
+    frame = compare(_graph_paths(args), args.dataset, specs, args.outdir, args.rounds, extra)
+    summary = summarise_comparison(frame)
+    write_table(summary, Path(args.outdir) / "summary.csv")
+    logging.info("side-by-side medians:\n%s", summary.to_string(index=False))
+
+
+def _generate_rmat(args: argparse.Namespace) -> None:
+    from membench.data.graphs import rmat_graph, write_graph
+
+    graph = rmat_graph(args.scale, args.edge_factor, args.node_feature_dim, args.edge_feature_dim, args.seed, args.feature_max)
+    write_graph(graph, args.vertices, args.edges)
+    logging.info("RMAT scale %d: %d nodes, %d edges -> %s, %s", args.scale, graph.num_nodes, graph.num_edges, args.vertices, args.edges)
+
+
+def _generate_pattern(args: argparse.Namespace) -> None:
+    from membench.data.graphs import induced_pattern, read_graph, write_graph
+
+    data = read_graph(args.data_vertices, args.data_edges)
+    pattern = induced_pattern(data, args.max_pattern_nodes, args.seed)
+    write_graph(pattern, args.vertices, args.edges)
+    logging.info("pattern: %d nodes, %d edges -> %s, %s", pattern.num_nodes, pattern.num_edges, args.vertices, args.edges)
+
+
+def _graph_stats(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from membench.core.tables import parquet_path_for, write_table
+    from membench.data.graphs import STATS_COLUMNS, graph_statistics, read_graph_pair
+
+    rows = []
+    for name, *paths in args.pair:
+        data, pattern = read_graph_pair(*paths)
+        rows += [graph_statistics(data, name, "data"), graph_statistics(pattern, name, "pattern")]
+    write_table(pd.DataFrame(rows, columns=list(STATS_COLUMNS)), args.out, parquet_path_for(args.out))
+
+
+def _plot(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from membench.appclass.plots import plot_runtime, plot_speedup
+    from membench.core.errors import InputError
+
+    table = pd.read_csv(args.table)
+    missing = [c for c in PLOT_COLUMNS if c not in table.columns]
+    if missing:
+        raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")
+    plot_runtime(table, args.runtime_png)
+    plot_speedup(table, args.speedup_png)
