@@ -145,13 +145,12 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray, num_classes: i
     """
     predicted = probs.argmax(axis=1)
     classes = list(range(num_classes))
-    try:
-        if num_classes == 2:
-            roc_auc = float(roc_auc_score(labels, probs[:, 1]))
-        else:
-            roc_auc = float(roc_auc_score(labels, probs, multi_class="ovr", average="macro", labels=classes))
-    except ValueError:
+    if len(np.unique(labels)) < num_classes:
         roc_auc = None
+    elif num_classes == 2:
+        roc_auc = float(roc_auc_score(labels, probs[:, 1]))
+    else:
+        roc_auc = float(roc_auc_score(labels, probs, multi_class="ovr", average="macro", labels=classes))
     majority = np.bincount(labels, minlength=num_classes).max() / max(len(labels), 1)
     return {
         "accuracy": float(accuracy_score(labels, predicted)),
