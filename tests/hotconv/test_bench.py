@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 
 from membench.core.tables import write_table
@@ -34,3 +35,20 @@ def test_sweep_measures_every_point_and_ranks_the_variants(tmp_path):
     write_table(frame, tmp_path / "sweep.csv", tmp_path / "sweep.parquet")
     plot_sweep(frame, tmp_path / "sweep.png")
     assert (tmp_path / "sweep.parquet").stat().st_size > 0 and (tmp_path / "sweep.png").stat().st_size > 0
+
+
+def test_bench_command_reads_repeated_list_options_and_writes_the_table(tmp_path):
+    from membench.cli import main
+
+    out = tmp_path / "bench.csv"
+    code = main([
+        "hotconv", "bench", "--out", str(out), "--variants", "hotconv", "--variants", "hotconv_eco",
+        "--batch-sizes", "2", "--max-lens", "512", "--max-lens", "1024", "--num-filters", "8", "--window-size", "16",
+        "--stride", "16", "--fp-slice-size", "128", "--fp2-slice-size", "16", "--steps", "1", "--device", "cpu",
+        "--sample-interval-s", "0",
+    ])
+    assert code == 0 and out.with_suffix(".parquet").exists()
+    table = pd.read_csv(out)
+    assert sorted(zip(table["variant"], table["max_len"])) == [
+        ("hotconv", 512), ("hotconv", 1024), ("hotconv_eco", 512), ("hotconv_eco", 1024)
+    ]

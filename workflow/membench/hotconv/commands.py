@@ -39,11 +39,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--dataset", required=True)
     train.add_argument("--fold", type=int, required=True)
     train.add_argument("--outdir", required=True)
-    train.add_argument("--epochs", type=int, default=5)
+    train.add_argument("--epochs", type=int, default=6)
     train.add_argument("--batch-size", type=int, default=16)
-    train.add_argument("--max-len", type=int, default=65536, help="bytes read per file")
-    train.add_argument("--learning-rate", type=float, default=1e-3)
-    train.add_argument("--early-stopping-patience", type=int, default=3)
+    train.add_argument("--max-len", type=int, default=32768, help="bytes read per file")
+    train.add_argument("--learning-rate", type=float, default=0.01)
+    train.add_argument("--early-stopping-patience", type=int, default=2)
     train.add_argument("--num-workers", type=int, default=0)
     train.add_argument("--memory-probe-steps", type=int, default=5)
     train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
@@ -54,9 +54,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     bench = steps.add_parser("bench", help="memory sweep: every variant at every batch size x max_len point")
     bench.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
-    bench.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    bench.add_argument("--batch-sizes", nargs="+", type=int, default=[16])
-    bench.add_argument("--max-lens", nargs="+", type=int, default=[2097152], help="bytes")
+    # Lists accept "--max-lens 1 2" and repeated "--max-lens 1 --max-lens 2" (as the rules write them).
+    bench.add_argument("--variants", nargs="+", action="extend", choices=VARIANTS, help="default: all four")
+    bench.add_argument("--batch-sizes", nargs="+", action="extend", type=int, help="default: 16")
+    bench.add_argument("--max-lens", nargs="+", action="extend", type=int, help="bytes; default: 2097152")
     bench.add_argument("--steps", type=int, default=2, help="timed training steps per point (median)")
     bench.add_argument("--learning-rate", type=float, default=1e-4)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
@@ -115,6 +116,9 @@ def _bench(args: argparse.Namespace) -> None:
     from membench.core.tables import parquet_path_for, write_table
     from membench.hotconv.bench import SweepSpec, run_sweep
 
+    args.variants = args.variants or list(VARIANTS)
+    args.batch_sizes = args.batch_sizes or [16]
+    args.max_lens = args.max_lens or [2097152]
     for option in ("batch_sizes", "max_lens"):
         if any(value < 1 for value in getattr(args, option)):
             raise InputError(None, f"{option} must be positive integers, got {getattr(args, option)}", f"--{option.replace('_', '-')}")

@@ -49,11 +49,11 @@ class TrainSpec:
     ``train_probe`` phase; ``size_sorted`` feeds the largest files first (memory-measurement order).
     """
 
-    epochs: int = 5
+    epochs: int = 6
     batch_size: int = 16
-    max_len: int = 65536
-    learning_rate: float = 1e-3
-    early_stopping_patience: int = 3
+    max_len: int = 32768
+    learning_rate: float = 0.01
+    early_stopping_patience: int = 2
     num_workers: int = 0
     memory_probe_steps: int = 5
     size_sorted: bool = False
