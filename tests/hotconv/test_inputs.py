@@ -9,6 +9,7 @@ import torch
 
 from membench.cli import main
 from membench.core.errors import InputError
+from membench.core.metrics import read_metrics
 from membench.hotconv.models import ModelSpec
 from membench.hotconv.train import TrainSpec, read_num_classes, train_job
 
@@ -85,11 +86,11 @@ def test_empty_validation_split_is_rejected(fold_copy, tmp_path):
         train_job(fold_copy, MODEL, TRAIN, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
 
 
-def test_checkpoint_of_other_settings_or_corrupt_is_rejected(tiny_fold, tmp_path):
+def test_checkpoint_of_other_settings_is_replaced_and_a_corrupt_one_rejected(tiny_fold, tmp_path):
     train_job(tiny_fold, MODEL, TRAIN, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)
     other = TrainSpec(epochs=2, batch_size=4, max_len=1024, memory_probe_steps=1)
-    with pytest.raises(InputError, match="other settings"):
-        train_job(tiny_fold, MODEL, other, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)
+    record = read_metrics(train_job(tiny_fold, MODEL, other, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0))
+    assert record["resumed_from_epoch"] == 0 and record["epochs_run"] == 2 and record["batch_size"] == 4
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(InputError, match="not a readable membench checkpoint"):
         train_job(tiny_fold, MODEL, TRAIN, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)

@@ -177,8 +177,8 @@ def train_job(
 ) -> Path:
     """Train, early-stop, test the best model, and write metrics.json, memlog.csv and the checkpoint.
 
-    Resumes from ``outdir/checkpoint.pt`` when one from the same settings exists. Returns the path
-    of ``metrics.json``.
+    Resumes from ``outdir/checkpoint.pt`` when one from the same settings exists (one from other
+    settings is replaced). Returns the path of ``metrics.json``.
     """
     start = time.perf_counter()
     outdir = Path(outdir)
@@ -243,14 +243,16 @@ def train_job(
 
 def _resume(path: Path, settings: dict, model, optimizer) -> dict:
     state = load_checkpoint(path)
+    if state is not None and state.get("settings") != json.dumps(settings, sort_keys=True):
+        # A checkpoint of an earlier configuration: resuming from it would mix two runs.
+        log.warning("%s was written with other settings; training starts over", path)
+        state = None
     if state is None:
         return {
             "settings": json.dumps(settings, sort_keys=True), "epoch": 0, "stopped_early": False,
             "best_epoch": 0, "best_val_loss": float("inf"), "epochs_without_improvement": 0,
             "best_model": _copy_state(model), "train_loss": [], "val_loss": [], "epoch_s": [],
         }
-    if state.get("settings") != json.dumps(settings, sort_keys=True):
-        raise InputError(path, "checkpoint was written with other settings; delete it to start over")
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     log.info("resuming after epoch %d from %s", state["epoch"], path)
