@@ -293,6 +293,11 @@ HOTCONV_SWEEP_KEYS = (
 )
 
 
+_unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
+if _unknown:
+    raise ValueError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+
+
 def hotconv_job_dir(dataset, variant, fold):
     return f"results/hotconv/{dataset}/{variant}/fold_{fold}"
 
