@@ -22,6 +22,7 @@ report: "workflow/report/workflow.rst"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/meter.smk"
+include: "rules/hotconv.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
 

@@ -282,3 +282,61 @@ def appclass_stats_inputs():
 
 def appclass_variant_gpus(variant_name):
     return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1
+# -- hotconv -------------------------------------------------------------------------------------
+HOTCONV = config["hotconv"]
+HOTCONV_TRAIN_KEYS = (
+    "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
+    "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
+)
+HOTCONV_SWEEP_KEYS = (
+    "variants", "batch_sizes", "max_lens", "num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps",
+)
+
+
+_unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
+if _unknown:
+    raise ValueError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+
+
+def hotconv_job_dir(dataset, variant, fold):
+    return f"results/hotconv/{dataset}/{variant}/fold_{fold}"
+
+
+def hotconv_metrics_files():
+    """metrics.json of every configured training job (variant x dataset x fold)."""
+    return [
+        f"{hotconv_job_dir(dataset, variant, fold)}/metrics.json"
+        for dataset in HOTCONV["datasets"]
+        for variant in HOTCONV["variants"]
+        for fold in HOTCONV["folds"]
+    ]
+
+
+def hotconv_train_options():
+    meter = config["meter"]
+    return " ".join(
+        [
+            cli_options({key: HOTCONV[key] for key in HOTCONV_TRAIN_KEYS}),
+            cli_options(
+                {
+                    "trace_live_tensors": meter["trace_live_tensors"],
+                    "trace_saved_activations": meter["trace_saved_activations"],
+                    "device": config["device"],
+                    "seed": config["seed"],
+                }
+            ),
+            meter_options(),
+        ]
+    )
+
+
+def hotconv_sweep_options(name):
+    """Options of ``membench hotconv bench`` for the sweep ``hotconv.<name>`` of the config."""
+    sweep = HOTCONV[name]
+    return " ".join(
+        [
+            cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
+            cli_options({"device": config["device"], "seed": config["seed"]}),
+            meter_options(),
+        ]
+    )

@@ -43,7 +43,10 @@ def test_default_target_writes_tables_and_figures(finished_run):
     meter = pd.read_parquet(tables / "meter.parquet")
     assert meter.loc[0, "device"] == "cpu" and meter.loc[0, "activation_mib"] > 0
     assert read_metrics(finished_run / "results" / "meter" / "check" / "metrics.json")["batch_size"] == 4
-    for figure in ("bodmas_sizes.png", "meter_memlog.png"):
+    hotconv = pd.read_parquet(tables / "hotconv.parquet")
+    assert sorted(hotconv["variant"]) == ["hotconv", "hotconv_eco", "malconv", "malconv2"]
+    assert set(pd.read_csv(tables / "hotconv_sweep.csv")["status"]) == {"ok"}
+    for figure in ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png"):
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()
     assert (finished_run / "results" / "benchmarks" / "bodmas_fold" / "tiny" / "1.tsv").exists()

@@ -16,6 +16,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "table": ("membench.core.commands.table", "aggregate job metrics into results tables"),
     "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
     "appclass": ("membench.appclass.commands", "graph matching by belief propagation: graphs, run, benchmark"),
+    "hotconv": ("membench.hotconv.commands", "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots"),
 }
 
 

@@ -1,0 +1,98 @@
+"""The training job: a valid metrics.json, resume after a kill, evaluation metrics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from membench.core.checkpoint import load_checkpoint
+from membench.core.metrics import read_metrics
+from membench.hotconv import train as train_module
+from membench.hotconv.models import ModelSpec
+from membench.hotconv.train import TrainSpec, class_weights, classification_metrics, train_job
+
+CPU = torch.device("cpu")
+
+
+def _specs(variant="hotconv_eco", epochs=2, patience=3):
+    model = ModelSpec(variant, 2, num_filters=8, window_size=16, stride=16, fp_slice_size=256, fp2_slice_size=32)
+    return model, TrainSpec(epochs=epochs, batch_size=8, max_len=4096, learning_rate=0.01,
+                            early_stopping_patience=patience, memory_probe_steps=1, seed=0)
+
+
+def test_tiny_training_run_writes_a_valid_metrics_file(tiny_fold, tmp_path):
+    model_spec, train_spec = _specs("hotconv")
+    path = train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path, CPU,
+                     sample_interval_s=0.0, trace_live_tensors=True)
+    record = read_metrics(path)
+    assert record["system"] == "hotconv" and record["variant"] == "hotconv" and record["fold"] == 1
+    assert record["epochs_run"] == 2 and len(json.loads(record["val_loss_per_epoch"])) == 2
+    assert 0.0 <= record["accuracy"] <= 1.0 and 0.0 <= record["f1_weighted"] <= 1.0
+    matrix = np.array(json.loads(record["confusion_matrix"]))
+    assert matrix.shape == (2, 2) and matrix.sum() == record["test_samples"]
+    assert record["train_probe_peak_tensor_mib"] > 0 and record["val_peak_tensor_mib"] > 0
+    assert record["activation_mib"] > 0 and record["time_per_epoch_s"] > 0
+    assert (tmp_path / "memlog.csv").exists()
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["epoch"] == 2 and state["best_epoch"] in (1, 2)
+
+
+def test_variants_follow_the_same_trajectory(tiny_fold, tmp_path):
+    losses = {}
+    for variant in ("malconv", "hotconv_eco"):
+        model_spec, train_spec = _specs(variant)
+        record = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / variant, CPU, sample_interval_s=0.0))
+        losses[variant] = json.loads(record["train_loss_per_epoch"])
+    np.testing.assert_allclose(losses["hotconv_eco"], losses["malconv"], rtol=1e-4)
+
+
+def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch):
+    model_spec, train_spec = _specs(epochs=3)
+    uninterrupted = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "a", CPU, sample_interval_s=0.0))
+
+    real_record_epoch = train_module._record_epoch
+
+    def record_then_die(state, *args, **kwargs):
+        real_record_epoch(state, *args, **kwargs)
+        if state["epoch"] == 2:
+            train_module.save_checkpoint(tmp_path / "b" / "checkpoint.pt", state)
+            raise KeyboardInterrupt  # killed after the checkpoint of epoch 2
+
+    monkeypatch.setattr(train_module, "_record_epoch", record_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0)
+    assert not (tmp_path / "b" / "metrics.json").exists()
+    monkeypatch.setattr(train_module, "_record_epoch", real_record_epoch)
+    resumed = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0))
+    assert resumed["resumed_from_epoch"] == 2 and uninterrupted["resumed_from_epoch"] == 0
+    assert resumed["train_loss_per_epoch"] == uninterrupted["train_loss_per_epoch"]
+    assert resumed["accuracy"] == uninterrupted["accuracy"] and resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"])
+
+
+def test_early_stopping_keeps_the_best_model(tiny_fold, tmp_path):
+    model_spec, train_spec = _specs(epochs=30, patience=1)
+    train_spec = TrainSpec(**{**train_spec.__dict__, "learning_rate": 0.05})
+    record = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0))
+    val_losses = json.loads(record["val_loss_per_epoch"])
+    assert record["stopped_early"] and record["epochs_run"] < 30
+    assert record["best_val_loss"] == min(val_losses) == val_losses[record["best_epoch"] - 1]
+    assert record["epochs_run"] == record["best_epoch"] + 1
+
+
+def test_classification_metrics_binary_and_multiclass():
+    labels = np.array([0, 0, 1, 1])
+    binary = classification_metrics(labels, np.array([[0.9, 0.1], [0.4, 0.6], [0.3, 0.7], [0.2, 0.8]]), 2)
+    assert binary["accuracy"] == 0.75 and binary["roc_auc"] == 1.0 and binary["majority_accuracy"] == 0.5
+    assert json.loads(binary["confusion_matrix"]) == [[1, 1], [0, 2]]
+    multi = classification_metrics(np.array([0, 1, 2]), np.eye(3), 3)
+    assert multi["accuracy"] == 1.0 and multi["roc_auc"] == 1.0 and multi["f1_weighted"] == 1.0
+    missing_class = classification_metrics(np.array([0, 0]), np.array([[0.6, 0.4], [0.7, 0.3]]), 2)
+    assert missing_class["roc_auc"] is None
+
+
+def test_class_weights_balance_the_classes():
+    weights = class_weights(np.array([0, 0, 0, 1]), 3)
+    assert weights.tolist() == pytest.approx([4 / 9, 4 / 3, 4 / 3])

@@ -1,0 +1,190 @@
+"""The memory benchmark sweep: every variant at every (batch size, max_len) point, side by side.
+
+Each point builds the model (seeded), a batch of random bytes filling ``max_len`` (the worst case:
+no padding), and runs under the core meter:
+
+``step`` phase
+    one forward and backward pass with the live-tensor tracer and the saved-activation counter on:
+    ``step_peak_tensor_mib`` is the peak of tensor storages the gradient computation creates (the
+    input batch is made before the phase; a variant that copies it to the device pays for the copy),
+    ``activation_mib`` what autograd holds for backward.
+``optimizer`` phase
+    the AdamW step after it (its state is created here on the first step), traced the same way.
+``timed`` phase
+    ``steps`` further full training steps without tracers: ``step_ms`` is their median.
+
+A GPU out-of-memory error is a result (``status`` = ``oom``), not a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from membench.core.device import synchronize
+from membench.core.meter import Meter
+from membench.core.metrics import job_record
+from membench.hotconv.data import TOKEN_DTYPE, padded_length
+from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
+
+log = logging.getLogger(__name__)
+
+SWEEP_DATASET = "random_bytes"
+REFERENCE_VARIANT = "hotconv_eco"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The grid and the model of a sweep (model keys as :class:`~membench.hotconv.models.ModelSpec`)."""
+
+    variants: tuple[str, ...] = VARIANTS
+    batch_sizes: tuple[int, ...] = (16,)
+    max_lens: tuple[int, ...] = (2097152,)
+    num_filters: int = 256
+    window_size: int = 512
+    stride: int = 512
+    fp_slice_size: int = 8192
+    fp2_slice_size: int = 512
+    num_classes: int = 2
+    learning_rate: float = 1e-4
+    steps: int = 2
+    seed: int = 0
+
+
+def random_batch(batch_size: int, max_len: int, slice_size: int, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens (B, L) int16 in 1..256 with L = ``max_len`` rounded up to a slice, and labels (B,) int64."""
+    generator = torch.Generator().manual_seed(seed)
+    length = padded_length(max_len, slice_size)
+    tokens = torch.randint(1, 257, (batch_size, length), dtype=TOKEN_DTYPE, generator=generator)
+    labels = torch.randint(0, num_classes, (batch_size,), generator=generator)
+    return tokens, labels
+
+
+def measure_point(
+    sweep: SweepSpec,
+    variant: str,
+    batch_size: int,
+    max_len: int,
+    device: torch.device,
+    *,
+    sample_interval_s: float = 0.05,
+    grid_intensity_g_per_kwh: float = 475.0,
+) -> dict[str, object]:
+    """Measure one grid point; returns a flat record (metrics contract fields plus the sweep's)."""
+    spec = ModelSpec(
+        variant, sweep.num_classes, sweep.num_filters, sweep.window_size, sweep.stride,
+        sweep.fp_slice_size, sweep.fp2_slice_size,
+    )
+    record = job_record("hotconv", variant, SWEEP_DATASET, device, sweep.seed, batch_size)
+    record.update(
+        max_len=max_len, num_filters=sweep.num_filters, window_size=sweep.window_size, stride=sweep.stride,
+        fp_slice_size=sweep.fp_slice_size, fp2_slice_size=sweep.fp2_slice_size, status="ok", step_ms=None,
+    )
+    start = time.perf_counter()
+    try:
+        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh))
+    except torch.OutOfMemoryError as exc:
+        log.warning("%s batch %d max_len %d: out of memory (%s)", variant, batch_size, max_len, str(exc).splitlines()[0])
+        record["status"] = "oom"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    record["wall_s"] = time.perf_counter() - start
+    return record
+
+
+def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh) -> dict:
+    torch.manual_seed(sweep.seed)
+    model = MalConvNet(spec).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
+    tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
+    labels = labels.to(device)
+    not_activations = [*model.parameters(), tokens]
+    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True,
+               grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as traced:
+        with traced.phase("step"):
+            with traced.saved_activations(not_activations):
+                loss = F.cross_entropy(model(tokens), labels)
+            loss.backward()
+            del loss
+        with traced.phase("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    fields = traced.summary()
+    step_ms = []
+    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=False, trace_saved_activations=False,
+               grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as timed:
+        with timed.phase("timed"):
+            for _ in range(sweep.steps):
+                begin = time.perf_counter()
+                F.cross_entropy(model(tokens), labels).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                synchronize(device)
+                step_ms.append((time.perf_counter() - begin) * 1000)
+    timed_fields = timed.summary()
+    fields.update(
+        step_ms=statistics.median(step_ms),
+        timed_wall_s=timed_fields["timed_wall_s"],
+        timed_nvml_peak_mib=timed_fields["nvml_peak_mib"],
+        timed_cuda_peak_allocated_mib=timed_fields["cuda_peak_allocated_mib"],
+        energy_per_step_j=None if timed_fields["energy_j"] is None else timed_fields["energy_j"] / sweep.steps,
+        co2e_per_step_g=None if timed_fields["co2e_g"] is None else timed_fields["co2e_g"] / sweep.steps,
+    )
+    return fields
+
+
+def run_sweep(
+    sweep: SweepSpec,
+    device: torch.device,
+    *,
+    sample_interval_s: float = 0.05,
+    grid_intensity_g_per_kwh: float = 475.0,
+) -> pd.DataFrame:
+    """All grid points, one row each, in one process (so ratios compare like with like).
+
+    Adds ``peak_tensor_vs_hotconv_eco`` and ``activation_vs_hotconv_eco``: the variant's
+    ``step_peak_tensor_mib`` / ``activation_mib`` over HotConv-Eco's at the same point (when measured).
+    """
+    rows = []
+    for max_len in sweep.max_lens:
+        for batch_size in sweep.batch_sizes:
+            for variant in sweep.variants:
+                log.info("measuring %s batch %d max_len %d", variant, batch_size, max_len)
+                row = measure_point(
+                    sweep, variant, batch_size, max_len, device,
+                    sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+                )
+                log.info(
+                    "%s batch %d max_len %d: %s, step peak %s MiB, activations %s MiB, step %s ms",
+                    variant, batch_size, max_len, row["status"], _fmt(row.get("step_peak_tensor_mib")),
+                    _fmt(row.get("activation_mib")), _fmt(row.get("step_ms")),
+                )
+                rows.append(row)
+    frame = pd.DataFrame.from_records(rows)
+    for column, source in (("peak_tensor_vs_hotconv_eco", "step_peak_tensor_mib"), ("activation_vs_hotconv_eco", "activation_mib")):
+        frame[column] = [_ratio(frame, row, source) for _, row in frame.iterrows()]
+    return frame
+
+
+def _ratio(frame: pd.DataFrame, row: pd.Series, column: str) -> float | None:
+    if column not in frame or pd.isna(row[column]):
+        return None
+    reference = frame[
+        (frame["variant"] == REFERENCE_VARIANT)
+        & (frame["batch_size"] == row["batch_size"])
+        & (frame["max_len"] == row["max_len"])
+    ][column].dropna()
+    if reference.empty or reference.iloc[0] <= 0:
+        return None
+    return float(row[column] / reference.iloc[0])
+
+
+def _fmt(value) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:.2f}"

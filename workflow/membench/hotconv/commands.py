@@ -1,0 +1,156 @@
+"""``membench hotconv <step>``: train a variant on a BODMAS fold, run the memory sweep, plot."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from membench.core.device import DEVICE_CHOICES
+from membench.hotconv.models import VARIANTS
+
+
+def _add_model_options(parser: argparse.ArgumentParser, defaults: dict) -> None:
+    parser.add_argument("--num-filters", type=int, default=defaults["num_filters"])
+    parser.add_argument("--window-size", type=int, default=defaults["window_size"], help="bytes")
+    parser.add_argument("--stride", type=int, default=defaults["stride"], help="bytes")
+    parser.add_argument("--fp-slice-size", type=int, default=defaults["fp_slice_size"], help="bytes per sliced-pass slice")
+    parser.add_argument("--fp2-slice-size", type=int, default=defaults["fp2_slice_size"],
+                        help="hotconv_eco: bytes of hot windows streamed per chunk")
+
+
+def _add_meter_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample-interval-s", type=float, default=0.05)
+    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    train = steps.add_parser("train", help="train one variant on one fold; write metrics.json, memlog.csv, checkpoint.pt")
+    train.add_argument("--variant", required=True, choices=VARIANTS)
+    train.add_argument("--train", required=True, help="train_<dataset>_fold_<i>.csv")
+    train.add_argument("--val", required=True, help="val_<dataset>_fold_<i>.csv")
+    train.add_argument("--test", required=True, help="test_<dataset>_fold_<i>.csv")
+    train.add_argument("--classes", required=True, help="classes.csv (Label, Name, Count)")
+    train.add_argument("--binaries", required=True, help="directory of the binaries the fold files name")
+    train.add_argument("--dataset", required=True)
+    train.add_argument("--fold", type=int, required=True)
+    train.add_argument("--outdir", required=True)
+    train.add_argument("--epochs", type=int, default=6)
+    train.add_argument("--batch-size", type=int, default=16)
+    train.add_argument("--max-len", type=int, default=32768, help="bytes read per file")
+    train.add_argument("--learning-rate", type=float, default=0.01)
+    train.add_argument("--early-stopping-patience", type=int, default=2)
+    train.add_argument("--num-workers", type=int, default=0)
+    train.add_argument("--memory-probe-steps", type=int, default=5)
+    train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
+    train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
+    train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
+    _add_model_options(train, {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256})
+    _add_meter_options(train)
+
+    bench = steps.add_parser("bench", help="memory sweep: every variant at every batch size x max_len point")
+    bench.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
+    # Lists accept "--max-lens 1 2" and repeated "--max-lens 1 --max-lens 2" (as the rules write them).
+    bench.add_argument("--variants", nargs="+", action="extend", choices=VARIANTS, help="default: all four")
+    bench.add_argument("--batch-sizes", nargs="+", action="extend", type=int, help="default: 16")
+    bench.add_argument("--max-lens", nargs="+", action="extend", type=int, help="bytes; default: 2097152")
+    bench.add_argument("--steps", type=int, default=2, help="timed training steps per point (median)")
+    bench.add_argument("--learning-rate", type=float, default=1e-4)
+    _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
+    _add_meter_options(bench)
+
+    plot = steps.add_parser("plot", help="per-variant figure (memory, activations, time, CO2e, accuracy)")
+    plot.add_argument("--table", required=True, help="results/tables/hotconv.csv")
+    plot.add_argument("--out", required=True, help="PNG path")
+
+    plot_sweep = steps.add_parser("plot-sweep", help="sweep figure (step peak memory and time against max_len)")
+    plot_sweep.add_argument("--table", required=True, help="the sweep table CSV")
+    plot_sweep.add_argument("--out", required=True, help="PNG path")
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.step == "train":
+        _train(args)
+    elif args.step == "bench":
+        _bench(args)
+    else:
+        _plot(args)
+
+
+def _model_spec(args: argparse.Namespace, variant: str, num_classes: int):
+    from membench.hotconv.models import ModelSpec
+
+    return ModelSpec(variant, num_classes, args.num_filters, args.window_size, args.stride,
+                     args.fp_slice_size, args.fp2_slice_size)
+
+
+def _train(args: argparse.Namespace) -> None:
+    from membench.core.device import resolve_device
+    from membench.hotconv.train import FoldFiles, TrainSpec, read_num_classes, train_job
+
+    device = resolve_device(args.device)
+    files = FoldFiles(args.train, args.val, args.test, args.classes, args.binaries)
+    model_spec = _model_spec(args, args.variant, read_num_classes(args.classes))
+    train_spec = TrainSpec(
+        epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, learning_rate=args.learning_rate,
+        early_stopping_patience=args.early_stopping_patience, num_workers=args.num_workers,
+        memory_probe_steps=args.memory_probe_steps, size_sorted=args.size_sorted, seed=args.seed,
+    )
+    path = train_job(
+        files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,
+        sample_interval_s=args.sample_interval_s, trace_live_tensors=args.trace_live_tensors,
+        trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+    )
+    logging.info("wrote %s", path)
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from membench.core.device import resolve_device
+    from membench.core.errors import InputError
+    from membench.core.tables import parquet_path_for, write_table
+    from membench.hotconv.bench import SweepSpec, run_sweep
+
+    args.variants = args.variants or list(VARIANTS)
+    args.batch_sizes = args.batch_sizes or [16]
+    args.max_lens = args.max_lens or [2097152]
+    for option in ("batch_sizes", "max_lens"):
+        if any(value < 1 for value in getattr(args, option)):
+            raise InputError(None, f"{option} must be positive integers, got {getattr(args, option)}", f"--{option.replace('_', '-')}")
+    if args.steps < 1:
+        raise InputError(None, f"steps must be at least 1, got {args.steps}", "--steps")
+    sweep = SweepSpec(
+        variants=tuple(args.variants), batch_sizes=tuple(args.batch_sizes), max_lens=tuple(args.max_lens),
+        num_filters=args.num_filters, window_size=args.window_size, stride=args.stride,
+        fp_slice_size=args.fp_slice_size, fp2_slice_size=args.fp2_slice_size,
+        learning_rate=args.learning_rate, steps=args.steps, seed=args.seed,
+    )
+    for variant in sweep.variants:  # a bad model setting fails before any point is measured
+        _model_spec(args, variant, sweep.num_classes)
+    frame = run_sweep(sweep, resolve_device(args.device), sample_interval_s=args.sample_interval_s,
+                      grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    write_table(frame, args.out, parquet_path_for(args.out))
+    logging.info("wrote %s (%d points)", args.out, len(frame))
+
+
+def _plot(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    from membench.core.errors import InputError
+    from membench.hotconv.plots import plot_sweep, plot_variants
+
+    try:
+        table = pd.read_csv(args.table)
+    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise InputError(args.table, f"not a readable table ({exc})") from None
+    required = ("variant", "status", "max_len", "batch_size", "step_peak_tensor_mib", "step_ms") if args.step == "plot-sweep" \
+        else ("variant", "accuracy")
+    missing = [c for c in required if c not in table]
+    if missing:
+        raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")
+    (plot_sweep if args.step == "plot-sweep" else plot_variants)(table, args.out)

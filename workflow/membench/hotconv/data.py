@@ -1,0 +1,109 @@
+"""Raw-byte batches for the MalConv family.
+
+A sample is the first ``max_len`` bytes of a binary (gzip is decompressed). A batch is a fresh
+(B, L) int16 tensor of tokens ``byte + 1`` with 0 as padding, where L is the longest sample of the
+batch rounded up to a multiple of the slice size (so every sliced pass sees whole slices). The
+last batch may be smaller than the batch size. Host memory is bounded by B x L x 2 bytes per batch
+(plus the loader's prefetch); nothing is cached between batches, so no bytes leak from one batch
+into another. The dataset holds only paths and labels, so DataLoader workers can use it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from membench.data.bodmas.binaries import content_size, read_prefix
+
+TOKEN_DTYPE = torch.int16  # holds 0..256
+
+
+class ByteDataset(Dataset):
+    """Binaries and their labels; item i is ``(bytes as uint8 array of length <= max_len, label)``."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int], max_len: int) -> None:
+        if len(paths) != len(labels):
+            raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
+        if max_len < 1:
+            raise ValueError(f"max_len must be positive, got {max_len}")
+        self.paths = [os.fspath(p) for p in paths]
+        self.labels = [int(label) for label in labels]
+        self.max_len = max_len
+
+    @classmethod
+    def from_fold(cls, fold: pd.DataFrame, max_len: int) -> "ByteDataset":
+        """From a frame read by :func:`membench.data.bodmas.folds.read_fold` (columns path, Label)."""
+        return cls(list(fold["path"]), list(fold["Label"]), max_len)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
+        content = read_prefix(self.paths[index], self.max_len)
+        return np.frombuffer(content, dtype=np.uint8), self.labels[index]
+
+
+def padded_length(longest: int, slice_size: int) -> int:
+    """Batch length in tokens: ``longest`` rounded up to a multiple of ``slice_size`` (at least one slice)."""
+    return max(1, math.ceil(longest / slice_size)) * slice_size
+
+
+def collate_bytes(samples: list[tuple[np.ndarray, int]], slice_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Samples -> (tokens (B, L) int16 with byte + 1 and 0 padding, labels (B,) int64)."""
+    longest = max(len(content) for content, _ in samples)
+    tokens = torch.zeros((len(samples), padded_length(longest, slice_size)), dtype=TOKEN_DTYPE)
+    for row, (content, _) in enumerate(samples):
+        tokens[row, : len(content)] = torch.from_numpy(content.astype(np.int16)) + 1
+    labels = torch.tensor([label for _, label in samples], dtype=torch.long)
+    return tokens, labels
+
+
+class _Collate:
+    """A picklable collate function (worker processes need to import it)."""
+
+    def __init__(self, slice_size: int) -> None:
+        self.slice_size = slice_size
+
+    def __call__(self, samples):
+        return collate_bytes(samples, self.slice_size)
+
+
+def make_loader(
+    dataset: ByteDataset,
+    batch_size: int,
+    slice_size: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    size_sorted: bool = False,
+    num_workers: int = 0,
+) -> DataLoader:
+    """A loader over ``dataset``.
+
+    ``shuffle``: a seeded random order (pass a different ``seed`` per epoch for a new order that a
+    resumed job reproduces). ``size_sorted``: largest files first, no shuffle (memory-measurement
+    order, as MalConv2 and HotConv measured). Otherwise file order.
+    """
+    if size_sorted:
+        sizes = [content_size(p) for p in dataset.paths]
+        order = sorted(range(len(dataset)), key=lambda i: (-sizes[i], i))
+        sampler, shuffle = order, False
+    else:
+        sampler = None
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sampler=sampler,
+        drop_last=False,
+        collate_fn=_Collate(slice_size),
+        num_workers=num_workers,
+        generator=generator,
+    )
