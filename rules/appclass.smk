@@ -189,11 +189,12 @@ rule appclass_plots:
         "membench appclass plot --table {input} --runtime-png {output.runtime} --speedup-png {output.speedup} > {log} 2>&1"
 
 
-FINAL_OUTPUTS.extend(
-    [
-        "results/tables/appclass.csv",
-        "results/tables/appclass_graphs.csv",
-        "results/plots/appclass_runtime.png",
-        "results/plots/appclass_speedup.png",
-    ]
-)
+if appclass_pairs():
+    FINAL_OUTPUTS.extend(
+        [
+            "results/tables/appclass.csv",
+            "results/tables/appclass_graphs.csv",
+            "results/plots/appclass_runtime.png",
+            "results/plots/appclass_speedup.png",
+        ]
+    )

@@ -157,11 +157,12 @@ rule plot_hotconv_sweep:
         "membench hotconv plot-sweep --table {input} --out {output} > {log} 2>&1"
 
 
-FINAL_OUTPUTS.extend(
-    [
-        "results/tables/hotconv.csv",
-        "results/tables/hotconv_sweep.csv",
-        "results/plots/hotconv_variants.png",
-        "results/plots/hotconv_sweep.png",
-    ]
-)
+if HOTCONV["datasets"]:
+    FINAL_OUTPUTS.extend(
+        [
+            "results/tables/hotconv.csv",
+            "results/tables/hotconv_sweep.csv",
+            "results/plots/hotconv_variants.png",
+            "results/plots/hotconv_sweep.png",
+        ]
+    )

@@ -47,4 +47,6 @@ rule plot_meter_memlog:
         "membench meter plot --memlog {input} --out {output} > {log} 2>&1"
 
 
-FINAL_OUTPUTS.extend(["results/plots/bodmas_sizes.png", "results/plots/meter_memlog.png"])
+FINAL_OUTPUTS.append("results/plots/meter_memlog.png")
+if bodmas_datasets():
+    FINAL_OUTPUTS.append("results/plots/bodmas_sizes.png")

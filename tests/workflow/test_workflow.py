@@ -46,7 +46,11 @@ def test_default_target_writes_tables_and_figures(finished_run):
     hotconv = pd.read_parquet(tables / "hotconv.parquet")
     assert sorted(hotconv["variant"]) == ["hotconv", "hotconv_eco", "malconv", "malconv2"]
     assert set(pd.read_csv(tables / "hotconv_sweep.csv")["status"]) == {"ok"}
-    for figure in ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png"):
+    appclass = pd.read_csv(tables / "appclass.csv")
+    assert set(appclass["variant"]) == {"reference-cpu-t1-float64", "torch-cpu-t1-float64"}
+    figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
+               "appclass_runtime.png", "appclass_speedup.png")
+    for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()
     assert (finished_run / "results" / "benchmarks" / "bodmas_fold" / "tiny" / "1.tsv").exists()
