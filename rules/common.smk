@@ -295,7 +295,7 @@ HOTCONV_SWEEP_KEYS = (
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
 if _unknown:
-    raise ValueError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+    raise WorkflowError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
 
 
 def hotconv_job_dir(dataset, variant, fold):
@@ -310,6 +310,25 @@ def hotconv_metrics_files():
         for variant in HOTCONV["variants"]
         for fold in HOTCONV["folds"]
     ]
+
+
+def hotconv_train_mem_mb():
+    """Host memory of a training job: batches of int16 tokens in flight (two per loader worker and
+    two in the trainer) over a 2 GB base; on a CPU, also MalConv's dense activations."""
+    batch_mib = HOTCONV["batch_size"] * HOTCONV["max_len"] * 2 / 2**20
+    in_flight = 2 + 2 * HOTCONV["num_workers"]
+    mem_mib = 2000 + batch_mib * in_flight
+    if config["device"] == "cpu":
+        windows = HOTCONV["max_len"] // HOTCONV["stride"]
+        # embedding (8 floats a byte) plus about six (B, F, windows) float maps for autograd
+        mem_mib += batch_mib * 16 + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
+    return int(mem_mib)
+
+
+def hotconv_train_runtime():
+    """Minutes: the paper's setting took 40-52 min per BODMAS epoch at max_len 2 MiB on a GPU."""
+    per_epoch = max(1, round(60 * HOTCONV["max_len"] / 2**21))
+    return 30 + HOTCONV["epochs"] * per_epoch
 
 
 def hotconv_train_options():

@@ -27,8 +27,8 @@ rule hotconv_train:
         benchmark_path("hotconv_train", "{dataset}/{variant}/fold_{fold}")
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=120,
+        mem_mb=hotconv_train_mem_mb(),
+        runtime=hotconv_train_runtime(),
         gpu=gpu_count(),
     conda:
         ENV
