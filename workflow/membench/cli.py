@@ -15,6 +15,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "meter": ("membench.core.commands.meter", "what this machine lets the meter read, and its overhead"),
     "table": ("membench.core.commands.table", "aggregate job metrics into results tables"),
     "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
+    "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
+    "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
 }
 
 
