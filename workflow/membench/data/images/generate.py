@@ -18,14 +18,19 @@ class DigitsSpec:
     """How the 8x8 digits become ``image_size`` x ``image_size`` images.
 
     Each digit is scaled to a random size in [``min_digit_size``, ``max_digit_size``] pixels, placed
-    at a random position, coloured with random foreground and background colours, and noised with
-    Gaussian noise of ``noise_std`` (in 0..255 units); ``val_fraction`` of each class goes to ``val``.
+    at the centre shifted by up to ``max_shift`` pixels each way, drawn in a random dark background
+    colour (channels up to ``background_max``) and a random light foreground colour (channels from
+    ``foreground_min``), and noised with Gaussian noise of ``noise_std``
+    (0..255 units); ``val_fraction`` of each class goes to ``val``.
     """
 
     image_size: int = 32
-    min_digit_size: int = 16
-    max_digit_size: int = 28
-    noise_std: float = 20.0
+    min_digit_size: int = 20
+    max_digit_size: int = 26
+    max_shift: int = 3
+    background_max: float = 100.0
+    foreground_min: float = 155.0
+    noise_std: float = 12.0
     val_fraction: float = 0.2
     seed: int = 0
 
@@ -35,9 +40,11 @@ def draw_digit(digit: np.ndarray, spec: DigitsSpec, rng: np.random.Generator) ->
     size = int(rng.integers(spec.min_digit_size, min(spec.max_digit_size, spec.image_size) + 1))
     glyph = Image.fromarray((digit * (255.0 / 16.0)).astype(np.uint8)).resize((size, size), Image.BILINEAR)
     alpha = np.zeros((spec.image_size, spec.image_size), dtype=np.float32)
-    top, left = rng.integers(0, spec.image_size - size + 1, size=2)
+    centre = (spec.image_size - size) // 2
+    top, left = np.clip(centre + rng.integers(-spec.max_shift, spec.max_shift + 1, size=2), 0, spec.image_size - size)
     alpha[top : top + size, left : left + size] = np.asarray(glyph, dtype=np.float32) / 255.0
-    foreground, background = rng.uniform(0, 255, size=(2, 3))
+    background = rng.uniform(0.0, spec.background_max, size=3)
+    foreground = rng.uniform(spec.foreground_min, 255.0, size=3)
     image = alpha[:, :, None] * foreground + (1 - alpha[:, :, None]) * background
     image += rng.normal(0.0, spec.noise_std, size=image.shape)
     return np.clip(np.rint(image), 0, 255).astype(np.uint8)

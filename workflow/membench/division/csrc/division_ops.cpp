@@ -35,7 +35,7 @@ torch::Tensor quantize_pack_cpu(torch::Tensor x, torch::Tensor minimum, torch::T
   const int64_t rows = x.size(0), length = x.size(1);
   const int64_t per_byte = 8 / bits, row_bytes = (length + per_byte - 1) / per_byte;
   const float levels = static_cast<float>((1 << bits) - 1);
-  auto packed = torch::zeros({rows, row_bytes}, x.options().dtype(torch::kUInt8));
+  auto packed = torch::empty({rows, row_bytes}, x.options().dtype(torch::kUInt8));
   const float* xp = x.data_ptr<float>();
   const float* np = noise.data_ptr<float>();
   const float* mp = minimum.data_ptr<float>();
@@ -43,11 +43,18 @@ torch::Tensor quantize_pack_cpu(torch::Tensor x, torch::Tensor minimum, torch::T
   uint8_t* out = packed.data_ptr<uint8_t>();
   at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      for (int64_t j = 0; j < length; ++j) {
-        // Same operations in the same order as the reference: ((x - min) / scale) + u, floor, clamp.
-        float level = std::floor((xp[g * length + j] - mp[g]) / sp[g] + np[g * length + j]);
-        level = std::min(std::max(level, 0.0f), levels);
-        out[g * row_bytes + j / per_byte] |= static_cast<uint8_t>(static_cast<int>(level) << ((j % per_byte) * bits));
+      const float* row = xp + g * length;
+      const float* row_noise = np + g * length;
+      for (int64_t b = 0; b < row_bytes; ++b) {
+        uint8_t byte = 0;
+        for (int64_t k = 0; k < per_byte && b * per_byte + k < length; ++k) {
+          const int64_t j = b * per_byte + k;
+          // Same operations in the same order as the reference: ((x - min) / scale) + u, floor, clamp.
+          float level = std::floor((row[j] - mp[g]) / sp[g] + row_noise[j]);
+          level = std::min(std::max(level, 0.0f), levels);
+          byte |= static_cast<uint8_t>(static_cast<int>(level) << (k * bits));
+        }
+        out[g * row_bytes + b] = byte;
       }
     }
   });
