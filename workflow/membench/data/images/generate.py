@@ -21,7 +21,8 @@ class DigitsSpec:
     at the centre shifted by up to ``max_shift`` pixels each way, drawn in a random dark background
     colour (channels up to ``background_max``) and a random light foreground colour (channels from
     ``foreground_min``), and noised with Gaussian noise of ``noise_std``
-    (0..255 units); ``val_fraction`` of each class goes to ``val``.
+    (0..255 units); ``val_fraction`` of each class goes to ``val``. ``images_per_class`` > 0 keeps
+    only that many digits of each class (0: all, about 180).
     """
 
     image_size: int = 32
@@ -32,6 +33,7 @@ class DigitsSpec:
     foreground_min: float = 155.0
     noise_std: float = 12.0
     val_fraction: float = 0.2
+    images_per_class: int = 0
     seed: int = 0
 
 
@@ -64,6 +66,8 @@ def generate_digits_folder(outdir: str | os.PathLike, spec: DigitsSpec) -> dict[
     for label in range(10):
         indices = np.flatnonzero(digits.target == label)
         rng.shuffle(indices)
+        if spec.images_per_class > 0:
+            indices = indices[: spec.images_per_class]
         val_count = int(round(len(indices) * spec.val_fraction))
         for rank, index in enumerate(indices):
             split = "val" if rank < val_count else "train"
