@@ -18,6 +18,8 @@ report: "workflow/report/workflow.rst"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/meter.smk"
+include: "rules/build.smk"
+include: "rules/division.smk"
 include: "rules/report.smk"
 
 
