@@ -26,14 +26,14 @@ def digits_lmdbs(tmp_path_factory):
     return {split: folder_to_lmdb(root / "folder", split, root / split) for split in ("train", "val")}
 
 
-def _run(lmdbs, checkpoint, epochs, method="division", batch_size=64):
+def _run(lmdbs, checkpoint, epochs, method="division", batch_size=64, identity=""):
     train_set = ImageLMDB(lmdbs["train"], TrainTransform(16, _MEAN, _STD, padding=1, flip=False))
     val_set = ImageLMDB(lmdbs["val"], EvalTransform(16, _MEAN, _STD))
     cpu = torch.device("cpu")
     model, context = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
     spec = TrainSpec(epochs=epochs, batch_size=batch_size, lr=0.05, seed=0)
     with Meter(cpu, sample_interval_s=0) as meter:
-        history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint)
+        history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint, identity)
     return history, model, meter.summary()
 
 
@@ -67,6 +67,13 @@ def _run_interrupted(lmdbs, checkpoint):
     finally:
         train.save_checkpoint = original
     return _run(lmdbs, checkpoint, epochs=2)
+
+
+def test_checkpoint_of_another_configuration_is_not_resumed(digits_lmdbs, tmp_path):
+    history, _, _ = _run(digits_lmdbs, tmp_path / "e.pt", epochs=1)
+    assert len(history) == 1
+    longer, _, _ = _run(digits_lmdbs, tmp_path / "e.pt", epochs=2, identity="two epochs")
+    assert [h["epoch"] for h in longer] == [1, 2]  # started over, did not continue the 1-epoch run
 
 
 def test_training_learns_the_digits(digits_lmdbs, tmp_path):

@@ -203,7 +203,10 @@ def _train(args, device, spec, kernels, meter) -> dict:
     model, context = prepare_model(args.model, args.method, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
     train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed)
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
-    history = train_model(model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir))
+    # Options that do not change what is computed may differ between a killed run and its resumption.
+    incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh"}
+    identity = json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in incidental})
+    history = train_model(model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity)
     write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
     last = history[-1]
     return {

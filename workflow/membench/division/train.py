@@ -65,12 +65,16 @@ def train_model(
     device: torch.device,
     meter: Meter,
     checkpoint_path: str | os.PathLike,
+    run_identity: str = "",
 ) -> list[dict[str, float]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
     (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``).
 
     Training steps run in meter phase ``train`` (saved activations counted), evaluation in ``eval``.
-    The checkpoint at ``checkpoint_path`` is resumed from when present and rewritten every epoch.
+    The checkpoint at ``checkpoint_path`` is resumed from when present and written by a run of the
+    same ``run_identity`` (a string naming everything that shapes the run: method, model,
+    hyper-parameters); a checkpoint of another run is ignored and overwritten. It is rewritten
+    every epoch.
     """
     torch.manual_seed(spec.seed)
     optimizer = make_optimizer(model, spec.lr, spec.momentum, spec.weight_decay)
@@ -83,6 +87,9 @@ def train_model(
     history: list[dict[str, float]] = []
     start_epoch = 0
     state = load_checkpoint(checkpoint_path, map_location=device)
+    if state is not None and state.get("run_identity") != run_identity:
+        _log.warning("ignoring %s: written by another run configuration", checkpoint_path)
+        state = None
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -120,6 +127,7 @@ def train_model(
             "compression": {} if context is None else context.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "epoch": epoch + 1,
+            "run_identity": run_identity,
             "history_columns": columns,
             "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
         })
