@@ -23,6 +23,8 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/meter.smk"
 include: "rules/hotconv.smk"
+include: "rules/build.smk"
+include: "rules/division.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
 

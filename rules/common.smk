@@ -359,3 +359,118 @@ def hotconv_sweep_options(name):
             meter_options(),
         ]
     )
+
+
+# -- images and division ---------------------------------------------------------------------------
+IMAGES = config["images"]["datasets"]
+DIVISION = config["division"]
+DIVISION_METHODS = DIVISION["methods"]
+DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
+DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max",
+               "foreground_min", "noise_std", "val_fraction", "images_per_class")
+DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
+
+for _name, _spec in IMAGES.items():
+    if _spec["source"] != "digits":
+        DATASET_PATHS.append((f"images.datasets.{_name}.root", _spec["root"]))
+
+
+def image_datasets(source=None):
+    return [name for name, spec in IMAGES.items() if source is None or spec["source"] == source]
+
+
+def image_lmdb(dataset, split):
+    """results/data/images/<dataset>/lmdb/<split>: one LMDB directory per split."""
+    return f"results/data/images/{dataset}/lmdb/{split}"
+
+
+def image_folder(dataset):
+    spec = IMAGES[dataset]
+    return spec["root"] if spec["source"] == "folder" else f"results/data/images/{dataset}/folder"
+
+
+def image_folder_input(wildcards):
+    """A generated folder is a rule's output (a dependency); a user's folder is not."""
+    return [] if IMAGES[wildcards.dataset]["source"] == "folder" else image_folder(wildcards.dataset)
+
+
+def digits_options(dataset):
+    spec = IMAGES[dataset]
+    return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
+
+
+def division_method_options():
+    """Method settings and kernel choice shared by every division job."""
+    return cli_options(
+        {
+            "block_size": DIVISION["block_size"],
+            "hfc_bits": DIVISION["hfc_bits"],
+            "group_size": DIVISION["group_size"],
+            "kernels": DIVISION["kernels"],
+            "build_manifest": DIVISION_BUILD_MANIFEST,
+            "device": config["device"],
+            "seed": config["seed"],
+        }
+    )
+
+
+def division_job_options(section):
+    """Model options of a division benchmark section (memory, speed, max_batch)."""
+    spec = DIVISION[section]
+    keys = ("width", "stem", "image_size", "num_classes")
+    return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
+
+
+def division_benchmark_files(section):
+    if not DIVISION_METHODS:
+        return []
+    spec = DIVISION[section]
+    return [
+        f"results/division/{section}/{spec['model']}/{method}/b{batch}/metrics.json"
+        for method in DIVISION_METHODS
+        for batch in spec["batch_sizes"]
+    ]
+
+
+def division_max_batch_files():
+    if not DIVISION_METHODS:
+        return []
+    model = DIVISION["max_batch"].get("model", "resnet50")
+    return [f"results/division/max_batch/{model}/{method}/metrics.json" for method in DIVISION_METHODS]
+
+
+def division_accuracy_dataset():
+    name = DIVISION["accuracy"]["dataset"]
+    if name not in IMAGES:
+        raise WorkflowError(f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})")
+    return name
+
+
+def division_accuracy_files():
+    if not DIVISION_METHODS:
+        return []
+    spec = DIVISION["accuracy"]
+    dataset = division_accuracy_dataset()
+    return [f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json" for method in DIVISION_METHODS]
+
+
+def division_train_options():
+    spec = DIVISION["accuracy"]
+    keys = ("width", "stem", "image_size", "epochs", "batch_size", "lr", "momentum", "weight_decay", "num_workers", "flip")
+    return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
+
+
+def division_accuracy_lmdbs(wildcards):
+    spec = IMAGES[wildcards.image_dataset]
+    return {
+        "train": image_lmdb(wildcards.image_dataset, spec.get("train_split", "train")),
+        "val": image_lmdb(wildcards.image_dataset, spec.get("val_split", "val")),
+    }
+
+
+wildcard_constraints:
+    division_method=alternatives(DIVISION_METHODS),
+    division_model=alternatives(DIVISION_MODELS),
+    division_batch=r"\d+",
+    image_dataset=alternatives(image_datasets()),
+    image_split=r"[A-Za-z0-9_-]+",

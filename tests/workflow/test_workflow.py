@@ -48,8 +48,11 @@ def test_default_target_writes_tables_and_figures(finished_run):
     assert set(pd.read_csv(tables / "hotconv_sweep.csv")["status"]) == {"ok"}
     appclass = pd.read_csv(tables / "appclass.csv")
     assert set(appclass["variant"]) == {"reference-cpu-t1-float64", "torch-cpu-t1-float64"}
+    memory = pd.read_csv(tables / "division_memory.csv")
+    assert sorted(memory["variant"]) == ["division", "vanilla"]
+    assert len(pd.read_csv(tables / "division_accuracy.csv")) == 2
     figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
-               "appclass_runtime.png", "appclass_speedup.png")
+               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png")
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()

@@ -17,6 +17,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
     "appclass": ("membench.appclass.commands", "graph matching by belief propagation: graphs, run, benchmark"),
     "hotconv": ("membench.hotconv.commands", "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots"),
+    "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
+    "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
 }
 
 

@@ -1,0 +1,301 @@
+# DIVISION (seed 003): image data as LMDBs, memory / throughput / largest-batch benchmarks of
+# vanilla, DIVISION, ActNN-style 2-bit and checkpointing, accuracy runs, tables and figures.
+
+
+rule images_digits:
+    output:
+        directory("results/data/images/{dataset}/folder"),
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("digits")),
+    params:
+        options=lambda wildcards: digits_options(wildcards.dataset),
+    log:
+        log_path("images_digits", "{dataset}"),
+    benchmark:
+        benchmark_path("images_digits", "{dataset}")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench images digits --outdir {output} {params.options} > {log} 2>&1"
+
+
+rule images_lmdb:
+    input:
+        image_folder_input,
+    output:
+        directory("results/data/images/{dataset}/lmdb/{split}"),
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("digits") + image_datasets("folder")),
+    params:
+        root=lambda wildcards: image_folder(wildcards.dataset),
+    log:
+        log_path("images_lmdb", "{dataset}/{split}"),
+    benchmark:
+        benchmark_path("images_lmdb", "{dataset}/{split}")
+    resources:
+        mem_mb=2000,
+        runtime=600,
+    conda:
+        ENV
+    shell:
+        "membench images lmdb --root {params.root} --split {wildcards.split} --out {output} > {log} 2>&1"
+
+
+rule images_cifar:
+    output:
+        directory("results/data/images/{dataset}/lmdb/{split}"),
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("cifar10") + image_datasets("cifar100")),
+        split="train|test",
+    params:
+        root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
+        variant=lambda wildcards: IMAGES[wildcards.dataset]["source"],
+    log:
+        log_path("images_cifar", "{dataset}/{split}"),
+    benchmark:
+        benchmark_path("images_cifar", "{dataset}/{split}")
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    conda:
+        ENV
+    shell:
+        "membench images cifar --batches {params.root} --variant {params.variant} --split {wildcards.split}"
+        " --out {output} > {log} 2>&1"
+
+
+rule division_memory:
+    input:
+        manifest=DIVISION_BUILD_MANIFEST,
+    output:
+        metrics="results/division/memory/{division_model}/{division_method}/b{division_batch}/metrics.json",
+        memlog="results/division/memory/{division_model}/{division_method}/b{division_batch}/memlog.csv",
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("memory"),
+        trace=cli_options({"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}),
+    log:
+        log_path("division_memory", "{division_model}/{division_method}/b{division_batch}"),
+    benchmark:
+        benchmark_path("division_memory", "{division_model}/{division_method}/b{division_batch}")
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+        gpu=gpu_count(),
+    conda:
+        ENV
+    shell:
+        "membench division memory --outdir {params.outdir} --model {wildcards.division_model}"
+        " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
+        " {params.trace} {params.options} > {log} 2>&1"
+
+
+rule division_speed:
+    input:
+        manifest=DIVISION_BUILD_MANIFEST,
+    output:
+        metrics="results/division/speed/{division_model}/{division_method}/b{division_batch}/metrics.json",
+        memlog="results/division/speed/{division_model}/{division_method}/b{division_batch}/memlog.csv",
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("speed"),
+        timing=cli_options({k: DIVISION["speed"][k] for k in ("iterations", "warmup")}),
+    log:
+        log_path("division_speed", "{division_model}/{division_method}/b{division_batch}"),
+    benchmark:
+        benchmark_path("division_speed", "{division_model}/{division_method}/b{division_batch}")
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=60,
+        gpu=gpu_count(),
+    conda:
+        ENV
+    shell:
+        "membench division speed --outdir {params.outdir} --model {wildcards.division_model}"
+        " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
+        " {params.timing} {params.options} > {log} 2>&1"
+
+
+rule division_max_batch:
+    input:
+        manifest=DIVISION_BUILD_MANIFEST,
+    output:
+        metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("max_batch"),
+        search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
+    log:
+        log_path("division_max_batch", "{division_model}/{division_method}"),
+    benchmark:
+        benchmark_path("division_max_batch", "{division_model}/{division_method}")
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+        gpu=1,
+    conda:
+        ENV
+    shell:
+        "membench division maxbatch --outdir {params.outdir} --model {wildcards.division_model}"
+        " --method {wildcards.division_method} {params.search} {params.options} > {log} 2>&1"
+
+
+rule division_train:
+    input:
+        unpack(division_accuracy_lmdbs),
+        manifest=DIVISION_BUILD_MANIFEST,
+    output:
+        metrics="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/metrics.json",
+        history="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/history.csv",
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_train_options(),
+    log:
+        log_path("division_train", "{image_dataset}/{division_model}/{division_method}"),
+    benchmark:
+        benchmark_path("division_train", "{image_dataset}/{division_model}/{division_method}")
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=600,
+        gpu=gpu_count(),
+    conda:
+        ENV
+    shell:
+        "membench division train --outdir {params.outdir} --model {wildcards.division_model}"
+        " --method {wildcards.division_method} --dataset {wildcards.image_dataset}"
+        " --train-lmdb {input.train} --val-lmdb {input.val} {params.options} > {log} 2>&1"
+
+
+rule division_table:
+    input:
+        memory=division_benchmark_files("memory"),
+        speed=division_benchmark_files("speed"),
+        accuracy=division_accuracy_files(),
+    output:
+        memory=report(
+            "results/tables/division_memory.csv",
+            caption="../workflow/report/division_memory_table.rst",
+            category="DIVISION",
+            labels={"table": "memory per method and batch size"},
+        ),
+        speed=report(
+            "results/tables/division_speed.csv",
+            caption="../workflow/report/division_speed_table.rst",
+            category="DIVISION",
+            labels={"table": "throughput per method and batch size"},
+        ),
+        accuracy=report(
+            "results/tables/division_accuracy.csv",
+            caption="../workflow/report/division_accuracy.rst",
+            category="DIVISION",
+            labels={"table": "accuracy per method"},
+        ),
+        parquet=[
+            "results/tables/division_memory.parquet",
+            "results/tables/division_speed.parquet",
+            "results/tables/division_accuracy.parquet",
+        ],
+    log:
+        log_path("division_table"),
+    benchmark:
+        benchmark_path("division_table")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "(membench table metrics --out {output.memory} {input.memory}"
+        " && membench table metrics --out {output.speed} {input.speed}"
+        " && membench table metrics --out {output.accuracy} {input.accuracy}) > {log} 2>&1"
+
+
+rule division_max_batch_table:
+    input:
+        division_max_batch_files(),
+    output:
+        csv=report(
+            "results/tables/division_max_batch.csv",
+            caption="../workflow/report/division_max_batch.rst",
+            category="DIVISION",
+            labels={"table": "largest batch per method"},
+        ),
+        parquet="results/tables/division_max_batch.parquet",
+    log:
+        log_path("division_max_batch_table"),
+    benchmark:
+        benchmark_path("division_max_batch_table")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+
+
+rule division_plot_memory:
+    input:
+        rules.division_table.output.memory,
+    output:
+        report(
+            "results/plots/division_memory.png",
+            caption="../workflow/report/division_memory.rst",
+            category="DIVISION",
+            labels={"figure": "memory against batch size"},
+        ),
+    log:
+        log_path("division_plot_memory"),
+    benchmark:
+        benchmark_path("division_plot_memory")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench division plot-memory --table {input} --out {output} > {log} 2>&1"
+
+
+rule division_plot_speed:
+    input:
+        rules.division_table.output.speed,
+    output:
+        report(
+            "results/plots/division_speed.png",
+            caption="../workflow/report/division_speed.rst",
+            category="DIVISION",
+            labels={"figure": "throughput against batch size"},
+        ),
+    log:
+        log_path("division_plot_speed"),
+    benchmark:
+        benchmark_path("division_plot_speed")
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        ENV
+    shell:
+        "membench division plot-speed --table {input} --out {output} > {log} 2>&1"
+
+
+if DIVISION_METHODS:
+    FINAL_OUTPUTS.extend(
+        [
+            "results/tables/division_memory.csv",
+            "results/tables/division_speed.csv",
+            "results/tables/division_accuracy.csv",
+            "results/plots/division_memory.png",
+            "results/plots/division_speed.png",
+        ]
+    )
+if DIVISION_METHODS and DIVISION["max_batch"]["enabled"]:
+    FINAL_OUTPUTS.append("results/tables/division_max_batch.csv")

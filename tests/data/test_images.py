@@ -1,0 +1,211 @@
+"""Image LMDBs: folder and CIFAR conversion, the reader, and every bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import lmdb
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from membench.core.errors import InputError
+from membench.data.images.cifar import cifar_to_lmdb, load_cifar_batch
+from membench.data.images.folder import folder_to_lmdb
+from membench.data.images.generate import DigitsSpec, draw_digit
+from membench.data.images.lmdb_store import ImageLMDB, read_metadata, record_key
+from membench.data.images.transforms import EvalTransform, TrainTransform, to_tensor
+
+
+def _png(colour, size=8) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (size, size), colour).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    root = tmp_path / "folder"
+    for split, count in (("train", 3), ("val", 1)):
+        for label, name in enumerate(("cat", "dog")):
+            for i in range(count):
+                path = root / split / name / f"{i}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(_png((10 * i, 100 * label, 50)))
+    return root
+
+
+def test_folder_round_trip_keeps_bytes_labels_and_order(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    length, classes = read_metadata(out)
+    assert (length, classes) == (6, ["cat", "dog"])
+    dataset = ImageLMDB(out)
+    files = sorted((image_folder / "train" / "cat").iterdir()) + sorted((image_folder / "train" / "dog").iterdir())
+    for index, file in enumerate(files):
+        label, data = dataset.read_record(index)
+        assert data == file.read_bytes() and label == (0 if "cat" in str(file) else 1)
+    image, label = dataset[4]
+    assert image.size == (8, 8) and label == 1 and image.getpixel((0, 0)) == (10, 100, 50)
+    assert list(dataset.labels()) == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(IndexError):
+        dataset.read_record(6)
+
+
+def test_values_use_the_fixed_binary_layout_not_pickle(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "val", tmp_path / "val.lmdb")
+    with lmdb.open(str(out), readonly=True, lock=False) as env, env.begin() as txn:
+        keys = [k for k, _ in txn.cursor()]
+        value = txn.get(record_key(1))
+    assert record_key(0) == b"0000000000" and b"__len__" in keys and b"__classes__" in keys
+    assert int.from_bytes(value[:8], "little", signed=True) == 1
+    assert value[8:12] == b"\x89PNG"
+
+
+def test_rebuild_replaces_atomically_and_leaves_no_temporary(image_folder, tmp_path):
+    out = tmp_path / "train.lmdb"
+    folder_to_lmdb(image_folder, "train", out)
+    (image_folder / "train" / "dog" / "9.png").write_bytes(_png((1, 2, 3)))
+    folder_to_lmdb(image_folder, "train", out)
+    assert read_metadata(out)[0] == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "train.lmdb"]
+
+
+def test_a_failed_build_leaves_the_previous_lmdb(image_folder, tmp_path):
+    out = tmp_path / "train.lmdb"
+    folder_to_lmdb(image_folder, "train", out)
+    (image_folder / "train" / "dog" / "broken.png").write_bytes(b"not an image")
+    with pytest.raises(InputError, match="broken.png"):
+        folder_to_lmdb(image_folder, "train", out)
+    assert read_metadata(out)[0] == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "train.lmdb"]
+
+
+def _corrupt(path, key: bytes, value: bytes) -> None:
+    with lmdb.open(str(path), map_size=2**24) as env, env.begin(write=True) as txn:
+        txn.put(key, value)
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [(b"\x01\x00", "8-byte label"), ((7).to_bytes(8, "little") + b"png", "label 7 outside"),
+     ((1).to_bytes(8, "little") + b"garbage", "do not decode")],
+)
+def test_corrupt_record_names_the_lmdb_and_key(image_folder, tmp_path, value, message):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, record_key(2), value)
+    dataset = ImageLMDB(out)
+    with pytest.raises(InputError, match=message) as error:
+        dataset[2]
+    assert str(out) in str(error.value) and "key '0000000002'" in str(error.value)
+    assert dataset[1][1] == 0
+
+
+def test_missing_record_and_metadata_are_reported(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, b"__len__", b"9")
+    with pytest.raises(InputError, match="record missing"):
+        ImageLMDB(out)[7]
+    _corrupt(out, b"__classes__", b"[not json")
+    with pytest.raises(InputError, match="__classes__"):
+        read_metadata(out)
+    with pytest.raises(InputError, match="not an LMDB"):
+        read_metadata(tmp_path)
+
+
+def test_reader_opens_lazily_and_works_in_worker_processes(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    dataset = ImageLMDB(out, EvalTransform(8, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)))
+    assert dataset._env is None
+    loader = torch.utils.data.DataLoader(dataset, batch_size=3, num_workers=2)
+    batches = list(loader)
+    assert dataset._env is None  # only the workers opened it
+    labels = torch.cat([b[1] for b in batches])
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1] and batches[0][0].shape == (3, 3, 8, 8)
+
+
+@pytest.mark.parametrize("layout,message", [("missing", "split directory not found"), ("no_classes", "no class directories"),
+                                            ("empty_class", "holds no images"), ("empty_file", "is empty")])
+def test_bad_folders(tmp_path, layout, message):
+    root = tmp_path / "root"
+    if layout != "missing":
+        (root / "train").mkdir(parents=True)
+    if layout == "empty_class":
+        (root / "train" / "cat").mkdir()
+    if layout == "empty_file":
+        (root / "train" / "cat").mkdir()
+        (root / "train" / "cat" / "a.png").write_bytes(b"")
+    with pytest.raises(InputError, match=message):
+        folder_to_lmdb(root, "train", tmp_path / "out")
+
+
+def _write_cifar10(directory, batches=None):
+    directory.mkdir()
+    rng = np.random.default_rng(0)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for name in names:
+        data = rng.integers(0, 256, size=(2, 3072), dtype=np.uint8)
+        batch = {b"data": data, b"labels": [1, 9], b"batch_label": b"x"}
+        (directory / name).write_bytes(pickle.dumps((batches or {}).get(name, batch), protocol=2))
+    meta = {b"label_names": [f"class{i}".encode() for i in range(10)], b"num_vis": 3072}
+    (directory / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+
+
+def test_cifar_conversion_round_trip(tmp_path):
+    _write_cifar10(tmp_path / "cifar")
+    out = cifar_to_lmdb(tmp_path / "cifar", "cifar10", "train", tmp_path / "train.lmdb")
+    dataset = ImageLMDB(out)
+    assert len(dataset) == 10 and dataset.classes[9] == "class9"
+    raw = load_cifar_batch(tmp_path / "cifar" / "data_batch_1")["data"][1]
+    image, label = dataset[1]
+    assert label == 9
+    assert np.array_equal(np.asarray(image), raw.reshape(3, 32, 32).transpose(1, 2, 0))
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_cifar_refuses_pickles_that_would_run_code(tmp_path):
+    _write_cifar10(tmp_path / "cifar", {"data_batch_2": {b"data": _Payload(), b"labels": []}})
+    with pytest.raises(InputError, match="not allowed"):
+        cifar_to_lmdb(tmp_path / "cifar", "cifar10", "train", tmp_path / "train.lmdb")
+    assert not (tmp_path / "train.lmdb").exists()
+
+
+@pytest.mark.parametrize("batch,message", [({b"data": np.zeros((2, 10), np.uint8), b"labels": [0, 1]}, "3072"),
+                                            ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 12]}, "outside")])
+def test_cifar_bad_arrays(tmp_path, batch, message):
+    _write_cifar10(tmp_path / "cifar", {"test_batch": batch})
+    with pytest.raises(InputError, match=message):
+        cifar_to_lmdb(tmp_path / "cifar", "cifar10", "test", tmp_path / "test.lmdb")
+
+
+def test_generated_digits_are_deterministic_and_split(tmp_path):
+    spec = DigitsSpec(val_fraction=0.25)
+    a = draw_digit(np.eye(8) * 16, spec, np.random.default_rng(3))
+    b = draw_digit(np.eye(8) * 16, spec, np.random.default_rng(3))
+    assert a.shape == (32, 32, 3) and a.dtype == np.uint8 and np.array_equal(a, b)
+    assert a.max() > 150 and a.min() < 110
+
+
+def test_transforms_shapes_and_normalisation():
+    image = Image.new("RGB", (10, 10), (255, 0, 0))
+    x = to_tensor(image)
+    assert x.shape == (3, 10, 10) and x[0].max() == 1.0 and x[1].max() == 0.0
+    torch.manual_seed(0)
+    train = TrainTransform(8, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), padding=2, flip=True)(image)
+    assert train.shape == (3, 8, 8)
+    evaluated = EvalTransform(10, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))(image)
+    assert torch.allclose(evaluated[0], torch.ones(10, 10))
+
+
+def test_digit_sizes_larger_than_the_image_are_rejected():
+    from membench.core.errors import InputError
+    from membench.data.images.generate import DigitsSpec
+
+    with pytest.raises(InputError, match=r"max_digit_size \(26\) <= image_size \(16\)"):
+        DigitsSpec(image_size=16)

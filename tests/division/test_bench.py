@@ -1,0 +1,53 @@
+"""Benchmark algorithms: the largest-batch search, the step memory and throughput fields."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from membench.core.meter import Meter
+from membench.division.bench import (
+    largest_batch, make_optimizer, measure_step_memory, measure_throughput, prepare_model, random_batch,
+)
+from membench.division.kernels import TORCH_KERNELS
+from membench.division.methods import MethodSpec
+
+
+@pytest.mark.parametrize("capacity,start,limit", [(300, 64, 4096), (5, 64, 4096), (4096, 64, 4096), (1000, 1, 1000), (0, 8, 64)])
+def test_largest_batch_finds_the_capacity(capacity, start, limit):
+    largest, probes = largest_batch(lambda b: b <= capacity, start, limit)
+    assert largest == min(capacity, limit)
+    assert len(probes) <= 2 * (limit.bit_length() + 1)
+    assert all(ok == (b <= capacity) for b, ok in probes)
+
+
+def test_largest_batch_refuses_bad_bounds():
+    with pytest.raises(ValueError):
+        largest_batch(lambda b: True, 0, 10)
+
+
+def _job(method: str):
+    cpu = torch.device("cpu")
+    model, _ = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
+    inputs, targets = random_batch(8, 16, 10, cpu, 0)
+    return model, make_optimizer(model), inputs, targets
+
+
+def test_step_memory_reports_activation_and_total():
+    results = {}
+    for method in ("vanilla", "division"):
+        model, optimizer, inputs, targets = _job(method)
+        with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
+            fields = measure_step_memory(model, optimizer, inputs, targets, meter)
+        summary = meter.summary()
+        assert fields["oom"] is False and fields["total_memory_mib"] > fields["state_mib"] > 0
+        results[method] = (summary["step_activation_mib"], fields["total_memory_mib"])
+    assert results["division"][0] < results["vanilla"][0] / 5
+    assert results["division"][1] < results["vanilla"][1]
+
+
+def test_throughput_fields():
+    model, optimizer, inputs, targets = _job("division")
+    fields = measure_throughput(model, optimizer, inputs, targets, iterations=3, warmup=1)
+    assert fields["step_ms_min"] <= fields["step_ms_median"] <= fields["step_ms_max"]
+    assert fields["images_per_s"] == pytest.approx(8 / (fields["step_ms_median"] / 1e3))

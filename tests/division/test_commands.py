@@ -1,0 +1,58 @@
+"""The ``membench division`` and ``membench images`` command lines, end to end on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from membench.cli import main
+
+
+def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
+    outdir = tmp_path / "job"
+    code = main(["division", "memory", "--outdir", str(outdir), "--method", "division", "--width", "4",
+                 "--batch-size", "4", "--image-size", "16", "--kernels", "torch", "--device", "cpu",
+                 "--sample-interval-s", "0"])
+    assert code == 0
+    record = json.loads((outdir / "metrics.json").read_text())
+    assert record["system"] == "division" and record["variant"] == "division" and record["batch_size"] == 4
+    assert record["activation_mib"] > 0 and record["total_memory_mib"] > 0 and record["kernels"] == "torch"
+    assert (outdir / "memlog.csv").is_file()
+
+
+def test_speed_job(tmp_path):
+    outdir = tmp_path / "speed"
+    assert main(["division", "speed", "--outdir", str(outdir), "--method", "checkpoint", "--width", "4",
+                 "--batch-size", "4", "--image-size", "16", "--iterations", "2", "--warmup", "1",
+                 "--device", "cpu", "--sample-interval-s", "0"]) == 0
+    record = json.loads((outdir / "metrics.json").read_text())
+    assert record["images_per_s"] > 0 and record["iterations"] == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--batch-size", "0"], "option --batch-size: must be at least 1"),
+    (["--batch-size", "4", "--kernels", "extension"], "need a build manifest"),
+    (["--batch-size", "4", "--kernels", "extension", "--build-manifest", "/nonexistent/manifest.json"], "manifest not found"),
+])
+def test_bad_options_give_one_line_errors(tmp_path, capsys, argv, message):
+    code = main(["division", "memory", "--outdir", str(tmp_path / "x"), "--method", "vanilla", "--device", "cpu", *argv])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "x" / "metrics.json").exists()
+
+
+def test_maxbatch_needs_a_gpu(tmp_path, capsys):
+    code = main(["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--method", "vanilla", "--device", "cpu"])
+    assert code == 2 and "CUDA device" in capsys.readouterr().err
+
+
+def test_plot_needs_a_table(tmp_path, capsys):
+    code = main(["division", "plot-memory", "--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "p.png")])
+    assert code == 2 and "none.csv" in capsys.readouterr().err
+
+
+def test_images_lmdb_command_reports_bad_folder(tmp_path, capsys):
+    code = main(["images", "lmdb", "--root", str(tmp_path), "--split", "train", "--out", str(tmp_path / "o")])
+    assert code == 2 and "split directory not found" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""The methods as model conversions: gradients, saved bytes, shared parameters."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from membench.core.tracers import SavedActivationCounter
+from membench.division.functions import CompressedBatchNorm2d, CompressedConv2d, IndexMaxPool2d, MaskedDropout, MaskedReLU
+from membench.division.methods import METHODS, MethodSpec, convert_model
+from membench.division.models import MODELS, build_model
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+    )
+
+
+def smooth_batch(n: int = 16, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images made of low-frequency sinusoids (what natural images mostly are)."""
+    generator = torch.Generator().manual_seed(0)
+    grid = torch.linspace(0, 1, size)
+    freq = torch.rand(n, 3, 2, generator=generator) * 3
+    phase = torch.rand(n, 3, 1, 1, generator=generator) * 6.28
+    x = torch.sin(6.28 * (freq[..., 0, None, None] * grid[:, None] + freq[..., 1, None, None] * grid[None, :]) + phase)
+    return x, torch.randint(0, 10, (n,), generator=generator)
+
+
+def gradients(model: nn.Module, x, y) -> torch.Tensor:
+    model.train()
+    nn.functional.cross_entropy(model(x), y).backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("method", ["division", "actnn2bit"])
+def test_compressed_gradients_close_to_vanilla_on_smooth_input(method):
+    base = small_cnn()
+    x, y = smooth_batch()
+    reference = gradients(copy.deepcopy(base), x, y)
+    model = copy.deepcopy(base)
+    convert_model(model, method, seed=1)
+    cosine = nn.functional.cosine_similarity(reference, gradients(model, x, y), dim=0)
+    assert cosine > 0.9
+
+
+def test_division_with_eight_bits_is_nearly_exact():
+    base = small_cnn()
+    x, y = smooth_batch()
+    model = copy.deepcopy(base)
+    convert_model(model, "division", MethodSpec(hfc_bits=8))
+    cosine = nn.functional.cosine_similarity(gradients(copy.deepcopy(base), x, y), gradients(model, x, y), dim=0)
+    assert cosine > 0.9999
+
+
+def test_checkpoint_gradients_equal_vanilla():
+    torch.manual_seed(0)
+    base = build_model("resnet18", 10, width=4)
+    x, y = smooth_batch(4)
+    reference = gradients(copy.deepcopy(base), x, y)
+    model = copy.deepcopy(base)
+    convert_model(model, "checkpoint")
+    torch.testing.assert_close(gradients(model, x, y), reference, rtol=1e-4, atol=1e-6)
+
+
+def test_conversion_replaces_layers_and_shares_parameters():
+    model = small_cnn()
+    params = {n: p for n, p in model.named_parameters()}
+    buffers = {n: b for n, b in model.named_buffers()}
+    convert_model(model, "division")
+    kinds = [type(m) for m in model]
+    assert kinds[:6] == [CompressedConv2d, CompressedBatchNorm2d, MaskedReLU, IndexMaxPool2d, CompressedConv2d, CompressedBatchNorm2d]
+    assert all(p is params[n] for n, p in model.named_parameters())
+    assert all(b is buffers[n] for n, b in model.named_buffers())
+
+
+def test_batch_norm_running_statistics_match_vanilla():
+    base = small_cnn()
+    x, y = smooth_batch()
+    vanilla, converted = copy.deepcopy(base), copy.deepcopy(base)
+    convert_model(converted, "division")
+    gradients(vanilla, x, y), gradients(converted, x, y)
+    for (name, a), b in zip(vanilla.named_buffers(), converted.buffers()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_eval_mode_saves_nothing_and_equals_vanilla():
+    base = small_cnn().eval()
+    model = copy.deepcopy(base)
+    convert_model(model, "division")
+    model.eval()
+    x, _ = smooth_batch(4)
+    torch.testing.assert_close(model(x), base(x))
+
+
+def test_dropout_keeps_a_one_bit_mask_and_scales():
+    model = nn.Sequential(nn.Linear(64, 64), nn.Dropout(0.25))
+    convert_model(model, "division", seed=3)
+    assert isinstance(model[1], MaskedDropout)
+    x = torch.randn(32, 64, requires_grad=True)
+    counter = SavedActivationCounter(exclude=model.parameters())
+    with counter:
+        out = model[1](x)
+    assert counter.peak_bytes == 32 * 64 // 8
+    out.sum().backward()
+    kept = out != 0
+    torch.testing.assert_close(x.grad, kept.float() / 0.75)
+    torch.testing.assert_close(out[kept], x[kept] / 0.75)
+    assert 0.6 < kept.float().mean() < 0.9
+
+
+def _saved_bytes(model: nn.Module, x) -> int:
+    counter = SavedActivationCounter(exclude=list(model.parameters()) + list(model.buffers()))
+    model.train()
+    with counter:
+        loss = model(x).sum()
+    loss.backward()
+    return counter.peak_bytes
+
+
+def test_activation_memory_ratios_on_a_small_resnet():
+    torch.manual_seed(0)
+    base = build_model("resnet18", 10, width=8)
+    x = torch.randn(4, 3, 32, 32)
+    saved = {}
+    for method in METHODS:
+        model = copy.deepcopy(base)
+        convert_model(model, method)
+        saved[method] = _saved_bytes(model, x)
+    assert saved["vanilla"] / saved["division"] > 10
+    assert saved["vanilla"] / saved["actnn2bit"] > 10
+    assert 2 < saved["vanilla"] / saved["checkpoint"] < 6
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_runs_and_division_saves_bytes(name):
+    torch.manual_seed(0)
+    stem = "cifar" if name in ("densenet121", "resnet50") else None
+    model = build_model(name, 7, width=4 if name != "resnet164" else 2, stem=stem)
+    x = torch.randn(2, 3, 16, 16)
+    assert model(x).shape == (2, 7)
+    vanilla_bytes = _saved_bytes(copy.deepcopy(model), x)
+    converted = copy.deepcopy(model)
+    convert_model(converted, "division")
+    assert _saved_bytes(converted, x) < vanilla_bytes / 4
+
+
+def test_imagenet_stem_models_take_larger_inputs():
+    for name in ("resnet50", "densenet121"):
+        model = build_model(name, 5, width=4)
+        convert_model(model, "division")
+        assert model(torch.randn(2, 3, 64, 64)).shape == (2, 5)
+
+
+def test_unknown_method_and_model_are_refused():
+    with pytest.raises(ValueError, match="method"):
+        convert_model(small_cnn(), "zip")
+    with pytest.raises(ValueError, match="model"):
+        build_model("vgg", 10)

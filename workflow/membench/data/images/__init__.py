@@ -1,0 +1,2 @@
+"""Image datasets as LMDBs (SPEC section 4): ImageFolder and CIFAR python batches in, one LMDB per
+split out, read back by a DataLoader-friendly reader; plus a generated default image folder."""

@@ -1,0 +1,191 @@
+"""Image LMDBs: one environment per split, values in a fixed binary layout, never pickle.
+
+Layout of an LMDB written here:
+
+``__format__``
+    JSON ``{"format": "membench-image-lmdb", "version": 1}``.
+``__len__``
+    JSON integer, the number of records.
+``__classes__``
+    JSON list of class names; label ``k`` is ``classes[k]``.
+``0000000000`` ... (zero-padded decimal index, so LMDB's key order is index order)
+    8-byte little-endian signed label, then the raw encoded image bytes (PNG, JPEG, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import lmdb
+import torch
+from tqdm import tqdm
+
+from membench.core.errors import InputError
+
+FORMAT = {"format": "membench-image-lmdb", "version": 1}
+LABEL = struct.Struct("<q")
+KEY_DIGITS = 10
+_MIN_MAP_BYTES = 64 * 2**20
+_PAGE_BYTES = 4096
+
+
+def record_key(index: int) -> bytes:
+    """The LMDB key of record ``index`` (zero-padded decimal)."""
+    return f"{index:0{KEY_DIGITS}d}".encode()
+
+
+def encode_record(label: int, image_bytes: bytes) -> bytes:
+    """8-byte little-endian label followed by the encoded image bytes."""
+    return LABEL.pack(label) + image_bytes
+
+
+def decode_record(value: bytes, path, key: bytes, num_classes: int) -> tuple[int, bytes]:
+    """Split a record into ``(label, image bytes)``; raise :class:`InputError` naming the key if corrupt."""
+    where = f"key {key.decode(errors='replace')!r}"
+    if len(value) <= LABEL.size:
+        raise InputError(path, f"corrupt record: {len(value)} bytes, expected an 8-byte label and image bytes", where)
+    (label,) = LABEL.unpack_from(value)
+    if not 0 <= label < num_classes:
+        raise InputError(path, f"corrupt record: label {label} outside 0..{num_classes - 1}", where)
+    return label, bytes(value[LABEL.size:])
+
+
+def write_lmdb(
+    out_dir: str | os.PathLike,
+    records: Iterable[tuple[int, bytes]],
+    count: int,
+    classes: list[str],
+    estimated_bytes: int,
+    description: str = "lmdb",
+) -> Path:
+    """Write ``count`` ``(label, image bytes)`` records to a new LMDB directory ``out_dir``.
+
+    The environment is built in a temporary directory beside ``out_dir`` and renamed onto it at the
+    end (a replaced ``out_dir`` is removed only then), so a killed build leaves no half LMDB.
+    ``estimated_bytes`` (total image bytes) sizes the memory map.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        map_bytes = 2 * (estimated_bytes + count * 2 * _PAGE_BYTES) + _MIN_MAP_BYTES
+        env = lmdb.open(str(tmp_dir), map_size=map_bytes, subdir=True, meminit=False, map_async=True)
+        written = 0
+        try:
+            txn = env.begin(write=True)
+            for index, (label, image_bytes) in enumerate(tqdm(records, total=count, desc=description, unit="img")):
+                txn.put(record_key(index), encode_record(label, image_bytes))
+                written += 1
+                if written % 1000 == 0:
+                    txn.commit()
+                    txn = env.begin(write=True)
+            txn.put(b"__format__", json.dumps(FORMAT).encode())
+            txn.put(b"__len__", json.dumps(written).encode())
+            txn.put(b"__classes__", json.dumps(classes).encode())
+            txn.commit()
+            env.sync()
+        finally:
+            env.close()
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.replace(out_dir, old / "lmdb")
+            os.replace(tmp_dir, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp_dir, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
+    """``(number of records, class names)`` of an LMDB written by :func:`write_lmdb`."""
+    path = Path(path)
+    if not (path / "data.mdb").is_file():
+        raise InputError(path, "not an LMDB directory (no data.mdb)")
+    try:
+        env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)
+    except lmdb.Error as exc:
+        raise InputError(path, f"cannot open the LMDB ({exc})") from None
+    try:
+        with env.begin() as txn:
+            raw = {key: txn.get(key) for key in (b"__format__", b"__len__", b"__classes__")}
+    finally:
+        env.close()
+    values = {}
+    for key, value in raw.items():
+        if value is None:
+            raise InputError(path, "metadata key missing (not a membench image LMDB)", f"key {key.decode()!r}")
+        try:
+            values[key] = json.loads(value)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InputError(path, "metadata is not valid JSON", f"key {key.decode()!r}") from None
+    if values[b"__format__"] != FORMAT:
+        raise InputError(path, f"unsupported format {values[b'__format__']!r}, expected {FORMAT!r}", "key '__format__'")
+    length, classes = values[b"__len__"], values[b"__classes__"]
+    if not isinstance(length, int) or length < 0:
+        raise InputError(path, f"expected a non-negative integer, got {length!r}", "key '__len__'")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        raise InputError(path, "expected a non-empty JSON list of class names", "key '__classes__'")
+    return length, classes
+
+
+class ImageLMDB(torch.utils.data.Dataset):
+    """Map-style dataset over an image LMDB: item ``i`` is ``(transform(PIL RGB image), label)``.
+
+    The environment is opened lazily by the process that reads first (each DataLoader worker opens
+    its own after the fork); only the metadata is read at construction. A corrupt record raises
+    :class:`InputError` naming the LMDB and the key.
+    """
+
+    def __init__(self, path: str | os.PathLike, transform: Callable | None = None) -> None:
+        self.path = Path(path)
+        self.length, self.classes = read_metadata(self.path)
+        self.transform = transform
+        self._env: lmdb.Environment | None = None
+        self._pid: int | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_env"] = None
+        state["_pid"] = None
+        return state
+
+    def _environment(self) -> lmdb.Environment:
+        if self._env is None or self._pid != os.getpid():
+            self._env = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+            self._pid = os.getpid()
+        return self._env
+
+    def read_record(self, index: int) -> tuple[int, bytes]:
+        """``(label, encoded image bytes)`` of record ``index``."""
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} outside 0..{self.length - 1}")
+        key = record_key(index)
+        with self._environment().begin() as txn:
+            value = txn.get(key)
+        if value is None:
+            raise InputError(self.path, "record missing", f"key {key.decode()!r}")
+        return decode_record(value, self.path, key, len(self.classes))
+
+    def __getitem__(self, index: int):
+        from membench.data.images.transforms import decode_image
+
+        label, image_bytes = self.read_record(index)
+        image = decode_image(image_bytes, self.path, f"key {record_key(index).decode()!r}")
+        return (self.transform(image) if self.transform is not None else image), label
+
+    def labels(self) -> Iterator[int]:
+        """Every record's label in index order (reads only the 8-byte headers' records)."""
+        for index in range(self.length):
+            yield self.read_record(index)[0]

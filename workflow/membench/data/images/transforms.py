@@ -1,0 +1,69 @@
+"""Image decoding (PIL) and the few tensor transforms the image jobs use.
+
+Random transforms draw from torch's default generator, which a DataLoader seeds per worker from
+its own (explicitly seeded) generator; with ``num_workers=0`` the job seeds it at start.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, UnidentifiedImageError
+
+from membench.core.errors import InputError
+
+
+def decode_image(image_bytes: bytes, path, where: str) -> Image.Image:
+    """Decode encoded image bytes to an RGB PIL image; raise :class:`InputError` if they are not one."""
+    try:
+        with Image.open(io.BytesIO(image_bytes)) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InputError(path, f"corrupt record: image bytes do not decode ({exc})", where) from None
+
+
+def to_tensor(image: Image.Image) -> torch.Tensor:
+    """RGB PIL image to float32 (3, H, W) in [0, 1]."""
+    array = np.asarray(image, dtype=np.uint8)
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).to(torch.float32).div_(255.0)
+
+
+class TrainTransform:
+    """Resize to ``size`` (if needed), random crop after ``padding`` zero padding, optional horizontal
+    flip, per-channel normalisation: PIL image -> float32 (3, size, size)."""
+
+    def __init__(self, size: int, mean, std, padding: int = 4, flip: bool = True) -> None:
+        self.size, self.padding, self.flip = size, padding, flip
+        self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]
+        self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        x = to_tensor(_resized(image, self.size))
+        if self.padding:
+            x = F.pad(x, (self.padding,) * 4)
+            top, left = torch.randint(0, 2 * self.padding + 1, (2,)).tolist()
+            x = x[:, top : top + self.size, left : left + self.size]
+        if self.flip and bool(torch.rand(()) < 0.5):
+            x = x.flip(2)
+        return (x - self.mean) / self.std
+
+
+class EvalTransform:
+    """Resize to ``size`` (if needed) and normalise: PIL image -> float32 (3, size, size)."""
+
+    def __init__(self, size: int, mean, std) -> None:
+        self.size = size
+        self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]
+        self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        return (to_tensor(_resized(image, self.size)) - self.mean) / self.std
+
+
+def _resized(image: Image.Image, size: int) -> Image.Image:
+    if image.size == (size, size):
+        return image
+    return image.resize((size, size), Image.BILINEAR)

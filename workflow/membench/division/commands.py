@@ -1,0 +1,217 @@
+"""``membench division <step>``: build the kernels, benchmark memory, throughput and the largest
+batch, run accuracy trainings, and draw the report figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+from membench.core.device import DEVICE_CHOICES
+from membench.division.extension import CUDA_CHOICES, KERNEL_CHOICES
+from membench.division.methods import METHODS, MethodSpec
+from membench.division.models import MODELS, STEMS
+
+SYSTEM = "division"
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--outdir", required=True, help="job directory for metrics.json and memlog.csv")
+    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--model", default="resnet18", choices=MODELS)
+    parser.add_argument("--width", type=int, default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
+    parser.add_argument("--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)")
+    parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-size", type=int, default=MethodSpec.block_size, help="DIVISION LFC block B")
+    parser.add_argument("--hfc-bits", type=int, default=MethodSpec.hfc_bits, choices=(1, 2, 4, 8), help="DIVISION HFC bits Q")
+    parser.add_argument("--group-size", type=int, default=MethodSpec.group_size, help="ActNN values per min/scale group")
+    parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
+    parser.add_argument("--build-manifest", default=None, help="manifest.json of `membench division build`")
+    parser.add_argument("--sample-interval-s", type=float, default=0.05)
+    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+
+
+def _add_synthetic(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--image-size", type=int, default=32)
+    parser.add_argument("--num-classes", type=int, default=10)
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    build = steps.add_parser("build", help="compile the C++ (and CUDA) kernels; write manifest.json")
+    build.add_argument("--outdir", required=True)
+    build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
+    build.add_argument("--verbose", action="store_true")
+
+    memory = steps.add_parser("memory", help="activation and total memory of one training step")
+    _add_common(memory)
+    _add_synthetic(memory)
+    memory.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
+
+    speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
+    _add_common(speed)
+    _add_synthetic(speed)
+    speed.add_argument("--iterations", type=int, default=16)
+    speed.add_argument("--warmup", type=int, default=3)
+
+    maxbatch = steps.add_parser("maxbatch", help="largest batch that fits on the GPU (binary search)")
+    _add_common(maxbatch)
+    maxbatch.add_argument("--image-size", type=int, default=224)
+    maxbatch.add_argument("--num-classes", type=int, default=1000)
+    maxbatch.add_argument("--start", type=int, default=64)
+    maxbatch.add_argument("--limit", type=int, default=4096)
+
+    train = steps.add_parser("train", help="accuracy run on image LMDBs")
+    _add_common(train)
+    train.add_argument("--train-lmdb", required=True)
+    train.add_argument("--val-lmdb", required=True)
+    train.add_argument("--dataset", required=True, help="dataset name recorded in the metrics")
+    train.add_argument("--image-size", type=int, default=32)
+    train.add_argument("--epochs", type=int, default=8)
+    train.add_argument("--batch-size", type=int, default=64)
+    train.add_argument("--lr", type=float, default=0.05)
+    train.add_argument("--momentum", type=float, default=0.9)
+    train.add_argument("--weight-decay", type=float, default=5e-4)
+    train.add_argument("--num-workers", type=int, default=0)
+    train.add_argument("--flip", action=argparse.BooleanOptionalAction, default=False, help="random horizontal flips")
+
+    for name, text in (("plot-memory", "memory against batch size"), ("plot-speed", "throughput against batch size")):
+        plot = steps.add_parser(name, help=text)
+        plot.add_argument("--table", required=True)
+        plot.add_argument("--out", required=True, help="PNG path")
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if args.step == "build":
+        from membench.division.extension import build_extension
+
+        manifest = build_extension(args.outdir, args.cuda, args.verbose)
+        logging.info("built %s", json.dumps(manifest))
+    elif args.step == "plot-memory":
+        from membench.division.plots import plot_memory
+
+        plot_memory(args.table, args.out)
+    elif args.step == "plot-speed":
+        from membench.division.plots import plot_speed
+
+        plot_speed(args.table, args.out)
+    else:
+        _job(args)
+
+
+def _check_positive(args: argparse.Namespace, names) -> None:
+    from membench.core.errors import InputError
+
+    for name in names:
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
+            raise InputError(None, f"must be at least 1, got {getattr(args, name)}", f"option --{name.replace('_', '-')}")
+
+
+def _job(args: argparse.Namespace) -> None:
+    import torch
+
+    from membench.core.device import resolve_device
+    from membench.core.meter import Meter
+    from membench.core.metrics import job_record, write_job_outputs
+    from membench.division.kernels import select_kernels
+
+    _check_positive(args, ["batch_size", "image_size", "num_classes", "block_size", "group_size", "width",
+                           "iterations", "epochs", "start", "limit"])
+    start = time.perf_counter()
+    device = resolve_device(args.device)
+    kernels = select_kernels(args.kernels, args.build_manifest, device.type)
+    spec = MethodSpec(block_size=args.block_size, hfc_bits=args.hfc_bits, group_size=args.group_size)
+    torch.manual_seed(args.seed)
+    dataset = args.dataset if args.step == "train" else f"random_{args.image_size}px"
+    record = job_record(SYSTEM, args.method, dataset, device, args.seed, getattr(args, "batch_size", None))
+    record.update({
+        "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
+        "kernels": kernels.name, "block_size": spec.block_size, "hfc_bits": spec.hfc_bits, "group_size": spec.group_size,
+    })
+    trace_live = args.step == "memory" and args.trace_live_tensors
+    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live,
+                  trace_saved_activations=args.step in ("memory", "train"), grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    with meter:
+        fields = {"memory": _memory, "speed": _speed, "maxbatch": _maxbatch, "train": _train}[args.step](args, device, spec, kernels, meter)
+    record.update(meter.summary())
+    record.update(fields)
+    record["wall_s"] = time.perf_counter() - start
+    path = write_job_outputs(args.outdir, record, meter.memlog())
+    logging.info("%s %s %s: %s -> %s", args.step, args.model, args.method,
+                 {k: v for k, v in fields.items() if isinstance(v, (int, float))}, path)
+
+
+def _memory(args, device, spec, kernels, meter) -> dict:
+    from membench.division.bench import make_optimizer, measure_step_memory, prepare_model, random_batch
+
+    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    optimizer = make_optimizer(model)
+    inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
+    return measure_step_memory(model, optimizer, inputs, targets, meter)
+
+
+def _speed(args, device, spec, kernels, meter) -> dict:
+    from membench.division.bench import make_optimizer, measure_throughput, prepare_model, random_batch
+
+    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    optimizer = make_optimizer(model)
+    inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
+    with meter.phase("train"):
+        fields = measure_throughput(model, optimizer, inputs, targets, args.iterations, args.warmup)
+    return {**fields, "iterations": args.iterations, "warmup": args.warmup}
+
+
+def _maxbatch(args, device, spec, kernels, meter) -> dict:
+    from membench.core.errors import InputError
+    from membench.division.bench import cuda_step_fits, largest_batch, make_optimizer, prepare_model
+
+    if device.type != "cuda":
+        raise InputError(None, "the largest-batch search needs a CUDA device (out-of-memory is a GPU notion here)", "option --device")
+    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    optimizer = make_optimizer(model)
+    with meter.phase("search"):
+        largest, probes = largest_batch(cuda_step_fits(model, optimizer, args.image_size, args.num_classes, device, args.seed),
+                                        args.start, args.limit)
+    return {"largest_batch": largest, "probes": " ".join(f"{b}:{'ok' if ok else 'oom'}" for b, ok in probes),
+            "search_limit": args.limit}
+
+
+def _train(args, device, spec, kernels, meter) -> dict:
+    from membench.core.atomic import write_csv
+    from membench.core.errors import InputError
+    from membench.data.images.lmdb_store import ImageLMDB
+    from membench.data.images.transforms import EvalTransform, TrainTransform
+    from membench.division.bench import prepare_model
+    from membench.division.train import TrainSpec, checkpoint_file, train_model
+
+    import pandas as pd
+
+    # Per-channel statistics of natural images (ImageNet); close enough for any RGB data here.
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    train_set = ImageLMDB(args.train_lmdb, TrainTransform(args.image_size, mean, std, padding=args.image_size // 8, flip=args.flip))
+    val_set = ImageLMDB(args.val_lmdb, EvalTransform(args.image_size, mean, std))
+    if val_set.classes != train_set.classes:
+        raise InputError(args.val_lmdb, f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}", "key '__classes__'")
+    model, context = prepare_model(args.model, args.method, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
+    train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed)
+    Path(args.outdir).mkdir(parents=True, exist_ok=True)
+    # Options that do not change what is computed may differ between a killed run and its resumption.
+    incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh"}
+    identity = json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in incidental})
+    history = train_model(model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity)
+    write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
+    last = history[-1]
+    return {
+        "epochs": args.epochs, "lr": args.lr, "train_images": len(train_set), "val_images": len(val_set),
+        "num_classes": len(train_set.classes), "val_accuracy": last["val_accuracy"], "val_loss": last["val_loss"],
+        "train_loss": last["train_loss"], "best_val_accuracy": max(h["val_accuracy"] for h in history),
+        "epoch_s_mean": sum(h["epoch_s"] for h in history) / len(history),
+    }

@@ -1,0 +1,204 @@
+"""Autograd Functions and layers that keep compressed activations for backward.
+
+Everything a backward needs is kept through ``ctx.save_for_backward`` so that the core's
+saved-activation counter sees exactly the compressed bytes. Outside training with gradients the
+layers compute as their torch parents and save nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd import Function
+
+from membench.division.kernels import Kernels
+
+
+class CompressionContext:
+    """What the converted layers of one model share: the compressor of conv/batch-norm inputs
+    (``None``: keep them uncompressed), the kernels, and a seeded generator per device.
+
+    A tensor that feeds two layers (a block input feeding a conv and a projection shortcut) is
+    compressed once while it lives, as torch keeps one storage for it in the vanilla model.
+    """
+
+    def __init__(self, compressor, kernels: Kernels, seed: int) -> None:
+        self.compressor = compressor
+        self.kernels = kernels
+        self.seed = seed
+        self._generators: dict[str, torch.Generator] = {}
+        self._compressed: dict[int, tuple] = {}
+
+    def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The saved tensors standing for ``x`` (``(x,)`` without a compressor)."""
+        if self.compressor is None:
+            return (x,)
+        cached = self._compressed.get(id(x))
+        if cached is not None and cached[0]() is x and cached[1] == x._version:
+            return cached[2]
+        saved = self.compressor.compress(x.detach(), self.generator(x.device), self.kernels)
+        self._compressed[id(x)] = (weakref.ref(x), x._version, saved)
+        weakref.finalize(x, self._compressed.pop, id(x), None)
+        return saved
+
+    def decompress(self, saved, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``."""
+        if self.compressor is None:
+            return saved[0]
+        return self.compressor.decompress(tuple(saved), shape, self.kernels).to(dtype)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        key = str(device)
+        if key not in self._generators:
+            self._generators[key] = torch.Generator(device=device).manual_seed(self.seed)
+        return self._generators[key]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Generator states (uint8 tensors), so a resumed run draws the same rounding noise."""
+        return {key: g.get_state() for key, g in self._generators.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for key, value in state.items():
+            self.generator(torch.device(key)).set_state(value)
+
+
+class _Conv2dFunction(Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation, groups, context):
+        out = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        ctx.save_for_backward(weight, *context.compress(x))
+        ctx.config = (x.shape, x.dtype, None if bias is None else bias.shape, stride, padding, dilation, groups, context)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        weight, *saved = ctx.saved_tensors
+        shape, dtype, bias_shape, stride, padding, dilation, groups, context = ctx.config
+        x = context.decompress(saved, shape, dtype)
+        grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+            grad_out, x, weight, bias_shape, stride, padding, dilation, False, [0, 0], groups,
+            [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias_shape is not None and ctx.needs_input_grad[2]],
+        )
+        return grad_x, grad_weight, grad_bias, None, None, None, None, None
+
+
+class _BatchNorm2dFunction(Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, context):
+        out, mean, invstd = torch.native_batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps)
+        ctx.save_for_backward(weight, mean, invstd, *context.compress(x))
+        ctx.config = (x.shape, x.dtype, eps, context)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        weight, mean, invstd, *saved = ctx.saved_tensors
+        shape, dtype, eps, context = ctx.config
+        x = context.decompress(saved, shape, dtype)
+        grad_x, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
+            grad_out.contiguous(), x, weight, None, None, mean, invstd, True, eps,
+            [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1], weight is not None and ctx.needs_input_grad[2]],
+        )
+        return grad_x, grad_weight, grad_bias, None, None, None, None, None
+
+
+class _MaskFunction(Function):
+    """``out = x * mask * gain`` keeping only the 1-bit packed mask (ReLU: mask = x > 0, gain 1)."""
+
+    @staticmethod
+    def forward(ctx, x, mask, gain, kernels):
+        ctx.save_for_backward(kernels.pack_mask(mask))
+        ctx.config = (x.shape, gain, kernels)
+        return x * mask * gain if gain != 1.0 else x * mask
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (packed,) = ctx.saved_tensors
+        shape, gain, kernels = ctx.config
+        mask = kernels.unpack_mask(packed, shape.numel()).view(shape)
+        grad = grad_out * mask
+        return (grad * gain if gain != 1.0 else grad), None, None, None
+
+
+class _MaxPool2dFunction(Function):
+    @staticmethod
+    def forward(ctx, x, kernel, stride, padding, kernels):
+        out, index = kernels.maxpool2d_forward(x.contiguous(), kernel, stride, padding)
+        ctx.save_for_backward(index)
+        ctx.config = (x.shape[2], x.shape[3], kernel, stride, padding, kernels)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (index,) = ctx.saved_tensors
+        height, width, kernel, stride, padding, kernels = ctx.config
+        return kernels.maxpool2d_backward(grad_out.contiguous(), index, height, width, kernel, stride, padding), None, None, None, None
+
+
+def _training_with_grad(module: nn.Module, *tensors: torch.Tensor | None) -> bool:
+    return module.training and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+class CompressedConv2d(nn.Conv2d):
+    """``nn.Conv2d`` (zeros padding, numeric padding) that keeps its input compressed for backward."""
+
+    context: CompressionContext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _training_with_grad(self, x, self.weight):
+            return super().forward(x)
+        return _Conv2dFunction.apply(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.context)
+
+
+class CompressedBatchNorm2d(nn.BatchNorm2d):
+    """``nn.BatchNorm2d`` that keeps its input compressed for backward while training."""
+
+    context: CompressionContext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _training_with_grad(self, x, self.weight) or not self.track_running_stats:
+            return super().forward(x)
+        self.num_batches_tracked.add_(1)
+        momentum = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+        return _BatchNorm2dFunction.apply(x, self.weight, self.bias, self.running_mean, self.running_var, momentum, self.eps, self.context)
+
+
+class MaskedReLU(nn.ReLU):
+    """ReLU keeping a 1-bit mask for backward (32x fewer bytes than the float32 output)."""
+
+    context: CompressionContext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _training_with_grad(self, x):
+            return super().forward(x)
+        return _MaskFunction.apply(x, x > 0, 1.0, self.context.kernels)
+
+
+class MaskedDropout(nn.Dropout):
+    """Dropout keeping a 1-bit mask for backward; the mask is drawn from the context's generator."""
+
+    context: CompressionContext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.p == 1.0:
+            return x * 0.0
+        keep = torch.rand(x.shape, generator=self.context.generator(x.device), device=x.device) >= self.p
+        if not _training_with_grad(self, x):
+            return x * keep / (1.0 - self.p)
+        return _MaskFunction.apply(x, keep, 1.0 / (1.0 - self.p), self.context.kernels)
+
+
+class IndexMaxPool2d(nn.MaxPool2d):
+    """Max pool keeping an int8 index within each window for backward (square windows only)."""
+
+    context: CompressionContext
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _training_with_grad(self, x) or x.dtype != torch.float32:
+            return super().forward(x)
+        return _MaxPool2dFunction.apply(x, self.kernel_size, self.stride, self.padding, self.context.kernels)

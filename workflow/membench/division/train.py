@@ -1,0 +1,139 @@
+"""Accuracy runs: SGD with momentum and a cosine schedule, checkpointed every epoch so a killed
+run resumes where it stopped, with the same data order and rounding noise."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from membench.core.checkpoint import load_checkpoint, save_checkpoint
+from membench.core.meter import Meter
+from membench.division.bench import make_optimizer, training_step
+from membench.division.functions import CompressionContext
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Hyper-parameters of an accuracy run (learning rate follows a per-step cosine to 0)."""
+
+    epochs: int = 8
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    num_workers: int = 0
+    seed: int = 0
+
+
+def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int) -> DataLoader:
+    generator = torch.Generator().manual_seed(spec.seed * 100003 + epoch)
+    return DataLoader(
+        dataset, batch_size=spec.batch_size, shuffle=shuffle, drop_last=shuffle, num_workers=spec.num_workers,
+        generator=generator, persistent_workers=False,
+    )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[float, float]:
+    """``(accuracy in %, mean cross-entropy)`` of ``model`` in eval mode over ``loader``."""
+    model.eval()
+    correct, total, loss_sum = 0, 0, 0.0
+    for inputs, targets in loader:
+        inputs, targets = inputs.to(device), targets.to(device)
+        logits = model(inputs)
+        loss_sum += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
+        correct += int((logits.argmax(1) == targets).sum())
+        total += targets.numel()
+    return 100.0 * correct / max(total, 1), loss_sum / max(total, 1)
+
+
+def train_model(
+    model: nn.Module,
+    context: CompressionContext | None,
+    train_set: Dataset,
+    val_set: Dataset,
+    spec: TrainSpec,
+    device: torch.device,
+    meter: Meter,
+    checkpoint_path: str | os.PathLike,
+    run_identity: str = "",
+) -> list[dict[str, float]]:
+    """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
+    (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``).
+
+    Training steps run in meter phase ``train`` (saved activations counted), evaluation in ``eval``.
+    The checkpoint at ``checkpoint_path`` is resumed from when present and written by a run of the
+    same ``run_identity`` (a string naming everything that shapes the run: method, model,
+    hyper-parameters); a checkpoint of another run is ignored and overwritten. It is rewritten
+    every epoch.
+    """
+    torch.manual_seed(spec.seed)
+    optimizer = make_optimizer(model, spec.lr, spec.momentum, spec.weight_decay)
+    steps_per_epoch = len(train_set) // spec.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"batch size {spec.batch_size} exceeds the {len(train_set)} training images")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, spec.epochs * steps_per_epoch) / (spec.epochs * steps_per_epoch)))
+    )
+    history: list[dict[str, float]] = []
+    start_epoch = 0
+    state = load_checkpoint(checkpoint_path, map_location=device)
+    if state is not None and state.get("run_identity") != run_identity:
+        _log.warning("ignoring %s: written by another run configuration", checkpoint_path)
+        state = None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if context is not None:
+            context.load_state_dict(state["compression"])
+        torch.set_rng_state(state["torch_rng"])
+        history = [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
+        start_epoch = int(state["epoch"])
+        _log.info("resumed from %s at epoch %d", checkpoint_path, start_epoch)
+    val_loader = _loader(val_set, spec, shuffle=False, epoch=0)
+    for epoch in range(start_epoch, spec.epochs):
+        model.train()
+        lr = optimizer.param_groups[0]["lr"]
+        loss_sum, steps = 0.0, 0
+        with meter.phase("train") as phase:
+            before_s = phase.wall_s
+            for inputs, targets in _loader(train_set, spec, shuffle=True, epoch=epoch):
+                loss_sum += training_step(model, optimizer, inputs.to(device), targets.to(device), meter)
+                scheduler.step()
+                steps += 1
+        epoch_s = phase.wall_s - before_s
+        with meter.phase("eval"):
+            val_accuracy, val_loss = evaluate(model, val_loader, device)
+        history.append({
+            "epoch": epoch + 1, "lr": lr, "train_loss": loss_sum / max(steps, 1),
+            "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": epoch_s,
+        })
+        _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
+        columns = list(history[0])
+        save_checkpoint(checkpoint_path, {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "compression": {} if context is None else context.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "epoch": epoch + 1,
+            "run_identity": run_identity,
+            "history_columns": columns,
+            "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
+        })
+    return history
+
+
+def checkpoint_file(outdir: str | os.PathLike) -> Path:
+    """Where an accuracy run in ``outdir`` keeps its checkpoint."""
+    return Path(outdir) / "checkpoint.pt"
