@@ -80,3 +80,24 @@ def test_training_learns_the_digits(digits_lmdbs, tmp_path):
     history, _, _ = _run(digits_lmdbs, tmp_path / "d.pt", epochs=4, method="division", batch_size=32)
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert history[-1]["val_accuracy"] > 20  # chance is 10% (sd 3 points on 100 images)
+
+
+def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "membench.cli",
+        "division", "train", "--outdir", str(tmp_path), "--model", "resnet18", "--width", "4", "--method", "division",
+        "--dataset", "digits", "--train-lmdb", str(digits_lmdbs["train"]), "--val-lmdb", str(digits_lmdbs["val"]),
+        "--image-size", "16", "--epochs", "1", "--batch-size", "32", "--kernels", "torch", "--device", "cpu",
+        "--sample-interval-s", "0",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["batch_size"] == 32
+    assert metrics["val_accuracy"] >= 0 and (tmp_path / "history.csv").exists()

@@ -116,17 +116,23 @@ def _check_positive(args: argparse.Namespace, names) -> None:
 
 
 def _job(args: argparse.Namespace) -> None:
-    import torch
-
     from membench.core.device import resolve_device
-    from membench.core.meter import Meter
-    from membench.core.metrics import job_record, write_job_outputs
-    from membench.division.kernels import select_kernels
+    from membench.core.distributed import process_group
 
     _check_positive(args, ["batch_size", "image_size", "num_classes", "block_size", "group_size", "width",
                            "iterations", "epochs", "start", "limit"])
     start = time.perf_counter()
-    device = resolve_device(args.device)
+    with process_group(resolve_device(args.device)) as (ranks, device):
+        _measure(args, device, ranks, start)
+
+
+def _measure(args, device, ranks, start: float) -> None:
+    import torch
+
+    from membench.core.meter import Meter
+    from membench.core.metrics import job_record, write_job_outputs
+    from membench.division.kernels import select_kernels
+
     kernels = select_kernels(args.kernels, args.build_manifest, device.type)
     spec = MethodSpec(block_size=args.block_size, hfc_bits=args.hfc_bits, group_size=args.group_size)
     torch.manual_seed(args.seed)
@@ -135,12 +141,18 @@ def _job(args: argparse.Namespace) -> None:
     record.update({
         "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
         "kernels": kernels.name, "block_size": spec.block_size, "hfc_bits": spec.hfc_bits, "group_size": spec.group_size,
+        "world_size": ranks.world_size,
     })
     trace_live = args.step == "memory" and args.trace_live_tensors
     meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live,
                   trace_saved_activations=args.step in ("memory", "train"), grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
     with meter:
-        fields = {"memory": _memory, "speed": _speed, "maxbatch": _maxbatch, "train": _train}[args.step](args, device, spec, kernels, meter)
+        if args.step == "train":
+            fields = _train(args, device, spec, kernels, meter, ranks)
+        else:
+            fields = {"memory": _memory, "speed": _speed, "maxbatch": _maxbatch}[args.step](args, device, spec, kernels, meter)
+    if not ranks.is_main:
+        return
     record.update(meter.summary())
     record.update(fields)
     record["wall_s"] = time.perf_counter() - start
@@ -184,7 +196,7 @@ def _maxbatch(args, device, spec, kernels, meter) -> dict:
             "search_limit": args.limit}
 
 
-def _train(args, device, spec, kernels, meter) -> dict:
+def _train(args, device, spec, kernels, meter, ranks) -> dict:
     from membench.core.atomic import write_csv
     from membench.core.errors import InputError
     from membench.data.images.lmdb_store import ImageLMDB
@@ -206,8 +218,11 @@ def _train(args, device, spec, kernels, meter) -> dict:
     # Options that do not change what is computed may differ between a killed run and its resumption.
     incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh"}
     identity = json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in incidental})
-    history = train_model(model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity)
-    write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
+    history = train_model(
+        model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity, ranks
+    )
+    if ranks.is_main:
+        write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
     last = history[-1]
     return {
         "epochs": args.epochs, "lr": args.lr, "train_images": len(train_set), "val_images": len(val_set),

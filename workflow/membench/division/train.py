@@ -11,9 +11,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from membench.core.checkpoint import load_checkpoint, save_checkpoint
+from membench.core.distributed import SINGLE_PROCESS, Ranks, data_parallel, per_process_batch
 from membench.core.meter import Meter
 from membench.division.bench import make_optimizer, training_step
 from membench.division.functions import CompressionContext
@@ -34,7 +35,17 @@ class TrainSpec:
     seed: int = 0
 
 
-def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int) -> DataLoader:
+def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks: Ranks = SINGLE_PROCESS) -> DataLoader:
+    if shuffle and ranks.world_size > 1:
+        # Each process takes its own 1/world_size of the epoch, in one seeded order for all.
+        sampler = DistributedSampler(
+            dataset, num_replicas=ranks.world_size, rank=ranks.rank, shuffle=True, seed=spec.seed, drop_last=True
+        )
+        sampler.set_epoch(epoch)
+        return DataLoader(
+            dataset, batch_size=per_process_batch(spec.batch_size, ranks), sampler=sampler, drop_last=True,
+            num_workers=spec.num_workers, persistent_workers=False,
+        )
     generator = torch.Generator().manual_seed(spec.seed * 100003 + epoch)
     return DataLoader(
         dataset, batch_size=spec.batch_size, shuffle=shuffle, drop_last=shuffle, num_workers=spec.num_workers,
@@ -66,6 +77,7 @@ def train_model(
     meter: Meter,
     checkpoint_path: str | os.PathLike,
     run_identity: str = "",
+    ranks: Ranks = SINGLE_PROCESS,
 ) -> list[dict[str, float]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
     (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``).
@@ -75,10 +87,15 @@ def train_model(
     same ``run_identity`` (a string naming everything that shapes the run: method, model,
     hyper-parameters); a checkpoint of another run is ignored and overwritten. It is rewritten
     every epoch.
+
+    Under ``torchrun`` (``ranks.world_size`` > 1) the model is trained data-parallel: each process
+    takes ``batch_size / world_size`` images of every global batch and gradients are averaged;
+    every process evaluates, and only the main process writes the checkpoint.
     """
     torch.manual_seed(spec.seed)
     optimizer = make_optimizer(model, spec.lr, spec.momentum, spec.weight_decay)
-    steps_per_epoch = len(train_set) // spec.batch_size
+    trained = data_parallel(model, ranks, device)
+    steps_per_epoch = len(_loader(train_set, spec, shuffle=True, epoch=0, ranks=ranks))
     if steps_per_epoch == 0:
         raise ValueError(f"batch size {spec.batch_size} exceeds the {len(train_set)} training images")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -107,8 +124,8 @@ def train_model(
         loss_sum, steps = 0.0, 0
         with meter.phase("train") as phase:
             before_s = phase.wall_s
-            for inputs, targets in _loader(train_set, spec, shuffle=True, epoch=epoch):
-                loss_sum += training_step(model, optimizer, inputs.to(device), targets.to(device), meter)
+            for inputs, targets in _loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks):
+                loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter)
                 scheduler.step()
                 steps += 1
         epoch_s = phase.wall_s - before_s
@@ -119,6 +136,8 @@ def train_model(
             "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": epoch_s,
         })
         _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
+        if not ranks.is_main:
+            continue
         columns = list(history[0])
         save_checkpoint(checkpoint_path, {
             "model": model.state_dict(),

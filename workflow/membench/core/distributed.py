@@ -1,0 +1,87 @@
+"""Data-parallel training across processes started by ``torchrun`` (or ``srun torchrun``).
+
+A job launched as ``torchrun --nproc-per-node N -m membench.cli ...`` finds ``RANK``,
+``WORLD_SIZE`` and ``LOCAL_RANK`` in its environment; :func:`process_group` joins the group they
+describe (NCCL on GPUs, gloo on CPUs) and gives each process its own GPU. Launched plainly, the
+same code runs as one process with no group at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from membench.core.errors import InputError
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the job: ``rank`` of ``world_size``, ``local_rank`` on its node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """The process that writes the job's outputs."""
+        return self.rank == 0
+
+
+SINGLE_PROCESS = Ranks()
+
+
+def launched_ranks() -> Ranks:
+    """The ranks ``torchrun`` put in the environment (one process when it did not launch us)."""
+    try:
+        return Ranks(
+            rank=int(os.environ.get("RANK", 0)),
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+        )
+    except ValueError as exc:
+        raise InputError(None, f"torchrun's RANK/WORLD_SIZE/LOCAL_RANK are not integers ({exc})", "environment") from None
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[tuple[Ranks, torch.device]]:
+    """Join the launcher's process group for the enclosed code; yield ``(ranks, this process's device)``.
+
+    On CUDA each process takes GPU ``local_rank`` of its node and the group uses NCCL; on a CPU it
+    uses gloo. Without a launcher this yields :data:`SINGLE_PROCESS` and ``device`` unchanged.
+    """
+    ranks = launched_ranks()
+    if ranks.world_size == 1:
+        yield ranks, device
+        return
+    if device.type == "cuda":
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        yield ranks, device
+    finally:
+        dist.destroy_process_group()
+
+
+def data_parallel(model: nn.Module, ranks: Ranks, device: torch.device) -> nn.Module:
+    """``model`` wrapped for gradient averaging across the group (itself when there is one process)."""
+    if ranks.world_size == 1:
+        return model
+    device_ids = [device.index] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def per_process_batch(batch_size: int, ranks: Ranks) -> int:
+    """Each process's share of the global ``batch_size`` (which the world size must divide)."""
+    if batch_size % ranks.world_size:
+        raise InputError(
+            None, f"batch size {batch_size} is not divisible by the {ranks.world_size} processes", "key 'batch_size'"
+        )
+    return batch_size // ranks.world_size
