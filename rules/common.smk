@@ -460,6 +460,32 @@ def division_train_options():
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
+def division_train_launcher():
+    """What starts a training job: membench itself, or torchrun with one process per GPU, on one
+    node or (under Slurm) on every node of the allocation."""
+    spec = DIVISION["accuracy"]
+    gpus, nodes = spec["gpus"], spec["nodes"]
+    if gpus == 1 and nodes == 1:
+        return "membench"
+    if nodes == 1:
+        return f"torchrun --standalone --nproc-per-node {gpus} -m membench.cli"
+    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    return (
+        f"srun --ntasks-per-node 1 torchrun --nnodes {nodes} --nproc-per-node {gpus} --rdzv-backend c10d"
+        f' --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint {head}:29500 -m membench.cli'
+    )
+
+
+def division_train_resources():
+    """Scheduler requests of a training job: GPUs per job on one node, per node (GRES) on several."""
+    spec = DIVISION["accuracy"]
+    if gpu_count() == 0:
+        return {"gpu": 0, "gres": "", "nodes": 1, "slurm_extra": ""}
+    if spec["nodes"] == 1:
+        return {"gpu": spec["gpus"], "gres": "", "nodes": 1, "slurm_extra": ""}
+    return {"gpu": 0, "gres": f"gpu:{spec['gpus']}", "nodes": spec["nodes"], "slurm_extra": "--ntasks-per-node=1"}
+
+
 def division_accuracy_lmdbs(wildcards):
     spec = IMAGES[wildcards.image_dataset]
     return {

@@ -156,6 +156,7 @@ rule division_train:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=division_train_options(),
+        launcher=division_train_launcher(),
     log:
         log_path("division_train", "{image_dataset}/{division_model}/{division_method}"),
     benchmark:
@@ -164,11 +165,14 @@ rule division_train:
     resources:
         mem_mb=4000,
         runtime=600,
-        gpu=gpu_count(),
+        gpu=division_train_resources()["gpu"],
+        gres=division_train_resources()["gres"],
+        nodes=division_train_resources()["nodes"],
+        slurm_extra=division_train_resources()["slurm_extra"],
     conda:
         ENV
     shell:
-        "membench division train --outdir {params.outdir} --model {wildcards.division_model}"
+        "{params.launcher} division train --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --dataset {wildcards.image_dataset}"
         " --train-lmdb {input.train} --val-lmdb {input.val} {params.options} > {log} 2>&1"
 
