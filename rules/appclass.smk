@@ -70,7 +70,7 @@ rule appclass_reference:
     # Timing jobs take every core so that no other job runs beside them.
     threads: workflow.cores
     resources:
-        mem_mb=8000,
+        mem_mb=appclass_mem_mb,
         runtime=60,
     conda:
         ENV
@@ -100,7 +100,7 @@ rule appclass_bench:
     # Timing jobs take every core so that no other job runs beside them; torch uses the variant's threads.
     threads: workflow.cores
     resources:
-        mem_mb=8000,
+        mem_mb=appclass_mem_mb,
         runtime=60,
         gpu=lambda wildcards: appclass_variant_gpus(wildcards.variant),
     conda:

@@ -280,6 +280,35 @@ def appclass_stats_inputs():
             for path in (*appclass_graph_files(graph), *appclass_pattern_files(graph, pattern))]
 
 
+def _pnnl_rows(path, unreadable=2**21):
+    """Rows named in the first line of a PNNL text file; ``unreadable`` (a large guess) when the
+    header cannot be read: the job itself reports a bad file, the estimate only sizes the request."""
+    try:
+        with open(path) as handle:
+            return int(handle.readline().split()[0])
+    except (OSError, ValueError, IndexError):
+        return unreadable
+
+
+def appclass_mem_mb(wildcards):
+    """Host memory of a job on graph/pattern: SPEC's dominant arrays (3 of data edges x pattern
+    edges and 3 of data nodes x pattern edges, float64), three times over for temporaries and the
+    input, over a 1 GB base."""
+    graph = APPCLASS["graphs"][wildcards.graph]
+    pattern = APPCLASS["patterns"][wildcards.pattern]
+    if graph["source"] == "rmat":
+        nodes, edges = 2 ** graph["scale"] + 1, graph["edge_factor"] * 2 ** graph["scale"]
+    else:
+        nodes, edges = _pnnl_rows(graph["vertices"]), _pnnl_rows(graph["edges"])
+    if pattern["source"] == "files":
+        pattern_edges = _pnnl_rows(pattern["edges"], unreadable=64)
+    else:
+        size = pattern["max_pattern_nodes"]
+        pattern_edges = min(size * (size - 1), 4 * size)
+    array_mib = 8 * 3 * (edges + nodes) * pattern_edges / 2**20
+    return int(1000 + 3 * array_mib)
+
+
 def appclass_variant_gpus(variant_name):
     return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1
 # -- hotconv -------------------------------------------------------------------------------------
@@ -419,6 +448,19 @@ def division_job_options(section):
     spec = DIVISION[section]
     keys = ("width", "stem", "image_size", "num_classes")
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
+
+
+def division_job_mem_mb(section):
+    """Host memory of a memory or speed job: on a CPU the activations live in host memory (about
+    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch."""
+    image_pixels = DIVISION[section]["image_size"] ** 2
+
+    def mem_mb(wildcards):
+        if gpu_count():
+            return 8000
+        return int(2000 + 0.005 * int(wildcards.division_batch) * image_pixels)
+
+    return mem_mb
 
 
 def division_benchmark_files(section):

@@ -83,7 +83,7 @@ rule division_memory:
         benchmark_path("division_memory", "{division_model}/{division_method}/b{division_batch}")
     threads: 2
     resources:
-        mem_mb=6000,
+        mem_mb=division_job_mem_mb("memory"),
         runtime=60,
         gpu=gpu_count(),
     conda:
@@ -110,7 +110,7 @@ rule division_speed:
         benchmark_path("division_speed", "{division_model}/{division_method}/b{division_batch}")
     threads: 2
     resources:
-        mem_mb=6000,
+        mem_mb=division_job_mem_mb("speed"),
         runtime=60,
         gpu=gpu_count(),
     conda:
