@@ -19,6 +19,7 @@ import sys  # noqa: E402
 
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
+from membench.core.meter import add_meter_options  # noqa: E402
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
@@ -61,10 +62,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="runs of init + iterations (median reported)")
     bench.add_argument("--reference-npy", help="reference beliefs (.npy) to check agreement against")
     bench.add_argument("--out-npy", help="write this job's beliefs as .npy")
-    bench.add_argument("--sample-interval-s", type=float, default=0.02)
+    add_meter_options(bench, sample_interval_s=0.02)
     bench.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False,
                        help="one extra traced run for peak_tensor_mib (torch tensors)")
-    bench.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
 
     compare = steps.add_parser("compare", help="several variants side by side (separate processes, interleaved)")
     _add_graph_files(compare)

@@ -299,6 +299,15 @@ class Meter:
         return pd.DataFrame(rows, columns=list(MEMLOG_COLUMNS))
 
 
+def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
+    """The meter's command-line options, named as its config keys: ``--sample-interval-s`` and
+    ``--grid-intensity-g-per-kwh``."""
+    parser.add_argument("--sample-interval-s", type=float, default=sample_interval_s,
+                        help="period of the background memory sampler; 0 turns it off")
+    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
+                        help="grid carbon intensity for co2e_g")
+
+
 def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | None:
     """Grams of CO2-equivalent for ``energy_j`` joules at the given grid intensity."""
     if energy_j is None:

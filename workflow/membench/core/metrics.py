@@ -11,7 +11,6 @@ A job writes, atomically, into its output directory:
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -23,6 +22,7 @@ import torch
 from membench.core import atomic
 from membench.core.device import device_name
 from membench.core.errors import InputError
+from membench.core.validate import read_json_object
 
 REQUIRED_FIELDS = (
     "system",
@@ -97,14 +97,6 @@ def check_record(record: dict, path: str | os.PathLike) -> None:
 
 def read_metrics(path: str | os.PathLike) -> dict:
     """Read and check one ``metrics.json``."""
-    path = Path(path)
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, "metrics file not found") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
-    if not isinstance(record, dict):
-        raise InputError(path, "expected a JSON object")
+    record = read_json_object(path, "metrics file not found")
     check_record(record, path)
     return record

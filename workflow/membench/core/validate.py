@@ -6,6 +6,7 @@ and what was expected. Line numbers count the header as line 1, as an editor sho
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Iterable
@@ -104,6 +105,20 @@ def safe_join(base: str | os.PathLike, name: str, path, where: str) -> Path:
     if base_resolved != candidate and base_resolved not in candidate.parents:
         raise InputError(path, f"file name {name!r} resolves outside {base}", where)
     return candidate
+
+
+def read_json_object(path: str | os.PathLike, missing: str) -> dict:
+    """Read a JSON file that must hold one object; ``missing`` says what to do when it is absent."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, missing) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
+    if not isinstance(value, dict):
+        raise InputError(path, "expected a JSON object")
+    return value
 
 
 def readable_nonempty_file(file: Path, path, where: str) -> int:

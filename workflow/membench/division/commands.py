@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
+from membench.core.meter import add_meter_options
 from membench.division.extension import CUDA_CHOICES, KERNEL_CHOICES
 from membench.division.methods import METHODS, MethodSpec
 from membench.division.models import MODELS, STEMS
@@ -30,8 +31,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=MethodSpec.group_size, help="ActNN values per min/scale group")
     parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
     parser.add_argument("--build-manifest", default=None, help="manifest.json of `membench division build`")
-    parser.add_argument("--sample-interval-s", type=float, default=0.05)
-    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+    add_meter_options(parser)
 
 
 def _add_synthetic(parser: argparse.ArgumentParser) -> None:

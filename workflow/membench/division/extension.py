@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import json
 import os
 import platform
 import shutil
@@ -24,6 +23,7 @@ import torch
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.validate import read_json_object
 
 CSRC_DIR = Path(__file__).parent / "csrc"
 CPU_SOURCES = ("division_ops.cpp",)
@@ -106,14 +106,9 @@ def load_extension(manifest_path: str | os.PathLike) -> ModuleType:
     built for another torch version (its ABI would not match).
     """
     manifest_path = Path(manifest_path)
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise InputError(manifest_path, "build manifest not found (run `membench division build`)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(manifest_path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
+    manifest = read_json_object(manifest_path, "build manifest not found (run `membench division build`)")
     for key in ("extension", "library", "torch_version"):
-        if not isinstance(manifest, dict) or key not in manifest:
+        if key not in manifest:
             raise InputError(manifest_path, f"manifest lacks key {key!r}")
     if manifest["torch_version"] != torch.__version__:
         raise InputError(

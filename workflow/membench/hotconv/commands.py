@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from membench.core.device import DEVICE_CHOICES
+from membench.core.meter import add_meter_options
 from membench.hotconv.models import VARIANTS
 
 
@@ -18,11 +19,10 @@ def _add_model_options(parser: argparse.ArgumentParser, defaults: dict) -> None:
                         help="hotconv_eco: bytes of hot windows streamed per chunk")
 
 
-def _add_meter_options(parser: argparse.ArgumentParser) -> None:
+def _add_job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sample-interval-s", type=float, default=0.05)
-    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+    add_meter_options(parser)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -50,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
     _add_model_options(train, {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256})
-    _add_meter_options(train)
+    _add_job_options(train)
 
     bench = steps.add_parser("bench", help="memory sweep: every variant at every batch size x max_len point")
     bench.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
@@ -61,7 +61,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=int, default=2, help="timed training steps per point (median)")
     bench.add_argument("--learning-rate", type=float, default=1e-4)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
-    _add_meter_options(bench)
+    _add_job_options(bench)
 
     plot = steps.add_parser("plot", help="per-variant figure (memory, activations, time, CO2e, accuracy)")
     plot.add_argument("--table", required=True, help="results/tables/hotconv.csv")

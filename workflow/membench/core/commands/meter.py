@@ -7,6 +7,7 @@ import logging
 import time
 
 from membench.core.device import DEVICE_CHOICES, resolve_device
+from membench.core.meter import add_meter_options
 from membench.core.metrics import job_record, write_job_outputs
 
 
@@ -19,8 +20,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--batch-size", type=int, default=32)
     check.add_argument("--steps", type=int, default=20, help="training steps per timed block")
     check.add_argument("--repeats", type=int, default=5, help="timed blocks with and without the meter")
-    check.add_argument("--sample-interval-s", type=float, default=0.05)
-    check.add_argument("--grid-intensity-g-per-kwh", type=float, default=475.0)
+    add_meter_options(check)
     check.add_argument("--seed", type=int, default=0)
     plot = steps.add_parser("plot", help="plot a job's memlog.csv (memory over time)")
     plot.add_argument("--memlog", required=True)
