@@ -45,8 +45,13 @@ def _train_steps(model, optimizer, inputs, targets, steps: int, meter: Meter | N
         optimizer.step()
 
 
-def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, metered: bool) -> float:
-    if not metered:
+_BLOCKS = ("plain", "sampled", "counted")
+
+
+def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str) -> float:
+    """Seconds of ``steps`` steps: without the meter (``plain``), under its sampling thread
+    (``sampled``), or under the thread with saved activations counted (``counted``)."""
+    if block == "plain":
         synchronize(device)
         start = time.perf_counter()
         _train_steps(model, optimizer, inputs, targets, steps, None)
@@ -54,8 +59,13 @@ def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interv
         return time.perf_counter() - start
     with Meter(device, sample_interval_s=sample_interval_s) as probe:
         with probe.phase("train"):
-            _train_steps(model, optimizer, inputs, targets, steps, probe)
+            _train_steps(model, optimizer, inputs, targets, steps, probe if block == "counted" else None)
     return probe.phases["train"].wall_s
+
+
+def _median_overhead_pct(measured: list[float], plain: list[float]) -> float:
+    """Median over repeats of the extra time of ``measured`` blocks over the plain block beside them."""
+    return statistics.median(m / p - 1.0 for m, p in zip(measured, plain)) * 100.0
 
 
 def run_meter_check(
@@ -69,10 +79,11 @@ def run_meter_check(
 ) -> tuple[dict[str, object], "object"]:
     """Train the reference model and measure it; return ``(metrics fields, memlog frame)``.
 
-    The overhead figure alternates ``repeats`` pairs of timed blocks of ``steps`` steps without the
-    meter and with it (sampling thread and saved-activation counting on), and reports the median of
-    the per-pair ratios; ``sampler_cpu_pct`` is the sampling thread's own CPU time as a share of
-    wall time, which machine load does not blur.
+    The overhead figures come from ``repeats`` rounds of three timed blocks of ``steps`` steps each,
+    in rotating order: without the meter, under its sampling thread (``meter_overhead_pct``), and
+    with saved activations counted as well (``activation_count_overhead_pct``); each is the median
+    over rounds of the ratio to the plain block of the same round. ``sampler_cpu_pct`` is the
+    sampling thread's own CPU time as a share of wall time, which machine load does not blur.
     A final phase runs with the live-tensor tracer on as well, for ``peak_tensor_mib``; that tracer
     costs more, so its step time is reported on its own (``traced_step_ms``).
     """
@@ -84,12 +95,13 @@ def run_meter_check(
     targets = torch.randint(0, 10, (batch_size,), generator=generator).to(device)
     _train_steps(model, optimizer, inputs, targets, 2, None)  # warm-up: allocator, kernels
 
-    plain_s, metered_s = [], []
+    seconds: dict[str, list[float]] = {block: [] for block in _BLOCKS}
     for repeat in range(repeats):
-        # Alternate which block runs first so that drift in machine load cancels out.
-        for metered in (False, True) if repeat % 2 == 0 else (True, False):
-            seconds = _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, metered)
-            (metered_s if metered else plain_s).append(seconds)
+        # Rotate the order of the blocks so that drift in machine load cancels out.
+        for block in _BLOCKS[repeat % 3 :] + _BLOCKS[: repeat % 3]:
+            seconds[block].append(
+                _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block)
+            )
 
     with Meter(
         device,
@@ -99,8 +111,7 @@ def run_meter_check(
     ) as meter:
         with meter.phase("train"):
             _train_steps(model, optimizer, inputs, targets, steps, meter)
-    plain, metered = statistics.median(plain_s), statistics.median(metered_s)
-    pair_overheads = [m / p - 1.0 for m, p in zip(metered_s, plain_s)]
+    plain = statistics.median(seconds["plain"])
     summary = meter.summary()
     fields = {
         **summary,
@@ -108,8 +119,10 @@ def run_meter_check(
         "repeats": repeats,
         "sample_interval_s": sample_interval_s,
         "step_ms": plain / steps * 1000.0,
-        "metered_step_ms": metered / steps * 1000.0,
-        "meter_overhead_pct": statistics.median(pair_overheads) * 100.0,
+        "sampled_step_ms": statistics.median(seconds["sampled"]) / steps * 1000.0,
+        "counted_step_ms": statistics.median(seconds["counted"]) / steps * 1000.0,
+        "meter_overhead_pct": _median_overhead_pct(seconds["sampled"], seconds["plain"]),
+        "activation_count_overhead_pct": _median_overhead_pct(seconds["counted"], seconds["plain"]),
         "sampler_cpu_pct": summary["meter_sampler_cpu_s"] / summary["meter_wall_s"] * 100.0,
         "traced_step_ms": meter.phases["train"].wall_s / steps * 1000.0,
         "samples_per_s": batch_size * steps / plain,
