@@ -177,7 +177,7 @@ def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
         if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
-            raise ValueError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+            raise WorkflowError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
         variants[appclass_variant_name(variant)] = variant
     return variants
 
@@ -241,7 +241,7 @@ def appclass_rmat_options(graph):
 
 def appclass_bench_options(variant_name):
     variant = APPCLASS_VARIANTS[variant_name]
-    return cli_options(
+    options = cli_options(
         {
             "implementation": variant["implementation"],
             "device": variant["device"],
@@ -249,10 +249,9 @@ def appclass_bench_options(variant_name):
             "precision": variant["precision"],
             "repeats": APPCLASS["repeats"],
             "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
-            "sample_interval_s": config["meter"]["sample_interval_s"],
-            "grid_intensity_g_per_kwh": config["meter"]["grid_intensity_g_per_kwh"],
         }
     )
+    return f"{options} {meter_options()}"
 
 
 def appclass_bench_dir(graph, pattern, variant):

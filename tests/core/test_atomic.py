@@ -33,3 +33,18 @@ def test_temporary_is_beside_target_so_rename_is_atomic(tmp_path):
         assert not path.exists()
         tmp.write_bytes(b"data")
     assert path.read_bytes() == b"data"
+
+
+def test_directory_is_replaced_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "db"
+    with atomic.atomic_directory(target) as tmp:
+        (tmp / "data").write_text("first")
+    with pytest.raises(RuntimeError):
+        with atomic.atomic_directory(target) as tmp:
+            (tmp / "data").write_text("half")
+            raise RuntimeError("killed mid-build")
+    assert (target / "data").read_text() == "first"
+    with atomic.atomic_directory(target) as tmp:
+        (tmp / "data").write_text("second")
+    assert (target / "data").read_text() == "second"
+    assert sorted(os.listdir(tmp_path)) == ["db"]

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -26,6 +24,7 @@ import lmdb
 import torch
 from tqdm import tqdm
 
+from membench.core import atomic
 from membench.core.errors import InputError
 
 FORMAT = {"format": "membench-image-lmdb", "version": 1}
@@ -71,9 +70,7 @@ def write_lmdb(
     ``estimated_bytes`` (total image bytes) sizes the memory map.
     """
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic.atomic_directory(out_dir) as tmp_dir:
         map_bytes = 2 * (estimated_bytes + count * 2 * _PAGE_BYTES) + _MIN_MAP_BYTES
         env = lmdb.open(str(tmp_dir), map_size=map_bytes, subdir=True, meminit=False, map_async=True)
         written = 0
@@ -92,16 +89,6 @@ def write_lmdb(
             env.sync()
         finally:
             env.close()
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
-            os.replace(out_dir, old / "lmdb")
-            os.replace(tmp_dir, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp_dir, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
     return out_dir
 
 
