@@ -88,3 +88,12 @@ def test_rapl_absent_is_none(tmp_path):
 
 def test_nvml_is_not_opened_for_cpu():
     assert sources.NvmlGpu.open(torch.device("cpu")) is None
+
+
+def test_time_calls_times_each_call():
+    from membench.core.device import time_calls
+
+    calls = []
+    seconds = time_calls(lambda: calls.append(sum(range(10000))), 3, torch.device("cpu"))
+    assert len(seconds) == 3 == len(calls)
+    assert all(s > 0 for s in seconds)

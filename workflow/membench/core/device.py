@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+import time
+from typing import Callable
 
 import torch
 
@@ -42,3 +44,15 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued work on ``device`` so that wall times cover it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def time_calls(call: Callable[[], object], repeats: int, device: torch.device) -> list[float]:
+    """Wall seconds of each of ``repeats`` calls of ``call``, synchronised with ``device`` around each."""
+    seconds = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        call()
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return seconds

@@ -7,12 +7,11 @@ allocator, RAPL) and what the meter's sampling costs, measured side by side in o
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 from torch import nn
 
-from membench.core.device import synchronize
+from membench.core.device import time_calls
 from membench.core.meter import Meter
 
 
@@ -52,11 +51,7 @@ def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interv
     """Seconds of ``steps`` steps: without the meter (``plain``), under its sampling thread
     (``sampled``), or under the thread with saved activations counted (``counted``)."""
     if block == "plain":
-        synchronize(device)
-        start = time.perf_counter()
-        _train_steps(model, optimizer, inputs, targets, steps, None)
-        synchronize(device)
-        return time.perf_counter() - start
+        return time_calls(lambda: _train_steps(model, optimizer, inputs, targets, steps, None), 1, device)[0]
     with Meter(device, sample_interval_s=sample_interval_s) as probe:
         with probe.phase("train"):
             _train_steps(model, optimizer, inputs, targets, steps, probe if block == "counted" else None)

@@ -6,13 +6,12 @@ They take a prepared model and tensors and return numbers; the job runner (``com
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Callable
 
 import torch
 from torch import nn
 
-from membench.core.device import synchronize
+from membench.core.device import synchronize, time_calls
 from membench.core.meter import MIB, Meter
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
@@ -104,13 +103,7 @@ def measure_throughput(model, optimizer, inputs, targets, iterations: int = 16, 
     device = inputs.device
     for _ in range(warmup):
         training_step(model, optimizer, inputs, targets)
-    step_s = []
-    for _ in range(iterations):
-        synchronize(device)
-        start = time.perf_counter()
-        training_step(model, optimizer, inputs, targets)
-        synchronize(device)
-        step_s.append(time.perf_counter() - start)
+    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets), iterations, device)
     median_s = statistics.median(step_s)
     return {
         "images_per_s": inputs.shape[0] / median_s,

@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from membench.core.device import synchronize
+from membench.core.device import time_calls
 from membench.core.meter import Meter
 from membench.core.metrics import job_record
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
@@ -117,20 +117,18 @@ def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_i
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     fields = traced.summary()
-    step_ms = []
+    def step() -> None:
+        F.cross_entropy(model(tokens), labels).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
     with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=False, trace_saved_activations=False,
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as timed:
         with timed.phase("timed"):
-            for _ in range(sweep.steps):
-                begin = time.perf_counter()
-                F.cross_entropy(model(tokens), labels).backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                synchronize(device)
-                step_ms.append((time.perf_counter() - begin) * 1000)
+            step_s = time_calls(step, sweep.steps, device)
     timed_fields = timed.summary()
     fields.update(
-        step_ms=statistics.median(step_ms),
+        step_ms=statistics.median(step_s) * 1000,
         timed_wall_s=timed_fields["timed_wall_s"],
         timed_nvml_peak_mib=timed_fields["nvml_peak_mib"],
         timed_cuda_peak_allocated_mib=timed_fields["cuda_peak_allocated_mib"],
