@@ -55,7 +55,7 @@ def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[float, float]:
-    """``(accuracy in %, mean cross-entropy)`` of ``model`` in eval mode over ``loader``."""
+    """``(accuracy as a fraction, mean cross-entropy)`` of ``model`` in eval mode over ``loader``."""
     model.eval()
     correct, total, loss_sum = 0, 0, 0.0
     for inputs, targets in loader:
@@ -64,7 +64,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tupl
         loss_sum += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
         correct += int((logits.argmax(1) == targets).sum())
         total += targets.numel()
-    return 100.0 * correct / max(total, 1), loss_sum / max(total, 1)
+    return correct / max(total, 1), loss_sum / max(total, 1)
 
 
 def train_model(

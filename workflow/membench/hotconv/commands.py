@@ -149,7 +149,7 @@ def _plot(args: argparse.Namespace) -> None:
     except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
         raise InputError(args.table, f"not a readable table ({exc})") from None
     required = ("variant", "status", "max_len", "batch_size", "step_peak_tensor_mib", "step_ms") if args.step == "plot-sweep" \
-        else ("variant", "accuracy")
+        else ("variant", "test_accuracy")
     missing = [c for c in required if c not in table]
     if missing:
         raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")

@@ -15,7 +15,7 @@ _VARIANT_PANELS = (
     (("activation_mib",), "saved activations, one step (MiB)"),
     (("time_per_epoch_s",), "time per epoch (s)"),
     (("co2e_g",), "CO2e (g)"),
-    (("accuracy",), "test accuracy"),
+    (("test_accuracy",), "test accuracy"),
 )
 
 
@@ -37,7 +37,7 @@ def plot_variants(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         ax.bar(range(len(variants)), means, yerr=[low, high], capsize=3, color="tab:blue")
         ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right")
         ax.set_title(label if column == columns[0] else f"{label.split(' (')[0]} ({column})", fontsize=9)
-        if column == "accuracy" and "majority_accuracy" in table:
+        if column == "test_accuracy" and "majority_accuracy" in table:
             ax.axhline(pd.to_numeric(table["majority_accuracy"]).mean(), color="gray", ls="--", label="majority class")
             ax.legend(fontsize=7, loc="lower right")
     save_figure(fig, png_path)

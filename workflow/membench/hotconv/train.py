@@ -153,7 +153,7 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray, num_classes: i
         roc_auc = float(roc_auc_score(labels, probs, multi_class="ovr", average="macro", labels=classes))
     majority = np.bincount(labels, minlength=num_classes).max() / max(len(labels), 1)
     return {
-        "accuracy": float(accuracy_score(labels, predicted)),
+        "test_accuracy": float(accuracy_score(labels, predicted)),
         "f1_weighted": float(f1_score(labels, predicted, average="weighted", labels=classes, zero_division=0)),
         "roc_auc": roc_auc,
         "majority_accuracy": float(majority),
