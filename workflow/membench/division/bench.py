@@ -15,6 +15,7 @@ from membench.core.device import synchronize, time_calls
 from membench.core.meter import MIB, Meter
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
+from membench.division.precision import FLOAT32, Precision
 from membench.division.models import build_model
 
 
@@ -37,17 +38,17 @@ def make_optimizer(model: nn.Module, lr: float = 0.1, momentum: float = 0.9, wei
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
-def training_step(model, optimizer, inputs, targets, meter: Meter | None = None) -> float:
-    """One SGD step; the forward pass is counted by ``meter.saved_activations`` when a meter is given.
-    Returns the loss."""
+def training_step(model, optimizer, inputs, targets, meter: Meter | None = None, precision: Precision = FLOAT32) -> float:
+    """One SGD step at ``precision``; the forward pass is counted by ``meter.saved_activations``
+    when a meter is given. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
-    if meter is None:
-        loss = nn.functional.cross_entropy(model(inputs), targets)
-    else:
-        with meter.saved_activations(model):
+    with precision.autocast():
+        if meter is None:
             loss = nn.functional.cross_entropy(model(inputs), targets)
-    loss.backward()
-    optimizer.step()
+        else:
+            with meter.saved_activations(model):
+                loss = nn.functional.cross_entropy(model(inputs), targets)
+    precision.backward_step(loss, optimizer)
     return float(loss.detach())
 
 
@@ -68,7 +69,7 @@ def state_bytes(model: nn.Module, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict[str, object]:
+def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precision: Precision = FLOAT32) -> dict[str, object]:
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
     Returns ``oom`` and ``total_memory_mib``: the CUDA allocator peak on a GPU; on a CPU the state
@@ -76,11 +77,11 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict
     out-of-memory error is a result (``oom`` True, memory fields empty), not a failure.
     """
     try:
-        training_step(model, optimizer, inputs, targets)
+        training_step(model, optimizer, inputs, targets, precision=precision)
         held_bytes = state_bytes(model, optimizer)
         synchronize(inputs.device)
         with meter.phase("step") as phase:
-            training_step(model, optimizer, inputs, targets, meter)
+            training_step(model, optimizer, inputs, targets, meter, precision)
     except torch.cuda.OutOfMemoryError:
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
@@ -94,7 +95,9 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict
     return {"oom": False, "total_memory_mib": None if total is None else total / MIB, "state_mib": held_bytes / MIB}
 
 
-def measure_throughput(model, optimizer, inputs, targets, iterations: int = 16, warmup: int = 3) -> dict[str, float]:
+def measure_throughput(
+    model, optimizer, inputs, targets, iterations: int = 16, warmup: int = 3, precision: Precision = FLOAT32
+) -> dict[str, float]:
     """Median training throughput over ``iterations`` timed steps after ``warmup`` untimed ones.
 
     Returns ``images_per_s`` (batch / median step time), ``step_ms_median``, ``step_ms_min``,
@@ -102,8 +105,8 @@ def measure_throughput(model, optimizer, inputs, targets, iterations: int = 16, 
     """
     device = inputs.device
     for _ in range(warmup):
-        training_step(model, optimizer, inputs, targets)
-    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets), iterations, device)
+        training_step(model, optimizer, inputs, targets, precision=precision)
+    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations, device)
     median_s = statistics.median(step_s)
     return {
         "images_per_s": inputs.shape[0] / median_s,
@@ -150,13 +153,15 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int) -> tuple[
     return low, probes
 
 
-def cuda_step_fits(model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int) -> Callable[[int], bool]:
+def cuda_step_fits(
+    model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int, precision: Precision = FLOAT32
+) -> Callable[[int], bool]:
     """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False on CUDA OOM."""
 
     def fits(batch: int) -> bool:
         try:
             inputs, targets = random_batch(batch, image_size, num_classes, device, seed)
-            training_step(model, optimizer, inputs, targets)
+            training_step(model, optimizer, inputs, targets, precision=precision)
             synchronize(device)
             return True
         except torch.cuda.OutOfMemoryError:
