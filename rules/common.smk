@@ -80,6 +80,11 @@ def meter_options():
     )
 
 
+def trace_allocator_option():
+    """``meter.trace_allocator`` as an option of a job that measures memory on a CPU."""
+    return cli_options({"trace_allocator": config["meter"]["trace_allocator"]})
+
+
 # -- BODMAS datasets -----------------------------------------------------------------------------
 BODMAS = config["bodmas"]["datasets"]
 FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile", "time_split_date", "sort_by_size")
@@ -368,6 +373,7 @@ def hotconv_train_options():
                 {
                     "trace_live_tensors": meter["trace_live_tensors"],
                     "trace_saved_activations": meter["trace_saved_activations"],
+                    "trace_allocator": meter["trace_allocator"],
                     "device": config["device"],
                     "seed": config["seed"],
                 }
@@ -384,6 +390,7 @@ def hotconv_sweep_options(name):
         [
             cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
             cli_options({"device": config["device"], "seed": config["seed"]}),
+            trace_allocator_option(),
             meter_options(),
         ]
     )

@@ -36,6 +36,55 @@ def test_meter_on_cpu_reports_exact_fields_and_empty_gpu_fields():
     assert summary["trace_live_tensors"] is True
 
 
+def test_alloc_peak_sees_the_convolution_workspace_peak_tensor_misses():
+    batch, channels, filters, window, positions = 4, 8, 64, 32, 256
+    torch.manual_seed(0)
+    conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
+    x = torch.randn(batch, channels, window * positions)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True, trace_allocator=True) as meter:
+        with meter.phase("step"):
+            conv(x).sum().backward()
+    summary = meter.summary()
+    unfolded_mib = batch * channels * window * positions * 4 / 2**20
+    assert summary["step_alloc_peak_mib"] == summary["alloc_peak_mib"]
+    assert summary["alloc_peak_mib"] >= summary["peak_tensor_mib"] + unfolded_mib
+    assert summary["trace_allocator"] is True and summary["allocator_available"] is True
+    assert summary["host_peak_tensor_mib"] is None  # a CPU job's tensors are all on its device
+
+
+def test_alloc_peak_is_relative_to_the_phase_start_and_keeps_the_maximum_of_reentries():
+    held = torch.empty(10**6)  # allocated before the phases: not charged to them
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_allocator=True) as meter:
+        for size in (1000, 3000, 2000):
+            with meter.phase("step"):
+                torch.empty(size)
+    assert meter.summary()["step_alloc_peak_mib"] == 3000 * 4 / 2**20
+    del held
+
+
+def test_batches_count_the_collated_batch_whatever_made_it():
+    made_outside = [(torch.zeros(100), torch.zeros(10, dtype=torch.int64))]
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
+        with meter.phase("train"):
+            for inputs, labels in meter.batches(made_outside):
+                (inputs * 2).sum()
+    # The batch (400 + 80 bytes) counts as if collated here; inputs * 2 (400) and its sum (4) on top.
+    assert meter.summary()["train_peak_tensor_mib"] == (400 + 80 + 400 + 4) / 2**20
+
+
+def test_meter_does_not_mask_an_exception_in_flight(monkeypatch):
+    import membench.core.meter as meter_module
+
+    def failing_synchronize(device):
+        raise RuntimeError("a pending device error")
+
+    with pytest.raises(ValueError, match="the job's own error"):
+        with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+            monkeypatch.setattr(meter_module, "synchronize", failing_synchronize)
+            with meter.phase("train"):
+                raise ValueError("the job's own error")
+
+
 def test_meter_without_tracers_leaves_their_fields_empty():
     model = nn.Linear(8, 16)
     with Meter(torch.device("cpu"), sample_interval_s=0, trace_saved_activations=False) as meter:
@@ -44,6 +93,7 @@ def test_meter_without_tracers_leaves_their_fields_empty():
     summary = meter.summary()
     assert summary["activation_mib"] is None
     assert summary["peak_tensor_mib"] is None
+    assert summary["alloc_peak_mib"] is None
     assert summary["meter_samples"] >= 2  # start and end samples even without the thread
 
 

@@ -19,10 +19,19 @@ Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine)
     CUDA context exists (HotConv's GRMM_peak, nvidia-smi's view).
 ``cuda_peak_allocated_mib``, ``cuda_peak_reserved_mib``
     torch allocator peaks, reset at the start of every phase.
+``alloc_peak_mib``
+    peak bytes the job's device allocator held during a phase above what it held when the phase
+    began, kernel workspaces included: on CUDA ``max_memory_allocated`` (reset at the phase start)
+    minus ``memory_allocated`` at the start; on a CPU, with ``trace_allocator``, the peak of the
+    CPU allocator's allocation and free events (:class:`~membench.core.tracers.CpuAllocatorTracker`).
+    The figure method comparisons use (a training step's), on every device.
 ``activation_mib``
     peak bytes saved for backward in one training step (saved_tensors_hooks, parameters excluded).
 ``peak_tensor_mib``
-    peak bytes of live tensor storages created during traced phases (a TorchDispatchMode).
+    peak bytes of live tensor storages on the job's device created during traced phases (a
+    TorchDispatchMode); it cannot see buffers kernels allocate for themselves.
+``host_peak_tensor_mib``
+    the same on the host, for a GPU job (staged inputs, index tensors, the collated batch).
 ``peak_rss_mib``
     peak resident set size of the process.
 ``energy_j``, ``co2e_g``
@@ -32,21 +41,24 @@ Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypeVar
 
 import pandas as pd
 import torch
+from torch.utils._pytree import tree_flatten
 
 from membench.core import sources
 from membench.core.device import synchronize
-from membench.core.tracers import LiveTensorTracker, SavedActivationCounter
+from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
 MIB = 2**20
 DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
+_Batch = TypeVar("_Batch")
 MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "cuda_allocated_mib")
 
 
@@ -59,6 +71,8 @@ class PhaseResult:
     cuda_peak_allocated_bytes: int | None = None
     cuda_peak_reserved_bytes: int | None = None
     peak_tensor_bytes: int | None = None
+    host_peak_tensor_bytes: int | None = None
+    alloc_peak_bytes: int | None = None
     nvml_peak_bytes: int | None = None
     rss_peak_bytes: int = 0
     activation_bytes: int | None = None
@@ -92,6 +106,10 @@ class Meter:
         Period of the background sampler (NVML memory.used, RSS, allocator). 0 disables sampling.
     trace_live_tensors : bool
         Track live tensor storages (``peak_tensor_mib``) during phases. Costs time per operator.
+    trace_allocator : bool
+        On a CPU, follow the allocator through the PyTorch profiler (``alloc_peak_mib``) during
+        phases; costs one profiler record per operator. On CUDA the figure comes from torch's
+        allocator statistics at no cost, whatever this says.
     trace_saved_activations : bool
         Count saved activations where the job asks (``saved_activations``). Costs little.
     grid_intensity_g_per_kwh : float
@@ -104,12 +122,15 @@ class Meter:
         *,
         sample_interval_s: float = 0.05,
         trace_live_tensors: bool = False,
+        trace_allocator: bool = False,
         trace_saved_activations: bool = True,
         grid_intensity_g_per_kwh: float = DEFAULT_GRID_INTENSITY_G_PER_KWH,
     ) -> None:
         self.device = torch.device(device)
         self.sample_interval_s = sample_interval_s
         self.trace_live_tensors = trace_live_tensors
+        self.trace_allocator = trace_allocator
+        self._tracker: LiveTensorTracker | None = None
         self.trace_saved_activations = trace_saved_activations
         self.grid_intensity_g_per_kwh = grid_intensity_g_per_kwh
         self._state = _State()
@@ -150,8 +171,10 @@ class Meter:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        synchronize(self.device)
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            # Not while an exception propagates: a pending CUDA error would replace it.
+            synchronize(self.device)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -166,33 +189,61 @@ class Meter:
     # -- phases and tracers ----------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[PhaseResult]:
-        """Measure the enclosed code as phase ``name`` (re-entering a name accumulates its time)."""
+        """Measure the enclosed code as phase ``name`` (re-entering a name keeps the peaks' maximum
+        and accumulates the time). Phases do not nest."""
         result = self._state.phases.setdefault(name, PhaseResult(name))
         previous = self._state.current_phase
         self._state.current_phase = name
-        if self.device.type == "cuda":
+        cuda = self.device.type == "cuda"
+        if cuda:
             synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        tracker = LiveTensorTracker() if self.trace_live_tensors else contextlib.nullcontext()
+            start_allocated = torch.cuda.memory_allocated(self.device)
+        tracker = LiveTensorTracker() if self.trace_live_tensors else None
+        allocator = CpuAllocatorTracker() if self.trace_allocator and not cuda else None
         self._take_sample()
         start = time.perf_counter()
         try:
-            with tracker:
+            with contextlib.ExitStack() as tracers:
+                for tracer in (allocator, tracker):
+                    if tracer is not None:
+                        tracers.enter_context(tracer)
+                self._tracker = tracker
                 yield result
-            synchronize(self.device)
+                synchronize(self.device)
         finally:
+            self._tracker = None
             result.wall_s += time.perf_counter() - start
             self._take_sample()
             self._state.current_phase = previous
-            if self.device.type == "cuda":
-                result.cuda_peak_allocated_bytes = _max(
-                    result.cuda_peak_allocated_bytes, torch.cuda.max_memory_allocated(self.device)
-                )
+            if cuda:
+                peak = torch.cuda.max_memory_allocated(self.device)
+                result.cuda_peak_allocated_bytes = _max(result.cuda_peak_allocated_bytes, peak)
                 result.cuda_peak_reserved_bytes = _max(
                     result.cuda_peak_reserved_bytes, torch.cuda.max_memory_reserved(self.device)
                 )
-            if self.trace_live_tensors:
-                result.peak_tensor_bytes = _max(result.peak_tensor_bytes, tracker.peak_bytes)
+                result.alloc_peak_bytes = _max(result.alloc_peak_bytes, peak - start_allocated)
+            if allocator is not None:
+                result.alloc_peak_bytes = _max(result.alloc_peak_bytes, allocator.peak_bytes)
+            if tracker is not None:
+                result.peak_tensor_bytes = _max(result.peak_tensor_bytes, tracker.peak_bytes(self.device.type))
+                if cuda:
+                    result.host_peak_tensor_bytes = _max(result.host_peak_tensor_bytes, tracker.peak_bytes("cpu"))
+
+    def batches(self, loader: Iterable[_Batch]) -> Iterator[_Batch]:
+        """Yield ``loader``'s batches, counting their tensors in the current phase's tensor peak.
+
+        A batch collated in this process (``num_workers=0``) is created under the tracer; one from a
+        worker process arrives in shared memory, created elsewhere. Counting every batch on arrival
+        makes ``peak_tensor_mib`` (and a GPU job's ``host_peak_tensor_mib``) the same whatever
+        ``num_workers`` is. (The CPU allocator figure sees only batches collated in this process.)
+        """
+        for batch in loader:
+            if self._tracker is not None:
+                for tensor in tree_flatten(batch)[0]:
+                    if isinstance(tensor, torch.Tensor):
+                        self._tracker.add(tensor)
+            yield batch
 
     @contextlib.contextmanager
     def saved_activations(self, model_or_tensors: torch.nn.Module | Iterable[torch.Tensor]) -> Iterator[None]:
@@ -250,7 +301,7 @@ class Meter:
         """Which counters this machine let the meter read."""
         return {
             "nvml_available": self._gpu is not None and self._nvml_baseline_bytes is not None,
-            "allocator_available": self.device.type == "cuda",
+            "allocator_available": self.device.type == "cuda" or self.trace_allocator,
             "rapl_available": self._rapl is not None,
         }
 
@@ -266,6 +317,8 @@ class Meter:
             "cuda_peak_reserved_mib": _mib(_max(*(p.cuda_peak_reserved_bytes for p in phases))),
             "activation_mib": _mib(_max(*(p.activation_bytes for p in phases))),
             "peak_tensor_mib": _mib(_max(*(p.peak_tensor_bytes for p in phases))),
+            "host_peak_tensor_mib": _mib(_max(*(p.host_peak_tensor_bytes for p in phases))),
+            "alloc_peak_mib": _mib(_max(*(p.alloc_peak_bytes for p in phases))),
             "peak_rss_mib": _mib(sources.peak_rss_bytes()),
             "energy_j": self._energy_j,
             "energy_source": self._energy_source,
@@ -274,6 +327,7 @@ class Meter:
             "meter_samples": len(self._state.samples),
             "meter_sampler_cpu_s": self._sampler_cpu_s,
             "trace_live_tensors": self.trace_live_tensors,
+            "trace_allocator": self.trace_allocator,
             "trace_saved_activations": self.trace_saved_activations,
             **self.sources,
         }
@@ -281,6 +335,8 @@ class Meter:
             fields[f"{p.name}_wall_s"] = p.wall_s
             fields[f"{p.name}_activation_mib"] = _mib(p.activation_bytes)
             fields[f"{p.name}_peak_tensor_mib"] = _mib(p.peak_tensor_bytes)
+            fields[f"{p.name}_host_peak_tensor_mib"] = _mib(p.host_peak_tensor_bytes)
+            fields[f"{p.name}_alloc_peak_mib"] = _mib(p.alloc_peak_bytes)
             fields[f"{p.name}_peak_rss_mib"] = _mib(p.rss_peak_bytes)
             fields[f"{p.name}_cuda_peak_allocated_mib"] = _mib(p.cuda_peak_allocated_bytes)
             fields[f"{p.name}_nvml_peak_mib"] = _mib(
@@ -306,6 +362,12 @@ def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
                         help="period of the background memory sampler; 0 turns it off")
     parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
                         help="grid carbon intensity for co2e_g")
+
+
+def add_allocator_option(parser, default: bool = True) -> None:
+    """``--trace-allocator/--no-trace-allocator``: the config key ``meter.trace_allocator``."""
+    parser.add_argument("--trace-allocator", action=argparse.BooleanOptionalAction, default=default,
+                        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib")
 
 
 def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | None:

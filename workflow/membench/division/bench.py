@@ -72,7 +72,8 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
     Returns ``oom`` and ``total_memory_mib``: the CUDA allocator peak on a GPU; on a CPU the state
-    held between steps plus the live-tensor peak of the step (``peak_tensor_mib``). A CUDA
+    held between steps plus the step's allocator peak (``alloc_peak_mib``, with the meter's
+    ``trace_allocator``) or else its live-tensor peak (``peak_tensor_mib``). A CUDA
     out-of-memory error is a result (``oom`` True, memory fields empty), not a failure.
     """
     try:
@@ -87,6 +88,8 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict
         return {"oom": True, "total_memory_mib": None, "state_mib": None}
     if phase.cuda_peak_allocated_bytes is not None:
         total = phase.cuda_peak_allocated_bytes
+    elif phase.alloc_peak_bytes is not None:
+        total = held_bytes + phase.alloc_peak_bytes
     elif phase.peak_tensor_bytes is not None:
         total = held_bytes + phase.peak_tensor_bytes
     else:

@@ -74,6 +74,7 @@ def measure_point(
     device: torch.device,
     *,
     sample_interval_s: float = 0.05,
+    trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
 ) -> dict[str, object]:
     """Measure one grid point; returns a flat record (metrics contract fields plus the sweep's)."""
@@ -88,7 +89,8 @@ def measure_point(
     )
     start = time.perf_counter()
     try:
-        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh))
+        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator,
+                               grid_intensity_g_per_kwh))
     except torch.OutOfMemoryError as exc:
         log.warning("%s batch %d max_len %d: out of memory (%s)", variant, batch_size, max_len, str(exc).splitlines()[0])
         record["status"] = "oom"
@@ -99,14 +101,14 @@ def measure_point(
     return record
 
 
-def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh) -> dict:
+def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh) -> dict:
     torch.manual_seed(sweep.seed)
     model = MalConvNet(spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
     tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
     labels = labels.to(device)
     not_activations = [*model.parameters(), tokens]
-    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True,
+    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True, trace_allocator=trace_allocator,
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as traced:
         with traced.phase("step"):
             with traced.saved_activations(not_activations):
@@ -143,6 +145,7 @@ def run_sweep(
     device: torch.device,
     *,
     sample_interval_s: float = 0.05,
+    trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
 ) -> pd.DataFrame:
     """All grid points, one row each, in one process (so ratios compare like with like).
@@ -157,7 +160,8 @@ def run_sweep(
                 log.info("measuring %s batch %d max_len %d", variant, batch_size, max_len)
                 row = measure_point(
                     sweep, variant, batch_size, max_len, device,
-                    sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+                    sample_interval_s=sample_interval_s, trace_allocator=trace_allocator,
+                    grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
                 )
                 log.info(
                     "%s batch %d max_len %d: %s, step peak %s MiB, activations %s MiB, step %s ms",

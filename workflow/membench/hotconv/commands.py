@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_meter_options
+from membench.core.meter import add_allocator_option, add_meter_options
 from membench.hotconv.models import VARIANTS
 
 
@@ -49,6 +49,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
+    add_allocator_option(train, default=False)
     _add_model_options(train, {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256})
     _add_job_options(train)
 
@@ -60,6 +61,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--max-lens", nargs="+", action="extend", type=int, help="bytes; default: 2097152")
     bench.add_argument("--steps", type=int, default=2, help="timed training steps per point (median)")
     bench.add_argument("--learning-rate", type=float, default=1e-4)
+    add_allocator_option(bench)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
     _add_job_options(bench)
 
@@ -105,7 +107,7 @@ def _train(args: argparse.Namespace) -> None:
     path = train_job(
         files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,
         sample_interval_s=args.sample_interval_s, trace_live_tensors=args.trace_live_tensors,
-        trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+        trace_allocator=args.trace_allocator, trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info("wrote %s", path)
 
@@ -133,7 +135,7 @@ def _bench(args: argparse.Namespace) -> None:
     for variant in sweep.variants:  # a bad model setting fails before any point is measured
         _model_spec(args, variant, sweep.num_classes)
     frame = run_sweep(sweep, resolve_device(args.device), sample_interval_s=args.sample_interval_s,
-                      grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+                      trace_allocator=args.trace_allocator, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
     write_table(frame, args.out, parquet_path_for(args.out))
     logging.info("wrote %s (%d points)", args.out, len(frame))
 
