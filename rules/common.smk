@@ -321,9 +321,8 @@ HOTCONV_TRAIN_KEYS = (
     "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
     "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
 )
-HOTCONV_SWEEP_KEYS = (
-    "variants", "batch_sizes", "max_lens", "num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps",
-)
+HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps")
+HOTCONV_SWEEP_VARIANTS = sorted({variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]})
 
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
@@ -383,8 +382,29 @@ def hotconv_train_options():
     )
 
 
+def hotconv_sweep_point_dir(name, variant, batch_size, max_len):
+    return f"results/hotconv/sweeps/{name}/{variant}/b{batch_size}_l{max_len}"
+
+
+def hotconv_sweep_files(name):
+    """metrics.json of every point of the sweep ``hotconv.<name>`` (variant x batch size x max_len):
+    one job each."""
+    sweep = HOTCONV[name]
+    return [
+        f"{hotconv_sweep_point_dir(name, variant, batch_size, max_len)}/metrics.json"
+        for max_len in sweep["max_lens"]
+        for batch_size in sweep["batch_sizes"]
+        for variant in sweep["variants"]
+    ]
+
+
+def hotconv_sweep_point_mem_mb(name):
+    """Host memory of a sweep point: the paper model at 2 MiB inputs needs several GB on a CPU."""
+    return 4000 if name == "sweep" else 8000
+
+
 def hotconv_sweep_options(name):
-    """Options of ``membench hotconv bench`` for the sweep ``hotconv.<name>`` of the config."""
+    """Options of ``membench hotconv bench`` for a point of the sweep ``hotconv.<name>``."""
     sweep = HOTCONV[name]
     return " ".join(
         [

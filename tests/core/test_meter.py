@@ -147,3 +147,89 @@ def test_time_calls_times_each_call():
     seconds = time_calls(lambda: calls.append(sum(range(10000))), 3, torch.device("cpu"))
     assert len(seconds) == 3 == len(calls)
     assert all(s > 0 for s in seconds)
+
+
+def test_nvml_lookups_never_take_torch_index_as_nvml_index_when_devices_are_hidden():
+    uuid = "6a1b2c3d-0000-1111-2222-333344445555"
+    # CUDA_VISIBLE_DEVICES=3,1: torch's device 0 is NVML's 3 (with PCI order), never NVML's 0.
+    assert sources.nvml_lookups(0, uuid, "3,1", "PCI_BUS_ID", "00000000:3b:00.0") == [
+        ("uuid", f"GPU-{uuid}"), ("uuid", f"MIG-{uuid}"), ("index", 3), ("pci", "00000000:3b:00.0")
+    ]
+    # CUDA's default order is fastest first: an integer entry names no NVML index then.
+    assert sources.nvml_lookups(1, None, "3,1", None, None) == []
+    assert sources.nvml_lookups(1, None, None, "PCI_BUS_ID", None) == [("index", 1)]
+
+
+def test_nvml_lookups_use_mig_uuids_and_skip_the_parent_gpu_bus():
+    mig = "MIG-0f1e2d3c-aaaa-bbbb-cccc-ddddeeeeffff"
+    assert sources.nvml_lookups(0, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [("uuid", mig)]
+    assert sources.nvml_lookups(1, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [
+        ("uuid", "GPU-x"), ("pci", "00000000:3b:00.0")
+    ]
+
+
+class _FakeNvml:
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    class _Process:
+        def __init__(self, pid, used):
+            self.pid, self.usedGpuMemory = pid, used
+
+    def __init__(self, processes):
+        self.processes = processes
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return self.processes
+
+    def nvmlDeviceGetName(self, handle):
+        return b"Fake GPU"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.1"
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return {1: 1980, 2: 2619}[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        raise RuntimeError("not supported")
+
+
+def test_nvml_process_usage_and_description():
+    import os
+
+    fake = _FakeNvml([_FakeNvml._Process(1, 5 * 2**20), _FakeNvml._Process(os.getpid(), 3 * 2**20)])
+    gpu = sources.NvmlGpu(fake, handle=None, found_by="uuid GPU-x")
+    assert gpu.process_used_bytes() == 3 * 2**20
+    assert gpu.process_used_bytes(pid=1) == 5 * 2**20
+    assert gpu.process_used_bytes(pid=2) is None
+    assert sources.NvmlGpu(_FakeNvml([_FakeNvml._Process(os.getpid(), None)]), None, "").process_used_bytes() is None
+    description = gpu.description()
+    assert description["gpu_name"] == "Fake GPU" and description["gpu_driver_version"] == "580.1"
+    assert description["gpu_sm_clock_mhz"] == 1980 and description["gpu_max_sm_clock_mhz"] is None
+    assert description["nvml_device"] == "uuid GPU-x"
+
+
+def test_cpu_summary_records_tf32_and_empty_gpu_description():
+    with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+        with meter.phase("work"):
+            torch.zeros(10)
+    summary = meter.summary()
+    assert summary["tf32_matmul"] == torch.backends.cuda.matmul.allow_tf32
+    assert summary["gpu_name"] is None and summary["nvml_process_peak_mib"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_alloc_peak_is_the_allocator_peak_above_the_phase_start():
+    device = torch.device("cuda")
+    held = torch.empty(2**20, device=device)
+    with Meter(device, sample_interval_s=0) as meter:
+        with meter.phase("step"):
+            first = torch.empty(2**18, device=device)
+            second = torch.empty(2**18, device=device)
+            del first, second
+    summary = meter.summary()
+    assert summary["step_alloc_peak_mib"] == 2 * 2**18 * 4 / 2**20
+    assert summary["cuda_peak_allocated_mib"] >= summary["step_alloc_peak_mib"] + held.numel() * 4 / 2**20
+    assert summary["gpu_name"] is not None or summary["nvml_available"] is False
+    del held

@@ -15,8 +15,11 @@ Usage::
 Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine):
 
 ``nvml_peak_mib``
-    peak NVML ``memory.used`` sampled by a background thread, minus the baseline read after the
-    CUDA context exists (HotConv's GRMM_peak, nvidia-smi's view).
+    peak NVML ``memory.used`` of the whole device sampled by a background thread, minus the
+    baseline read after the CUDA context exists and ``empty_cache`` (HotConv's GRMM_peak,
+    nvidia-smi's view). A shared GPU's other tenants show here.
+``nvml_process_peak_mib``
+    the same for the memory NVML charges to this process alone, where NVML reports it.
 ``cuda_peak_allocated_mib``, ``cuda_peak_reserved_mib``
     torch allocator peaks, reset at the start of every phase.
 ``alloc_peak_mib``
@@ -59,7 +62,9 @@ from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedA
 MIB = 2**20
 DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
 _Batch = TypeVar("_Batch")
-MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "cuda_allocated_mib")
+MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "nvml_process_used_mib", "cuda_allocated_mib")
+_GPU_DESCRIPTION_FIELDS = ("gpu_name", "gpu_driver_version", "gpu_sm_clock_mhz", "gpu_memory_clock_mhz",
+                           "gpu_max_sm_clock_mhz", "gpu_max_memory_clock_mhz", "nvml_device")
 
 
 @dataclass
@@ -74,6 +79,7 @@ class PhaseResult:
     host_peak_tensor_bytes: int | None = None
     alloc_peak_bytes: int | None = None
     nvml_peak_bytes: int | None = None
+    nvml_process_peak_bytes: int | None = None
     rss_peak_bytes: int = 0
     activation_bytes: int | None = None
     samples: int = 0
@@ -85,6 +91,7 @@ class _Sample:
     phase: str
     rss_bytes: int
     nvml_used_bytes: int | None
+    nvml_process_used_bytes: int | None
     cuda_allocated_bytes: int | None
 
 
@@ -141,6 +148,8 @@ class Meter:
         self._gpu: sources.NvmlGpu | None = None
         self._rapl: sources.RaplPackages | None = None
         self._nvml_baseline_bytes: int | None = None
+        self._nvml_process_baseline_bytes: int | None = None
+        self._gpu_description: dict[str, object] = {}
         self._energy_start_j: float | None = None
         self._energy_j: float | None = None
         self._energy_source: str | None = None
@@ -150,12 +159,16 @@ class Meter:
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Meter":
         if self.device.type == "cuda":
-            # The baseline is read after the context exists, so it is not charged to the job.
+            # The baseline is read after the context exists, so it is not charged to the job, and
+            # after the caching allocator returned what it holds unused (an earlier meter's blocks).
             torch.zeros(1, device=self.device)
             synchronize(self.device)
+            torch.cuda.empty_cache()
             self._gpu = sources.NvmlGpu.open(self.device)
         if self._gpu is not None:
             self._nvml_baseline_bytes = self._gpu.used_bytes()
+            self._nvml_process_baseline_bytes = self._gpu.process_used_bytes()
+            self._gpu_description = self._gpu.description()
             self._energy_start_j = self._gpu.energy_j()
             if self._energy_start_j is not None:
                 self._energy_source = "nvml"
@@ -274,12 +287,14 @@ class Meter:
 
     def _take_sample(self) -> None:
         nvml_used = self._gpu.used_bytes() if self._gpu is not None else None
+        nvml_process_used = self._gpu.process_used_bytes() if self._gpu is not None else None
         allocated = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None
         sample = _Sample(
             t_s=time.perf_counter() - self._t0,
             phase=self._state.current_phase,
             rss_bytes=sources.current_rss_bytes(),
             nvml_used_bytes=nvml_used,
+            nvml_process_used_bytes=nvml_process_used,
             cuda_allocated_bytes=allocated,
         )
         with self._lock:
@@ -288,8 +303,8 @@ class Meter:
             if phase is not None:
                 phase.samples += 1
                 phase.rss_peak_bytes = max(phase.rss_peak_bytes, sample.rss_bytes)
-                if nvml_used is not None:
-                    phase.nvml_peak_bytes = _max(phase.nvml_peak_bytes, nvml_used)
+                phase.nvml_peak_bytes = _max(phase.nvml_peak_bytes, nvml_used)
+                phase.nvml_process_peak_bytes = _max(phase.nvml_process_peak_bytes, nvml_process_used)
 
     # -- results ---------------------------------------------------------------------------------
     @property
@@ -308,11 +323,13 @@ class Meter:
     def summary(self) -> dict[str, object]:
         """The flat metrics fields of SPEC section 3, job-wide and per phase (``<phase>_<field>``)."""
         phases = list(self._state.phases.values())
-        nvml_peak = _max(*(p.nvml_peak_bytes for p in phases), *(s.nvml_used_bytes for s in self._state.samples))
+        nvml_peak = _max(*(s.nvml_used_bytes for s in self._state.samples))
+        process_peak = _max(*(s.nvml_process_used_bytes for s in self._state.samples))
         fields: dict[str, object] = {
-            "nvml_peak_mib": _mib(None if nvml_peak is None or self._nvml_baseline_bytes is None
-                                  else max(0, nvml_peak - self._nvml_baseline_bytes)),
+            "nvml_peak_mib": _above(nvml_peak, self._nvml_baseline_bytes),
             "nvml_baseline_mib": _mib(self._nvml_baseline_bytes),
+            "nvml_process_peak_mib": _above(process_peak, self._nvml_process_baseline_bytes),
+            "nvml_process_baseline_mib": _mib(self._nvml_process_baseline_bytes),
             "cuda_peak_allocated_mib": _mib(_max(*(p.cuda_peak_allocated_bytes for p in phases))),
             "cuda_peak_reserved_mib": _mib(_max(*(p.cuda_peak_reserved_bytes for p in phases))),
             "activation_mib": _mib(_max(*(p.activation_bytes for p in phases))),
@@ -330,6 +347,10 @@ class Meter:
             "trace_allocator": self.trace_allocator,
             "trace_saved_activations": self.trace_saved_activations,
             **self.sources,
+            **{name: self._gpu_description.get(name) for name in _GPU_DESCRIPTION_FIELDS},
+            # TF32 changes float32 matmul and convolution results and speed on Ampere and newer.
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         }
         for p in phases:
             fields[f"{p.name}_wall_s"] = p.wall_s
@@ -339,17 +360,16 @@ class Meter:
             fields[f"{p.name}_alloc_peak_mib"] = _mib(p.alloc_peak_bytes)
             fields[f"{p.name}_peak_rss_mib"] = _mib(p.rss_peak_bytes)
             fields[f"{p.name}_cuda_peak_allocated_mib"] = _mib(p.cuda_peak_allocated_bytes)
-            fields[f"{p.name}_nvml_peak_mib"] = _mib(
-                None if p.nvml_peak_bytes is None or self._nvml_baseline_bytes is None
-                else max(0, p.nvml_peak_bytes - self._nvml_baseline_bytes)
-            )
+            fields[f"{p.name}_nvml_peak_mib"] = _above(p.nvml_peak_bytes, self._nvml_baseline_bytes)
+            fields[f"{p.name}_nvml_process_peak_mib"] = _above(p.nvml_process_peak_bytes, self._nvml_process_baseline_bytes)
         return fields
 
     def memlog(self) -> pd.DataFrame:
         """The sampled time series, one row per sample, columns ``MEMLOG_COLUMNS``."""
         with self._lock:
             rows = [
-                (s.t_s, s.phase, s.rss_bytes / MIB, _mib(s.nvml_used_bytes), _mib(s.cuda_allocated_bytes))
+                (s.t_s, s.phase, s.rss_bytes / MIB, _mib(s.nvml_used_bytes), _mib(s.nvml_process_used_bytes),
+                 _mib(s.cuda_allocated_bytes))
                 for s in self._state.samples
             ]
         return pd.DataFrame(rows, columns=list(MEMLOG_COLUMNS))
@@ -379,6 +399,13 @@ def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | N
 
 def _mib(nbytes: int | float | None) -> float | None:
     return None if nbytes is None else nbytes / MIB
+
+
+def _above(peak_bytes: int | None, baseline_bytes: int | None) -> float | None:
+    """MiB of ``peak_bytes`` above ``baseline_bytes`` (never below 0); ``None`` if either is unknown."""
+    if peak_bytes is None or baseline_bytes is None:
+        return None
+    return _mib(max(0, peak_bytes - baseline_bytes))
 
 
 def _max(*values):
