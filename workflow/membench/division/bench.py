@@ -13,10 +13,11 @@ from torch import nn
 
 from membench.core.device import synchronize, time_calls
 from membench.core.meter import MIB, Meter
+from membench.core.oom import is_out_of_memory, oom_fields
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
-from membench.division.precision import FLOAT32, Precision
 from membench.division.models import build_model
+from membench.division.precision import FLOAT32, Precision
 
 
 def prepare_model(
@@ -72,9 +73,11 @@ def state_bytes(model: nn.Module, optimizer) -> int:
 def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precision: Precision = FLOAT32) -> dict[str, object]:
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
-    Returns ``oom`` and ``total_memory_mib``: the CUDA allocator peak on a GPU; on a CPU the state
-    held between steps plus the live-tensor peak of the step (``peak_tensor_mib``). A CUDA
-    out-of-memory error is a result (``oom`` True, memory fields empty), not a failure.
+    Returns ``status`` (``ok`` or ``oom``) and ``total_memory_mib``: the CUDA allocator peak on a
+    GPU; on a CPU the state held between steps plus the step's allocator peak (``alloc_peak_mib``,
+    with the meter's ``trace_allocator``) or else its live-tensor peak (``peak_tensor_mib``). Out of
+    memory, whatever raised it (:func:`~membench.core.oom.is_out_of_memory`), is a result:
+    ``status`` ``oom`` with ``status_message``, memory fields empty.
     """
     try:
         training_step(model, optimizer, inputs, targets, precision=precision)
@@ -82,17 +85,28 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precisi
         synchronize(inputs.device)
         with meter.phase("step") as phase:
             training_step(model, optimizer, inputs, targets, meter, precision)
-    except torch.cuda.OutOfMemoryError:
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()
-        return {"oom": True, "total_memory_mib": None, "state_mib": None}
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        _release(optimizer, inputs.device)
+        return {**oom_fields(exc), "total_memory_mib": None, "state_mib": None}
     if phase.cuda_peak_allocated_bytes is not None:
         total = phase.cuda_peak_allocated_bytes
+    elif phase.alloc_peak_bytes is not None:
+        total = held_bytes + phase.alloc_peak_bytes
     elif phase.peak_tensor_bytes is not None:
         total = held_bytes + phase.peak_tensor_bytes
     else:
         total = None
-    return {"oom": False, "total_memory_mib": None if total is None else total / MIB, "state_mib": held_bytes / MIB}
+    return {"status": "ok", "status_message": None, "total_memory_mib": None if total is None else total / MIB,
+            "state_mib": held_bytes / MIB}
+
+
+def _release(optimizer, device: torch.device) -> None:
+    """Drop the gradients and cached blocks a failed step left behind."""
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def measure_throughput(
@@ -156,7 +170,8 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int) -> tuple[
 def cuda_step_fits(
     model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int, precision: Precision = FLOAT32
 ) -> Callable[[int], bool]:
-    """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False on CUDA OOM."""
+    """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False when it runs out
+    of memory (whatever raised it)."""
 
     def fits(batch: int) -> bool:
         try:
@@ -164,11 +179,12 @@ def cuda_step_fits(
             training_step(model, optimizer, inputs, targets, precision=precision)
             synchronize(device)
             return True
-        except torch.cuda.OutOfMemoryError:
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
             return False
         finally:
-            optimizer.zero_grad(set_to_none=True)
             inputs = targets = None
-            torch.cuda.empty_cache()
+            _release(optimizer, device)
 
     return fits

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_meter_options
+from membench.core.meter import add_allocator_option, add_meter_options
 from membench.division.extension import CUDA_CHOICES, KERNEL_CHOICES
 from membench.division.methods import METHODS, MethodSpec
 from membench.division.precision import AMP_CHOICES
@@ -56,6 +56,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add_common(memory)
     _add_synthetic(memory)
     memory.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
+    add_allocator_option(memory)
 
     speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
     _add_common(speed)
@@ -147,7 +148,8 @@ def _measure(args, device, ranks, start: float) -> None:
         "world_size": ranks.world_size, "amp": args.amp,
     })
     trace_live = args.step == "memory" and args.trace_live_tensors
-    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live,
+    trace_allocator = args.step == "memory" and args.trace_allocator
+    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live, trace_allocator=trace_allocator,
                   trace_saved_activations=args.step in ("memory", "train"), grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
     with meter:
         if args.step == "train":

@@ -129,7 +129,7 @@ def train_model(
         loss_sum, steps = 0.0, 0
         with meter.phase("train") as phase:
             before_s = phase.wall_s
-            for inputs, targets in _loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks):
+            for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
                 loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter, precision)
                 scheduler.step()
                 steps += 1
