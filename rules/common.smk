@@ -461,6 +461,7 @@ def division_method_options():
             "block_size": DIVISION["block_size"],
             "hfc_bits": DIVISION["hfc_bits"],
             "group_size": DIVISION["group_size"],
+            "amp": DIVISION["amp"],
             "kernels": DIVISION["kernels"],
             "build_manifest": DIVISION_BUILD_MANIFEST,
             "device": config["device"],
