@@ -63,13 +63,14 @@ def test_gradients_equal_dense_autograd_on_cuda(no_tf32, variant):
 
 def test_out_of_memory_is_recorded_as_a_result():
     torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(CUDA).total_memory
-    torch.cuda.set_per_process_memory_fraction(512 * 2**20 / total, CUDA)  # 512 MiB for this process
+    index = torch.cuda.current_device()  # the fraction is set per device index
+    total = torch.cuda.get_device_properties(index).total_memory
+    torch.cuda.set_per_process_memory_fraction(512 * 2**20 / total, index)  # 512 MiB for this process
     try:
         # Dense MalConv embeds the whole batch: 16 x 4 MiB x 8 channels x 4 bytes = 2 GiB.
         record = measure_point(SWEEP, "malconv", 16, 4 * 2**20, CUDA, sample_interval_s=0.0)
     finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, CUDA)
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
         torch.cuda.empty_cache()
     assert record["status"] == "oom"
     assert "out of memory" in record["status_message"].lower()
