@@ -194,3 +194,23 @@ def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_pa
     present.write_text(yaml.safe_dump(config))
     planned = snakemake(tmp_path, "-n", configfile=present)
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+
+
+def _planned_sweep_points(result: subprocess.CompletedProcess) -> set[str]:
+    """Variants whose sweep point a dry run would measure."""
+    return {
+        line.split("/sweeps/sweep/")[1].split("/")[0]
+        for line in result.stdout.splitlines()
+        if line.strip().startswith("output:") and "/sweeps/sweep/" in line
+    }
+
+
+def test_sweep_killed_half_way_resumes_with_only_the_missing_points(tmp_path):
+    points = [f"results/hotconv/sweeps/sweep/{variant}/b2_l2048/metrics.json" for variant in ("malconv", "hotconv")]
+    first = snakemake(tmp_path, *points)  # the run stopped after these two points
+    assert first.returncode == 0, first.stderr[-4000:]
+    written = {p: (tmp_path / p).stat().st_mtime_ns for p in points}
+    rest = snakemake(tmp_path, "-n", "results/tables/hotconv_sweep.csv")
+    assert rest.returncode == 0, rest.stderr[-4000:]
+    assert _planned_sweep_points(rest) == {"malconv2", "hotconv_eco"}
+    assert written == {p: (tmp_path / p).stat().st_mtime_ns for p in points}
