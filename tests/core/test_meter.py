@@ -72,6 +72,22 @@ def test_batches_count_the_collated_batch_whatever_made_it():
     assert meter.summary()["train_peak_tensor_mib"] == (400 + 80 + 400 + 4) / 2**20
 
 
+def _loader_peak_mib(num_workers: int) -> float:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.arange(16))
+    loader = DataLoader(data, batch_size=4, num_workers=num_workers)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
+        with meter.phase("train"):
+            for inputs, labels in meter.batches(loader):
+                inputs.sum()
+    return meter.summary()["train_peak_tensor_mib"]
+
+
+def test_the_collated_batch_counts_the_same_whatever_num_workers_is():
+    assert _loader_peak_mib(0) == _loader_peak_mib(1) > 0
+
+
 def test_meter_does_not_mask_an_exception_in_flight(monkeypatch):
     import membench.core.meter as meter_module
 

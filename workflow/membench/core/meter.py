@@ -27,7 +27,9 @@ Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine)
     began, kernel workspaces included: on CUDA ``max_memory_allocated`` (reset at the phase start)
     minus ``memory_allocated`` at the start; on a CPU, with ``trace_allocator``, the peak of the
     CPU allocator's allocation and free events (:class:`~membench.core.tracers.CpuAllocatorTracker`).
-    The figure method comparisons use (a training step's), on every device.
+    The figure method comparisons use (a training step's), on every device. Blocks allocated before
+    the phase and freed in it (gradients a step starts by dropping) lower the CUDA figure; the CPU
+    profiler does not know their size, so on a CPU they are not subtracted.
 ``activation_mib``
     peak bytes saved for backward in one training step (saved_tensors_hooks, parameters excluded).
 ``peak_tensor_mib``
