@@ -209,3 +209,69 @@ def test_digit_sizes_larger_than_the_image_are_rejected():
 
     with pytest.raises(InputError, match=r"max_digit_size \(26\) <= image_size \(16\)"):
         DigitsSpec(image_size=16)
+
+
+def _snapshot(root):
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("out", [".", "train", "train/cat"])
+def test_lmdb_over_the_image_folder_is_refused_and_deletes_nothing(image_folder, out, capsys):
+    from membench.cli import main
+
+    before = _snapshot(image_folder)
+    code = main(["images", "lmdb", "--root", str(image_folder), "--split", "train", "--out", str(image_folder / out)])
+    err = capsys.readouterr().err
+    assert code == 2 and str(image_folder / out) in err and ("refusing" in err or "the input" in err)
+    assert _snapshot(image_folder) == before
+
+
+def test_cifar_over_its_batches_is_refused_and_deletes_nothing(tmp_path, capsys):
+    from membench.cli import main
+
+    _write_cifar10(tmp_path / "cifar")
+    before = _snapshot(tmp_path)
+    for out in (tmp_path / "cifar", tmp_path):
+        code = main(["images", "cifar", "--batches", str(tmp_path / "cifar"), "--variant", "cifar10",
+                     "--split", "train", "--out", str(out)])
+        assert code == 2
+        assert str(out) in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before
+
+
+def test_lmdb_over_a_user_directory_is_refused_but_a_previous_lmdb_is_replaced(image_folder, tmp_path):
+    user = tmp_path / "notes"
+    user.mkdir()
+    (user / "thesis.tex").write_text("precious")
+    with pytest.raises(InputError, match="not a membench output"):
+        folder_to_lmdb(image_folder, "train", user)
+    assert (user / "thesis.tex").read_text() == "precious" and sorted(os.listdir(user)) == ["thesis.tex"]
+    digits = tmp_path / "digits"
+    from membench.data.images.generate import generate_digits_folder
+
+    generate_digits_folder(digits, DigitsSpec(images_per_class=1))
+    with pytest.raises(InputError, match="'digits-image-folder' output, not a previous 'image-lmdb'"):
+        folder_to_lmdb(image_folder, "train", digits)
+    out = tmp_path / "train.lmdb"
+    folder_to_lmdb(image_folder, "train", out)
+    folder_to_lmdb(image_folder, "train", out)
+    assert read_metadata(out)[0] == 6
+
+
+def test_digits_folder_refuses_a_user_directory_and_uses_the_umask(tmp_path):
+    from membench.data.images.generate import generate_digits_folder
+
+    user = tmp_path / "photos"
+    user.mkdir()
+    (user / "a.png").write_bytes(b"precious")
+    with pytest.raises(InputError, match="refusing"):
+        generate_digits_folder(user, DigitsSpec(images_per_class=1))
+    assert sorted(os.listdir(user)) == ["a.png"]
+    previous = os.umask(0o022)
+    try:
+        counts = generate_digits_folder(tmp_path / "digits", DigitsSpec(images_per_class=2))
+        generate_digits_folder(tmp_path / "digits", DigitsSpec(images_per_class=2))
+    finally:
+        os.umask(previous)
+    assert sum(counts.values()) == 20
+    assert oct((tmp_path / "digits").stat().st_mode & 0o777) == oct(0o755)

@@ -54,7 +54,8 @@ def folder_to_lmdb(root: str | os.PathLike, split: str, out_dir: str | os.PathLi
     The encoded image bytes are stored as they are on disk (no re-encoding); ``verify`` checks
     that each file parses as an image first, naming the file that does not.
     """
-    items, classes = scan_image_folder(Path(root) / split)
+    split_dir = Path(root) / split
+    items, classes = scan_image_folder(split_dir)
     total_bytes = sum(f.stat().st_size for f, _ in items)
     records = ((label, _checked_bytes(f, verify)) for f, label in items)
-    return write_lmdb(out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb")
+    return write_lmdb(out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb", inputs=[split_dir])

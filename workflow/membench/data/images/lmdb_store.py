@@ -28,6 +28,7 @@ from membench.core import atomic
 from membench.core.errors import InputError
 
 FORMAT = {"format": "membench-image-lmdb", "version": 1}
+OUTPUT_KIND = "image-lmdb"
 LABEL = struct.Struct("<q")
 KEY_DIGITS = 10
 _MIN_MAP_BYTES = 64 * 2**20
@@ -62,15 +63,18 @@ def write_lmdb(
     classes: list[str],
     estimated_bytes: int,
     description: str = "lmdb",
+    inputs: Iterable[str | os.PathLike] = (),
 ) -> Path:
     """Write ``count`` ``(label, image bytes)`` records to a new LMDB directory ``out_dir``.
 
     The environment is built in a temporary directory beside ``out_dir`` and renamed onto it at the
     end (a replaced ``out_dir`` is removed only then), so a killed build leaves no half LMDB.
+    An existing ``out_dir`` that is not a previous image LMDB, or that is or holds one of
+    ``inputs``, is refused (:class:`InputError`) and left untouched.
     ``estimated_bytes`` (total image bytes) sizes the memory map.
     """
     out_dir = Path(out_dir)
-    with atomic.atomic_directory(out_dir) as tmp_dir:
+    with atomic.atomic_directory(out_dir, OUTPUT_KIND, inputs) as tmp_dir:
         map_bytes = 2 * (estimated_bytes + count * 2 * _PAGE_BYTES) + _MIN_MAP_BYTES
         env = lmdb.open(str(tmp_dir), map_size=map_bytes, subdir=True, meminit=False, map_async=True)
         written = 0
