@@ -427,6 +427,11 @@ def digits_options(dataset):
     return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
 
 
+def division_build_input():
+    """The build manifest a division job waits for; none when the config picks the pure-torch kernels."""
+    return [] if DIVISION["kernels"] == "torch" else DIVISION_BUILD_MANIFEST
+
+
 def division_method_options():
     """Method settings and kernel choice shared by every division job."""
     return cli_options(
@@ -435,7 +440,7 @@ def division_method_options():
             "hfc_bits": DIVISION["hfc_bits"],
             "group_size": DIVISION["group_size"],
             "kernels": DIVISION["kernels"],
-            "build_manifest": DIVISION_BUILD_MANIFEST,
+            "build_manifest": division_build_input() or None,
             "device": config["device"],
             "seed": config["seed"],
         }
