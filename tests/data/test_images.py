@@ -275,3 +275,84 @@ def test_digits_folder_refuses_a_user_directory_and_uses_the_umask(tmp_path):
         os.umask(previous)
     assert sum(counts.values()) == 20
     assert oct((tmp_path / "digits").stat().st_mode & 0o777) == oct(0o755)
+
+
+def _jpeg(size=32) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def _png_declaring(width, height) -> bytes:
+    """A PNG whose header declares width x height pixels (its data is a 1x1 image's, so it is tiny)."""
+    import struct
+    import zlib
+
+    png = _png((1, 2, 3), size=1)
+    header = png[8:33]
+    ihdr = struct.pack(">II", width, height) + header[16:21]
+    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return png[:8] + chunk + png[33:]
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("truncated.jpg", _jpeg()[:-200], "truncated"),
+    ("bomb.png", _png_declaring(20000, 20000), "too many pixels"),
+    ("text.png", b"hello", "do not decode as an image"),
+])
+def test_verify_rejects_truncated_huge_and_foreign_images_naming_the_file(image_folder, tmp_path, name, content, message):
+    bad = image_folder / "train" / "cat" / name
+    bad.write_bytes(content)
+    with pytest.raises(InputError, match=message) as error:
+        folder_to_lmdb(image_folder, "train", tmp_path / "out")
+    assert str(bad) in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_declared_image_in_a_record_is_an_input_error(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, record_key(0), (0).to_bytes(8, "little") + _png_declaring(20000, 20000))
+    with pytest.raises(InputError, match="key '0000000000'.*too many pixels"):
+        ImageLMDB(out)[0]
+
+
+@pytest.mark.parametrize("value", [b"true", b"-1", b"1.5", b'"3"', b"null"])
+def test_metadata_length_must_be_a_non_negative_integer(image_folder, tmp_path, value):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, b"__len__", value)
+    with pytest.raises(InputError, match="'__len__'"):
+        read_metadata(out)
+
+
+def _damage(out, damage):
+    data = out / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    if damage == "truncate_header":
+        raw = raw[:5000]
+    elif damage == "truncate_pages":
+        raw = raw[: len(raw) - 4096]
+    elif damage == "zero_meta":
+        raw[: 2 * 4096] = bytes(2 * 4096)
+    else:
+        raw[2 * 4096:] = np.random.default_rng(0).integers(0, 256, len(raw) - 2 * 4096, dtype=np.uint8).tobytes()
+    data.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage,message", [("truncate_header", "truncated"), ("truncate_pages", "truncated"),
+                                            ("zero_meta", "no valid meta page")])
+def test_a_damaged_data_mdb_is_an_input_error_naming_the_file(image_folder, tmp_path, damage, message):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _damage(out, damage)
+    with pytest.raises(InputError, match=message) as error:
+        ImageLMDB(out)
+    assert str(out / "data.mdb") in str(error.value)
+
+
+def test_check_reads_every_record_and_survives_liblmdb_crashing_on_damaged_pages(image_folder, tmp_path, capsys):
+    from membench.cli import main
+
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    assert main(["images", "check", "--lmdb", str(out)]) == 0
+    _damage(out, "garbage_pages")
+    assert main(["images", "check", "--lmdb", str(out)]) == 2
+    assert str(out) in capsys.readouterr().err
