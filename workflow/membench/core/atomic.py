@@ -1,6 +1,7 @@
 """Atomic file writes: a temporary file in the target's directory, then ``os.replace``.
 
-A reader (or a killed job) sees either the old file or the complete new one, never a part.
+A reader (or a killed job) sees either the old file or the complete new one, never a part; a
+write that fails because the device is full raises :class:`InputError` naming the target.
 Nothing membench did not create is replaced: a directory output carries a marker file naming its
 kind, and an existing target without the marker of the same kind, or a target that is or holds one
 of the job's inputs, is refused with :class:`InputError` before anything is touched.
@@ -9,6 +10,7 @@ of the job's inputs, is refused with :class:`InputError` before anything is touc
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -19,6 +21,28 @@ from typing import Any, Iterable, Iterator
 from membench.core.errors import InputError
 
 OUTPUT_MARKER = ".membench-output.json"
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# Below this many free bytes a failed write is reported as a full device: writers such as
+# torch.save and liblmdb report ENOSPC as their own error types without the errno.
+_FULL_DEVICE_BYTES = 2**20
+
+
+def _device_full_error(target: Path, exc: BaseException) -> InputError | None:
+    """An :class:`InputError` naming ``target`` when ``exc`` happened because its device is full."""
+    if not isinstance(exc, Exception) or isinstance(exc, InputError):
+        return None
+    try:
+        stats = os.statvfs(target.parent)
+        free_bytes = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free_bytes = None
+    full = (isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS) or (
+        free_bytes is not None and free_bytes < _FULL_DEVICE_BYTES
+    )
+    if not full:
+        return None
+    kept = "the previous version is unchanged" if target.exists() else "nothing was written"
+    return InputError(target, f"cannot write: no space left on the device ({free_bytes} bytes free); {kept} ({exc})")
 
 
 def current_umask() -> int:
@@ -66,8 +90,11 @@ def atomic_path(
         yield tmp
         os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
+        full = _device_full_error(target, exc)  # before the unlink frees the space
         tmp.unlink(missing_ok=True)
+        if full is not None:
+            raise full from exc
         raise
 
 
@@ -116,8 +143,11 @@ def atomic_directory(path: str | os.PathLike, kind: str, inputs: Iterable[str | 
             shutil.rmtree(old)
         else:
             os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
+        full = _device_full_error(target, exc)
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from exc
         raise
 
 
