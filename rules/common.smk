@@ -4,13 +4,28 @@
 import os
 import re
 import shlex
+import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 ENV = "../envs/membench.yaml"
 
 # Each rules file appends the tables and figures it contributes to the default target.
 FINAL_OUTPUTS = []
+
+
+# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock, stdlib only) -----
+sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
+from membench.core import snakemake_lock
+
+_stale_lock = snakemake_lock.clear_stale_lock()
+if _stale_lock:
+    logger.warning(f"membench: {_stale_lock}")
+
+
+onstart:
+    snakemake_lock.record_owner()
 
 
 def final_outputs():

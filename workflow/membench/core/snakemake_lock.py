@@ -1,0 +1,72 @@
+"""Recover Snakemake's working-directory lock after the Snakemake process was killed.
+
+Snakemake locks its working directory (``.snakemake/locks``) and removes the lock when it exits;
+killed with SIGKILL (an out-of-memory kill, a lost login session, a scheduler's time limit) it
+leaves the lock behind, and every later ``snakemake`` refuses to start until ``--unlock``. The
+workflow records which process holds the lock (:func:`record_owner`, from ``onstart``) and, when it
+starts again, removes a lock whose holder is gone (:func:`clear_stale_lock`). A lock whose holder is
+alive, runs on another host, or was not recorded is left alone.
+
+Imported by the Snakefile's rules, so this module uses the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+OWNER_NAME = "membench-lock-owner.json"
+
+
+def record_owner(snakemake_dir: str | os.PathLike = ".snakemake", pid: int | None = None) -> Path:
+    """Record this host and ``pid`` (default: this process) as the holder of the lock."""
+    pid = os.getpid() if pid is None else pid
+    path = Path(snakemake_dir) / OWNER_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{pid}.tmp")
+    tmp.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "start_ticks": _start_ticks(pid)}))
+    os.replace(tmp, path)
+    return path
+
+
+def clear_stale_lock(snakemake_dir: str | os.PathLike = ".snakemake") -> str | None:
+    """Remove the lock when its recorded holder on this host has exited; return what was done."""
+    snakemake_dir = Path(snakemake_dir)
+    locks = snakemake_dir / "locks"
+    owner_path = snakemake_dir / OWNER_NAME
+    if not locks.is_dir() or not any(locks.iterdir()) or not owner_path.is_file():
+        return None
+    try:
+        owner = json.loads(owner_path.read_text())
+        host, pid, start_ticks = owner["host"], int(owner["pid"]), owner.get("start_ticks")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if host != socket.gethostname() or _alive(pid, start_ticks):
+        return None
+    shutil.rmtree(locks, ignore_errors=True)
+    owner_path.unlink(missing_ok=True)
+    return f"removed the lock of Snakemake process {pid}, which is no longer running (killed?)"
+
+
+def _alive(pid: int, start_ticks: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # The pid exists: the same process only if it started at the recorded time (pids are reused).
+    now = _start_ticks(pid)
+    return start_ticks is None or now is None or now == start_ticks
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), if readable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
