@@ -31,9 +31,10 @@ from typing import Callable, Iterable
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# Fields that measure the run rather than its result: timings, sampled memory and energy, and the
-# bookkeeping of where a run resumed. Everything else must match an uninterrupted run exactly.
-VOLATILE_SUFFIXES = ("_s", "_ms", "_per_s", "_mib", "_j", "_g", "_ratio")
+# Fields that measure the run rather than its result: timings, sampled memory and energy (named by
+# their unit: ``wall_s``, ``epoch_s_mean``, ``step_ms``, ``peak_rss_mib``, ``energy_j``, ``co2e_g``), and
+# the bookkeeping of where a run resumed. Everything else must match an uninterrupted run exactly.
+VOLATILE_UNITS = {"s", "ms", "mib", "j", "g"}
 VOLATILE_FIELDS = {"host", "resumed_from_epoch", "torch_threads", "meter_samples"}
 _POLL_S = 0.05
 # Kills per job: 2 keeps CI short; MEMBENCH_FAULT_KILLS=10 gives the figures in docs/reliability.md.
@@ -156,7 +157,7 @@ def record_survived(survived: bool = True) -> None:
 
 
 def comparable(record: dict) -> dict:
-    """``record`` without its :data:`VOLATILE_FIELDS` and fields ending in :data:`VOLATILE_SUFFIXES`."""
+    """``record`` without its :data:`VOLATILE_FIELDS` and fields named with a :data:`VOLATILE_UNITS` unit."""
     return {k: v for k, v in record.items() if not _volatile(k)}
 
 
@@ -170,7 +171,7 @@ def comparable_table(path: str | os.PathLike):
 
 
 def _volatile(name: str) -> bool:
-    return name in VOLATILE_FIELDS or name.endswith(VOLATILE_SUFFIXES)
+    return name in VOLATILE_FIELDS or not VOLATILE_UNITS.isdisjoint(name.split("_"))
 
 
 def assert_metrics_absent_or_complete(outdir: str | os.PathLike) -> None:

@@ -112,3 +112,26 @@ def test_new_outputs_follow_the_umask_not_0700(tmp_path):
         os.umask(previous)
     assert oct((tmp_path / "db").stat().st_mode & 0o777) == oct(0o750)
     assert oct((tmp_path / "file.txt").stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_temporaries_of_killed_writers_are_removed_by_the_next_write(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = socket.gethostname()
+    dead_dir = tmp_path / f".db.{host}.{child.pid}.abc"
+    dead_dir.mkdir()
+    (dead_dir / "data.mdb").write_bytes(b"half")
+    dead_file = tmp_path / f".table.csv.{host}.{child.pid}.xyz.csv"
+    dead_file.write_text("half")
+    live = tmp_path / f".db.{host}.{os.getpid()}.live"
+    live.mkdir()
+    other_host = tmp_path / f".db.elsewhere.{child.pid}.abc"
+    other_host.mkdir()
+    with atomic.atomic_directory(tmp_path / "db", "db"):
+        pass
+    atomic.write_text(tmp_path / "table.csv", "whole")
+    assert sorted(os.listdir(tmp_path)) == sorted(["db", "table.csv", live.name, other_host.name])

@@ -28,10 +28,18 @@ def bodmas_fold(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def digits(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("digits")
-    spec = DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14, images_per_class=40)
+    spec = DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14, images_per_class=12)
     generate_digits_folder(root / "folder", spec)
     lmdbs = {split: folder_to_lmdb(root / "folder", split, root / f"{split}.lmdb") for split in ("train", "val")}
     return {"folder": root / "folder", **lmdbs}
+
+
+@pytest.fixture(scope="session")
+def all_digits_folder(tmp_path_factory) -> Path:
+    """Every scikit-learn digit (about 1800 images): an LMDB build long enough to be killed mid-write."""
+    root = tmp_path_factory.mktemp("all_digits")
+    generate_digits_folder(root / "folder", DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14))
+    return root / "folder"
 
 
 @pytest.fixture(scope="session")

@@ -26,8 +26,8 @@ def _hotconv_train(fold, outdir):
 def _division_train(digits, outdir):
     return faults.membench(
         "division", "train", "--outdir", outdir, "--method", "division", "--width", "4", "--image-size", "16",
-        "--train-lmdb", digits["train"], "--val-lmdb", digits["val"], "--dataset", "digits", "--epochs", "3",
-        "--batch-size", "32", "--num-workers", "0", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
+        "--train-lmdb", digits["train"], "--val-lmdb", digits["val"], "--dataset", "digits", "--epochs", "2",
+        "--batch-size", "16", "--num-workers", "0", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
 
 
 def _division_point(outdir):
@@ -85,8 +85,8 @@ def _records(path):
         return list(txn.cursor())
 
 
-def test_lmdb_build_is_never_left_half_written_after_kill_9(digits, tmp_path):
-    command = lambda out: faults.membench("images", "lmdb", "--root", digits["folder"], "--split", "train", "--out", out)  # noqa: E731
+def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, tmp_path):
+    command = lambda out: faults.membench("images", "lmdb", "--root", all_digits_folder, "--split", "train", "--out", out)  # noqa: E731
     reference = faults.run(command(tmp_path / "clean"))
     outdir = tmp_path / "killed"
 
@@ -94,11 +94,13 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(digits, tmp_path):
         if outdir.exists():  # only ever the complete LMDB
             assert read_metadata(outdir)[0] == read_metadata(tmp_path / "clean")[0]
             assert check_lmdb(outdir) == read_metadata(outdir)[0]
-        assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] in (["clean"], ["clean", "killed"],
-                                                                                       ["killed", "clean"])
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) in (["clean"], ["clean", "killed"])
 
-    delays = faults.kill_delays(15, faults.KILLS_PER_JOB, reference.wall_s)
-    outcome = faults.kill_and_rerun(command(outdir), delays, after_kill, job="images lmdb")
+    # Kill while the LMDB is being written (its hidden temporary exists), at a seeded random point.
+    writing = lambda: any(p.name.startswith(".killed.") for p in tmp_path.iterdir())  # noqa: E731
+    delays = faults.kill_delays(15, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.3)
+    outcome = faults.kill_and_rerun(command(outdir), delays, after_kill, started=writing, job="images lmdb")
     assert outcome.kills_injected >= 1
     assert _records(outdir) == _records(tmp_path / "clean")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "killed"]  # the killed builds' temporaries removed
     faults.record_survived()

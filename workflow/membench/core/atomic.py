@@ -1,7 +1,8 @@
 """Atomic file writes: a temporary file in the target's directory, then ``os.replace``.
 
 A reader (or a killed job) sees either the old file or the complete new one, never a part; a
-write that fails because the device is full raises :class:`InputError` naming the target.
+write that fails because the device is full raises :class:`InputError` naming the target. The
+hidden temporaries a killed writer leaves are removed by the next write of the same target.
 Nothing membench did not create is replaced: a directory output carries a marker file naming its
 kind, and an existing target without the marker of the same kind, or a target that is or holds one
 of the job's inputs, is refused with :class:`InputError` before anything is touched.
@@ -14,17 +15,41 @@ import errno
 import json
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from membench.core.errors import InputError
+from membench.core.processes import process_alive
 
 OUTPUT_MARKER = ".membench-output.json"
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 # Below this many free bytes a failed write is reported as a full device: writers such as
 # torch.save and liblmdb report ENOSPC as their own error types without the errno.
 _FULL_DEVICE_BYTES = 2**20
+
+
+def _temporary_prefix(target: Path) -> str:
+    """Temporaries beside ``target`` are named after it, this host and this process, so that the
+    next writer can tell those of a killed writer from those of a running one."""
+    return f".{target.name}.{socket.gethostname()}.{os.getpid()}."
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove temporaries of ``target`` left by writers on this host that were killed."""
+    prefix = f".{target.name}.{socket.gethostname()}."
+    try:
+        siblings = [p for p in target.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return
+    for sibling in siblings:
+        pid = sibling.name[len(prefix) :].split(".", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            if sibling.is_dir() and not sibling.is_symlink():
+                shutil.rmtree(sibling, ignore_errors=True)
+            else:
+                sibling.unlink(missing_ok=True)
 
 
 def _device_full_error(target: Path, exc: BaseException) -> InputError | None:
@@ -83,7 +108,8 @@ def atomic_path(
     if target.is_dir():
         raise InputError(target, "the output path is an existing directory; expected a file path")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or ".tmp", dir=target.parent)
+    _remove_stale_temporaries(target)
+    fd, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=suffix or ".tmp", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -131,13 +157,14 @@ def atomic_directory(path: str | os.PathLike, kind: str, inputs: Iterable[str | 
                 " (remove it yourself or choose another output path)",
             )
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    _remove_stale_temporaries(target)
+    tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), dir=target.parent))
     try:
         os.chmod(tmp, 0o777 & ~current_umask())
         yield tmp
         write_json(tmp / OUTPUT_MARKER, {"kind": kind})
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+            old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target) + "old.", dir=target.parent))
             os.replace(target, old / target.name)
             os.replace(tmp, target)
             shutil.rmtree(old)

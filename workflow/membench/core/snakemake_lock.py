@@ -18,6 +18,8 @@ import shutil
 import socket
 from pathlib import Path
 
+from membench.core.processes import process_alive, start_ticks_of
+
 OWNER_NAME = "membench-lock-owner.json"
 
 
@@ -27,7 +29,7 @@ def record_owner(snakemake_dir: str | os.PathLike = ".snakemake", pid: int | Non
     path = Path(snakemake_dir) / OWNER_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{pid}.tmp")
-    tmp.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "start_ticks": _start_ticks(pid)}))
+    tmp.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "start_ticks": start_ticks_of(pid)}))
     os.replace(tmp, path)
     return path
 
@@ -44,29 +46,8 @@ def clear_stale_lock(snakemake_dir: str | os.PathLike = ".snakemake") -> str | N
         host, pid, start_ticks = owner["host"], int(owner["pid"]), owner.get("start_ticks")
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if host != socket.gethostname() or _alive(pid, start_ticks):
+    if host != socket.gethostname() or process_alive(pid, start_ticks):
         return None
     shutil.rmtree(locks, ignore_errors=True)
     owner_path.unlink(missing_ok=True)
     return f"removed the lock of Snakemake process {pid}, which is no longer running (killed?)"
-
-
-def _alive(pid: int, start_ticks: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # The pid exists: the same process only if it started at the recorded time (pids are reused).
-    now = _start_ticks(pid)
-    return start_ticks is None or now is None or now == start_ticks
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), if readable."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
