@@ -4,7 +4,6 @@
 import os
 import re
 import shlex
-import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
@@ -15,8 +14,7 @@ ENV = "../envs/membench.yaml"
 FINAL_OUTPUTS = []
 
 
-# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock, stdlib only) -----
-sys.path.insert(0, os.path.join(workflow.basedir, "workflow"))
+# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock) ------------------
 from membench.core import snakemake_lock
 
 _stale_lock = snakemake_lock.clear_stale_lock()
@@ -93,6 +91,11 @@ def meter_options():
             "grid_intensity_g_per_kwh": meter["grid_intensity_g_per_kwh"],
         }
     )
+
+
+def trace_allocator_option():
+    """``meter.trace_allocator`` as an option of a job that measures memory on a CPU."""
+    return cli_options({"trace_allocator": config["meter"]["trace_allocator"]})
 
 
 # -- BODMAS datasets -----------------------------------------------------------------------------
@@ -331,9 +334,8 @@ HOTCONV_TRAIN_KEYS = (
     "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
     "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
 )
-HOTCONV_SWEEP_KEYS = (
-    "variants", "batch_sizes", "max_lens", "num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps",
-)
+HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps")
+HOTCONV_SWEEP_VARIANTS = sorted({variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]})
 
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
@@ -383,6 +385,7 @@ def hotconv_train_options():
                 {
                     "trace_live_tensors": meter["trace_live_tensors"],
                     "trace_saved_activations": meter["trace_saved_activations"],
+                    "trace_allocator": meter["trace_allocator"],
                     "device": config["device"],
                     "seed": config["seed"],
                 }
@@ -392,13 +395,35 @@ def hotconv_train_options():
     )
 
 
+def hotconv_sweep_point_dir(name, variant, batch_size, max_len):
+    return f"results/hotconv/sweeps/{name}/{variant}/b{batch_size}_l{max_len}"
+
+
+def hotconv_sweep_files(name):
+    """metrics.json of every point of the sweep ``hotconv.<name>`` (variant x batch size x max_len):
+    one job each."""
+    sweep = HOTCONV[name]
+    return [
+        f"{hotconv_sweep_point_dir(name, variant, batch_size, max_len)}/metrics.json"
+        for max_len in sweep["max_lens"]
+        for batch_size in sweep["batch_sizes"]
+        for variant in sweep["variants"]
+    ]
+
+
+def hotconv_sweep_point_mem_mb(name):
+    """Host memory of a sweep point: the paper model at 2 MiB inputs needs several GB on a CPU."""
+    return 4000 if name == "sweep" else 8000
+
+
 def hotconv_sweep_options(name):
-    """Options of ``membench hotconv bench`` for the sweep ``hotconv.<name>`` of the config."""
+    """Options of ``membench hotconv bench`` for a point of the sweep ``hotconv.<name>``."""
     sweep = HOTCONV[name]
     return " ".join(
         [
             cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
             cli_options({"device": config["device"], "seed": config["seed"]}),
+            trace_allocator_option(),
             meter_options(),
         ]
     )
@@ -454,6 +479,7 @@ def division_method_options():
             "block_size": DIVISION["block_size"],
             "hfc_bits": DIVISION["hfc_bits"],
             "group_size": DIVISION["group_size"],
+            "amp": DIVISION["amp"],
             "kernels": DIVISION["kernels"],
             "build_manifest": division_build_input() or None,
             "device": config["device"],

@@ -77,6 +77,7 @@ rule division_memory:
         outdir=subpath(output.metrics, parent=True),
         options=division_job_options("memory"),
         trace=cli_options({"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}),
+        trace_allocator=trace_allocator_option(),
     log:
         log_path("division_memory", "{division_model}/{division_method}/b{division_batch}"),
     benchmark:
@@ -91,7 +92,7 @@ rule division_memory:
     shell:
         "membench division memory --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
-        " {params.trace} {params.options} > {log} 2>&1"
+        " {params.trace} {params.trace_allocator} {params.options} > {log} 2>&1"
 
 
 rule division_speed:

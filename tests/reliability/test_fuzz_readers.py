@@ -1,5 +1,4 @@
-"""Fuzz every reader of outside data through its public function: nothing but InputError escapes
-(the config: nothing but Snakemake's validation error, which Snakemake prints as a clean exit).
+"""Fuzz every reader of outside data through its public function: nothing but InputError escapes.
 
 Inputs mix well-formed files with mutations (flipped, inserted, deleted and truncated bytes) and
 free-form text or bytes. Hypothesis runs derandomized (the same examples every run) with a fixed
@@ -23,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from membench.core.config import check_config, load_schema
 from membench.core.errors import InputError
 from membench.data.bodmas.folds import read_fold, read_metadata
 from membench.data.bodmas.stats import read_class_names
@@ -219,6 +219,7 @@ def test_cifar_reader(meta, batch):
 
 # -- the config ----------------------------------------------------------------------------------
 _CONFIG = yaml.safe_load((REPO / "tests" / "workflow" / "config.yaml").read_text())
+_SCHEMA = load_schema(REPO / "config" / "schema.yaml")
 _VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
                        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                        max_leaves=6)
@@ -235,16 +236,13 @@ _CONFIG_PATHS = [p for p in _paths(_CONFIG) if p]
 
 
 @FUZZ
-@given(path=st.sampled_from(_CONFIG_PATHS), value=_VALUES, text=st.one_of(st.none(), st.text(max_size=60)))
-def test_config_validation(path, value, text):
-    """A fuzzed config (one value replaced, or free text as YAML) is accepted or refused by the schema
-    with Snakemake's WorkflowError (printed as a clean error naming the key); nothing else escapes."""
+@given(path=st.sampled_from(_CONFIG_PATHS), value=_VALUES, as_string=st.booleans(),
+       text=st.one_of(st.none(), st.text(max_size=60)))
+def test_config_checker(path, value, as_string, text):
+    """A fuzzed config (one value replaced, also by a string as ``--config`` passes it, or free text
+    read as YAML) is accepted or refused with one InputError naming the key; nothing else escapes."""
     import copy
 
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    _tried("config (YAML + schema)")
     if text is not None:
         try:
             config = yaml.safe_load(text)
@@ -257,8 +255,5 @@ def test_config_validation(path, value, text):
         node = config
         for key in path[:-1]:
             node = node[key]
-        node[path[-1]] = value
-    try:
-        validate(config, str(REPO / "config" / "schema.yaml"))
-    except WorkflowError:
-        pass
+        node[path[-1]] = str(value) if as_string else value
+    _only_input_errors(lambda: check_config(config, _SCHEMA), "config (YAML + schema)")

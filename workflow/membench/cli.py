@@ -40,6 +40,11 @@ def _version() -> str:
     return __version__
 
 
+def _plain_text(docstring: str | None) -> str | None:
+    """A module docstring as help text: reST literals (````membench x````) shown as plain words."""
+    return None if docstring is None else docstring.replace("``", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``membench`` script; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(GROUPS[argv[0]][0])
     parser = module.build_parser(f"membench {argv[0]}")
+    parser.description = _plain_text(parser.description)
     args = parser.parse_args(argv[1:])
     from membench.core.errors import InputError
 

@@ -1,7 +1,4 @@
-"""Whether a process that left something behind (a lock, a temporary file) is still running.
-
-Standard library only: the Snakefile's rules import it (through :mod:`membench.core.snakemake_lock`).
-"""
+"""Whether a process that left something behind (a lock, a temporary file) is still running."""
 
 from __future__ import annotations
 

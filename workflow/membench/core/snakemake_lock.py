@@ -6,8 +6,6 @@ leaves the lock behind, and every later ``snakemake`` refuses to start until ``-
 workflow records which process holds the lock (:func:`record_owner`, from ``onstart``) and, when it
 starts again, removes a lock whose holder is gone (:func:`clear_stale_lock`). A lock whose holder is
 alive, runs on another host, or was not recorded is left alone.
-
-Imported by the Snakefile's rules, so this module uses the standard library only.
 """
 
 from __future__ import annotations

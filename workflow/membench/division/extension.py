@@ -49,7 +49,7 @@ CUDA_CHOICES = ("auto", "yes", "no")
 KERNEL_CHOICES = ("auto", "torch", "extension")
 # Contraction into FMAs would round differently from the reference's separate multiply and add.
 _CFLAGS = ["-O3", "-ffp-contract=off"]
-_CUDA_CFLAGS = ["-O3", "--fmad=false"]
+CUDA_CFLAGS = ["-O3", "--fmad=false"]
 
 
 def cuda_build_possible() -> bool:
@@ -122,7 +122,7 @@ def _compile(outdir: Path, build_dir: Path, sources: list[Path], with_cuda: bool
         sources=[str(s) for s in sources],
         build_directory=str(build_dir),
         extra_cflags=_CFLAGS + (["-DWITH_CUDA"] if with_cuda else []),
-        extra_cuda_cflags=_CUDA_CFLAGS + ["-DWITH_CUDA"],
+        extra_cuda_cflags=CUDA_CFLAGS + ["-DWITH_CUDA"],
         with_cuda=with_cuda,
         verbose=verbose,
     )
