@@ -6,11 +6,24 @@ import re
 import shlex
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 ENV = "../envs/membench.yaml"
 
 # Each rules file appends the tables and figures it contributes to the default target.
 FINAL_OUTPUTS = []
+
+
+# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock) ------------------
+from membench.core import snakemake_lock
+
+_stale_lock = snakemake_lock.clear_stale_lock()
+if _stale_lock:
+    logger.warning(f"membench: {_stale_lock}")
+
+
+onstart:
+    snakemake_lock.record_owner()
 
 
 def final_outputs():
@@ -454,6 +467,11 @@ def digits_options(dataset):
     return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
 
 
+def division_build_input():
+    """The build manifest a division job waits for; none when the config picks the pure-torch kernels."""
+    return [] if DIVISION["kernels"] == "torch" else DIVISION_BUILD_MANIFEST
+
+
 def division_method_options():
     """Method settings and kernel choice shared by every division job."""
     return cli_options(
@@ -463,7 +481,7 @@ def division_method_options():
             "group_size": DIVISION["group_size"],
             "amp": DIVISION["amp"],
             "kernels": DIVISION["kernels"],
-            "build_manifest": DIVISION_BUILD_MANIFEST,
+            "build_manifest": division_build_input() or None,
             "device": config["device"],
             "seed": config["seed"],
         }

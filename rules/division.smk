@@ -69,7 +69,7 @@ rule images_cifar:
 
 rule division_memory:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/memory/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/memory/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -97,7 +97,7 @@ rule division_memory:
 
 rule division_speed:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/speed/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/speed/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -124,7 +124,7 @@ rule division_speed:
 
 rule division_max_batch:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
     params:
@@ -150,7 +150,7 @@ rule division_max_batch:
 rule division_train:
     input:
         unpack(division_accuracy_lmdbs),
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/metrics.json",
         history="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/history.csv",

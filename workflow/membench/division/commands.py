@@ -11,7 +11,7 @@ from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
-from membench.division.extension import CUDA_CHOICES, KERNEL_CHOICES
+from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KERNEL_CHOICES
 from membench.division.methods import METHODS, MethodSpec
 from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
@@ -51,6 +51,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     build.add_argument("--outdir", required=True)
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
+    build.add_argument("--lock-timeout-s", type=float, default=DEFAULT_LOCK_TIMEOUT_S,
+                       help="longest wait for another build of --outdir to finish")
 
     memory = steps.add_parser("memory", help="activation and total memory of one training step")
     _add_common(memory)
@@ -97,8 +99,11 @@ def run(args: argparse.Namespace) -> None:
     if args.step == "build":
         from membench.division.extension import build_extension
 
-        manifest = build_extension(args.outdir, args.cuda, args.verbose)
-        logging.info("built %s", json.dumps(manifest))
+        manifest = build_extension(args.outdir, args.cuda, args.verbose, args.lock_timeout_s)
+        if manifest["status"] == "built":
+            logging.info("built %s", json.dumps(manifest))
+        else:
+            logging.warning("the build failed; jobs with kernels auto use the pure-torch kernels: %s", json.dumps(manifest))
     elif args.step == "plot-memory":
         from membench.division.plots import plot_memory
 
@@ -144,8 +149,8 @@ def _measure(args, device, ranks, start: float) -> None:
     record = job_record(SYSTEM, args.method, dataset, device, args.seed, getattr(args, "batch_size", None))
     record.update({
         "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
-        "kernels": kernels.name, "block_size": spec.block_size, "hfc_bits": spec.hfc_bits, "group_size": spec.group_size,
-        "world_size": ranks.world_size, "amp": args.amp,
+        "kernels": kernels.name, "kernels_fallback_reason": kernels.fallback_reason, "block_size": spec.block_size,
+        "hfc_bits": spec.hfc_bits, "group_size": spec.group_size, "world_size": ranks.world_size, "amp": args.amp,
     })
     trace_live = args.step == "memory" and args.trace_live_tensors
     trace_allocator = args.step == "memory" and args.trace_allocator

@@ -100,4 +100,5 @@ def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_di
         parts.append(_images_and_labels(load_cifar_batch(path), label_key, len(classes), path))
     count = sum(len(labels) for _, labels in parts)
     records = ((label, _png(image)) for images, labels in parts for image, label in zip(images, labels))
-    return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb")
+    inputs = [meta_path] + [batch_dir / name for name in files[split]]
+    return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb", inputs=inputs)
