@@ -551,7 +551,9 @@ ROBUST_RUNS = plan_runs(ROBUST) if ROBUST["enabled"] else {}
 
 if ROBUST["dataset"] != "digits":
     if ROBUST["root"] is None:
-        raise WorkflowError(f"config robust.root: dataset {ROBUST['dataset']} needs the directory of its files")
+        raise WorkflowError(
+            f"config robust.root: dataset {ROBUST['dataset']} needs the directory of its files"
+        )
     DATASET_PATHS.append(("robust.root", ROBUST["root"]))
 
 
@@ -564,8 +566,7 @@ def robust_metrics_files():
 
 
 def robust_train_options(run):
-    options = {key: value for key, value in ROBUST_RUNS[run].items()}
-    options |= {"device": config["device"], "seed": config["seed"]}
+    options = ROBUST_RUNS[run] | {"device": config["device"], "seed": config["seed"]}
     return f"{cli_options(options)} {meter_options()}"
 
 

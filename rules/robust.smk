@@ -15,21 +15,21 @@ rule robust_train:
         memlog="results/robust/{robust_run}/memlog.csv",
         history="results/robust/{robust_run}/history.csv",
         staleness="results/robust/{robust_run}/staleness.csv",
-    params:
-        outdir=subpath(output.metrics, parent=True),
-        options=lambda wildcards: robust_train_options(wildcards.robust_run),
     log:
         log_path("robust_train", "{robust_run}"),
     benchmark:
         benchmark_path("robust_train", "{robust_run}")
+    conda:
+        ENV
     # A run keeps its cores to itself, so its timing is not shared with another job.
     threads: lambda wildcards: robust_run_cores(wildcards.robust_run)
     resources:
         mem_mb=4000,
         runtime=lambda wildcards: robust_run_minutes(wildcards.robust_run),
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=lambda wildcards: robust_train_options(wildcards.robust_run),
     shell:
         "membench robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
 
@@ -45,18 +45,18 @@ rule robust_table:
             labels={"table": "runs, accuracies, speed-ups"},
         ),
         parquet="results/tables/robust.parquet",
-    params:
-        steps=ROBUST["steps"],
-        weak_base_steps=ROBUST["weak_base_steps"],
     log:
         log_path("robust_table"),
     benchmark:
         benchmark_path("robust_table")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        steps=ROBUST["steps"],
+        weak_base_steps=ROBUST["weak_base_steps"],
     shell:
         "membench robust table --out {output.csv} --strong-steps {params.steps}"
         " --weak-base-steps {params.weak_base_steps} {input} > {log} 2>&1"
@@ -76,11 +76,11 @@ rule robust_plot_scaling:
         log_path("robust_plot_scaling"),
     benchmark:
         benchmark_path("robust_plot_scaling")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench robust plot-scaling --table {input} --out {output} > {log} 2>&1"
 
@@ -99,11 +99,11 @@ rule robust_plot_staleness:
         log_path("robust_plot_staleness"),
     benchmark:
         benchmark_path("robust_plot_staleness")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench robust plot-staleness --table {input} --out {output} > {log} 2>&1"
 

@@ -58,7 +58,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--eval-samples", type=int, default=None, help="evaluate the first N test samples")
     train.add_argument("--guard-steps", type=int, default=10, help="PGD steps of the per-epoch overfitting check")
     train.add_argument("--guard-samples", type=int, default=256, help="training samples the check attacks")
-    train.add_argument("--guard-drop", type=float, default=0.2, help="fall of guard robust accuracy that triggers it")
+    train.add_argument("--guard-drop", type=float, default=0.5,
+                       help="relative fall of the check's robust accuracy below its best that triggers the guard")
     train.add_argument("--guard-action", default="shrink", choices=GUARD_ACTIONS)
     train.add_argument("--guard-shrink", type=float, default=0.5, help="factor on alpha when the guard shrinks it")
     train.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")

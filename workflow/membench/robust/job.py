@@ -41,6 +41,8 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.max_staleness < args.publish_every - 1:
         raise InputError(None, f"must be at least publish_every - 1 = {args.publish_every - 1} (weights are only "
                          f"that fresh), got {args.max_staleness}", "option --max-staleness")
+    if not 0 < args.guard_drop <= 1:
+        raise InputError(None, f"must lie in (0, 1], got {args.guard_drop}", "option --guard-drop")
     if not 0 < args.guard_shrink < 1:
         raise InputError(None, f"must lie in (0, 1), got {args.guard_shrink}", "option --guard-shrink")
 

@@ -150,17 +150,18 @@ class ParallelSource:
 
     Use as a context manager: entering starts the producers, leaving stops them (always).
     ``publish_every`` is k; ``queue_size`` bounds the attacked batches waiting for the trainer;
-    ``timeout_s`` bounds every wait (start-up, a batch for the trainer, an epoch or queue room for a
-    producer).
+    ``timeout_s`` bounds every wait for a batch (trainer), an epoch or queue room (producers);
+    ``startup_timeout_s`` bounds the producers' start (a spawned process imports torch afresh).
     """
 
     def __init__(self, spec: ModelSpec, x_train: torch.Tensor, y_train: torch.Tensor, settings: TrainSettings,
                  producers: int, publish_every: int, queue_size: int, timeout_s: float,
-                 device: str = "cpu", threads_per_producer: int = 1, join_timeout_s: float = 10.0) -> None:
+                 device: str = "cpu", threads_per_producer: int = 1, join_timeout_s: float = 10.0,
+                 startup_timeout_s: float = 600.0) -> None:
         self.spec, self.settings = spec, settings
         self.x_train, self.y_train = x_train, y_train
         self.producers, self.publish_every, self.queue_size = producers, publish_every, queue_size
-        self.timeout_s, self.join_timeout_s = timeout_s, join_timeout_s
+        self.timeout_s, self.join_timeout_s, self.startup_timeout_s = timeout_s, join_timeout_s, startup_timeout_s
         self.device, self.threads_per_producer = device, threads_per_producer
         self.wait_s = 0.0
         self.startup_s = 0.0
@@ -205,11 +206,11 @@ class ParallelSource:
 
     def _wait_until_ready(self) -> None:
         """Wait until every producer has built its model, so start-up is not charged to training."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.startup_timeout_s
         while self.shared["ready"].value < self.producers:
             self._check_producers()
             if time.monotonic() > deadline:
-                raise ProducerFailed(f"producers not ready within {self.timeout_s:g} s")
+                raise ProducerFailed(f"producers not ready within {self.startup_timeout_s:g} s")
             time.sleep(0.01)
 
     def __exit__(self, *exc) -> None:

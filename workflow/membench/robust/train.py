@@ -38,8 +38,9 @@ class TrainSettings:
 
     ``alpha`` is the training attack's step size, ``steps`` its number of steps (1 for FGSM-RS).
     The guard attacks the first ``guard_samples`` training samples with PGD-``guard_steps`` after
-    every epoch; a fall of its robust accuracy by more than ``guard_drop`` below the best so far
-    restores the last good weights and then shrinks ``alpha`` by ``guard_shrink`` or stops.
+    every epoch; a fall of its robust accuracy below ``(1 - guard_drop)`` times the best so far (the
+    cliff of catastrophic overfitting, not the noise of early epochs) restores the last good weights
+    and then shrinks ``alpha`` by ``guard_shrink`` or stops.
     ``max_staleness`` (parallel runs) bounds trainer step minus weight version: an older batch is
     attacked again by the trainer on current weights.
     """
@@ -58,7 +59,7 @@ class TrainSettings:
     seed: int = 0
     guard_steps: int = 10
     guard_samples: int = 256
-    guard_drop: float = 0.2
+    guard_drop: float = 0.5
     guard_action: str = "shrink"
     guard_shrink: float = 0.5
     max_staleness: int | None = None
@@ -228,7 +229,7 @@ def train(
         _, guard_accuracy = evaluate(model, x_guard.to(device), y_guard.to(device), s.eps, s.guard_steps, 1,
                                      seed=s.seed + epoch)
         event = ""
-        if guard_accuracy < guard_best - s.guard_drop:
+        if guard_accuracy < (1 - s.guard_drop) * guard_best:
             result.guard_events += 1
             event = s.guard_action
             model.load_state_dict(good_state["model"])
