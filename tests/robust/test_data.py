@@ -58,7 +58,7 @@ def test_bad_mnist_image_file_is_named(tmp_path, corrupt, message):
 
 def test_mnist_label_out_of_range_names_file_and_item(tmp_path):
     _write_mnist(tmp_path, labels_fn=lambda n: np.r_[np.zeros(n - 1), 12])
-    with pytest.raises(InputError, match=r"t10k-labels-idx1-ubyte, item 9: label 12 outside 0..9"):
+    with pytest.raises(InputError, match=r"train-labels-idx1-ubyte, item 19: label 12 outside 0..9"):
         load_dataset("mnist", tmp_path)
 
 
