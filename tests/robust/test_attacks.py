@@ -34,13 +34,13 @@ def test_attacks_leave_parameter_gradients_untouched():
 
 def test_pgd_is_stronger_than_fgsm_on_a_trained_model(trained_mlp, digits):
     x, y = digits.x_test, digits.y_test
-    eps = 0.05
+    eps = 0.1
     clean, _ = evaluate(trained_mlp, x, y, eps, steps=1, restarts=1)
     assert clean > 0.9
     fgsm_correct = (trained_mlp(fgsm_rs(trained_mlp, x, y, eps, 1.25 * eps, torch.Generator().manual_seed(0)))
                     .argmax(1) == y).float().mean().item()
     _, pgd_accuracy = evaluate(trained_mlp, x, y, eps, steps=20, restarts=1)
-    assert pgd_accuracy < fgsm_correct - 0.05
+    assert pgd_accuracy < fgsm_correct - 0.08  # measured: 0.33 against 0.46
 
 
 def test_restarts_only_lower_robust_accuracy(trained_mlp, digits):

@@ -67,9 +67,12 @@ def test_mnist_count_mismatch_and_missing_file(tmp_path):
     (tmp_path / "train-labels-idx1-ubyte").write_bytes(_idx(np.zeros(7)))
     with pytest.raises(InputError, match="7 labels for 20 images"):
         load_dataset("mnist", tmp_path)
-    (tmp_path / "t10k-images-idx3-ubyte").unlink()
+    other = tmp_path / "other"
+    other.mkdir()
+    _write_mnist(other)
+    (other / "t10k-images-idx3-ubyte").unlink()
     with pytest.raises(InputError, match="t10k-images-idx3-ubyte: MNIST file not found"):
-        load_dataset("mnist", tmp_path)
+        load_dataset("mnist", other)
 
 
 def _write_cifar(root, n=4):
