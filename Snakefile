@@ -43,6 +43,7 @@ include: "rules/build.smk"
 include: "rules/division.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
+include: "rules/robust.smk"
 
 
 check_dataset_paths()

@@ -587,3 +587,44 @@ wildcard_constraints:
     division_batch=r"\d+",
     image_dataset=alternatives(image_datasets()),
     image_split=r"[A-Za-z0-9_-]+",
+
+
+# -- robust ----------------------------------------------------------------------------------------
+from membench.robust.plan import plan_runs, run_cores
+
+ROBUST = config["robust"]
+ROBUST_RUNS = plan_runs(ROBUST) if ROBUST["enabled"] else {}
+
+if ROBUST["dataset"] != "digits":
+    if ROBUST["root"] is None:
+        raise WorkflowError(
+            f"config robust.root: dataset {ROBUST['dataset']} needs the directory of its files"
+        )
+    DATASET_PATHS.append(("robust.root", ROBUST["root"]))
+
+
+def robust_job_dir(run):
+    return f"results/robust/{run}"
+
+
+def robust_metrics_files():
+    return [f"{robust_job_dir(run)}/metrics.json" for run in ROBUST_RUNS]
+
+
+def robust_train_options(run):
+    options = ROBUST_RUNS[run] | {"device": config["device"], "seed": config["seed"]}
+    return f"{cli_options(options)} {meter_options()}"
+
+
+def robust_run_cores(run):
+    return run_cores(ROBUST_RUNS[run])
+
+
+def robust_run_minutes(run):
+    """Minutes: the default digits runs take seconds; CIFAR-10 PreActResNet-18 about 10 min an epoch on a GPU."""
+    per_epoch = 15 if ROBUST["dataset"] == "cifar10" else 1
+    return 10 + ROBUST["epochs"] * per_epoch * ROBUST_RUNS[run]["steps"]
+
+
+wildcard_constraints:
+    robust_run=alternatives(list(ROBUST_RUNS)),
