@@ -19,6 +19,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "hotconv": ("membench.hotconv.commands", "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots"),
     "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
     "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
+    "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
 }
 
 
