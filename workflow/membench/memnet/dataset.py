@@ -127,7 +127,7 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
     bad = ~status.isin([STATUS_OK, STATUS_OOM])
     if bad.any():
         i = int(bad.to_numpy().argmax())
-        raise InputError(path, f"column Status: {status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}",
+        raise InputError(path, f"{status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}",
                          f"{csv_line(i)}, column Status")
     frame["oom"] = (status == STATUS_OOM).to_numpy()
     frame["activation"] = raw["Activation Function"].str.strip().to_numpy() if "Activation Function" in raw else ""

@@ -68,9 +68,17 @@ class _SavedPeak:
 
 def step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str = "adam") -> StepBytes:
     """Count one training step (forward, cross-entropy, backward, optimizer step) of ``build()`` on
-    ``make_batch()`` under ``FakeTensorMode``; both callables run inside the mode."""
-    with FakeTensorMode():
-        model = build()
+    ``make_batch()`` under ``FakeTensorMode``.
+
+    The model is built on the meta device (no memory, no initialisation; module copies such as an
+    encoder's layer clones stay outside the fake mode), then given fake CPU storages; ``make_batch``
+    runs inside the mode.
+    """
+    with torch.device("meta"):
+        meta_model = build()
+    # Non-fake inputs are allowed only so that ``to_empty`` can turn the meta storages into fake ones.
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = meta_model.to_empty(device="cpu")
         x, y = make_batch()
         params = list(model.parameters())
         excluded = {p.untyped_storage()._cdata for p in params} | {b.untyped_storage()._cdata for b in model.buffers()}
