@@ -27,6 +27,7 @@ include: "rules/build.smk"
 include: "rules/division.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
+include: "rules/memnet.smk"
 
 
 check_dataset_paths()

@@ -51,8 +51,13 @@ def test_default_target_writes_tables_and_figures(finished_run):
     memory = pd.read_csv(tables / "division_memory.csv")
     assert sorted(memory["variant"]) == ["division", "vanilla"]
     assert len(pd.read_csv(tables / "division_accuracy.csv")) == 2
+    memnet = pd.read_csv(tables / "memnet.csv")
+    assert set(memnet["dataset"]) == {"measured_mlp"}
+    assert set(memnet["estimator"]) == {"gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"}
+    assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
     figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
-               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png")
+               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png",
+               "memnet_confusion.png", "memnet_comparison.png")
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()

@@ -111,6 +111,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="classes of the analytic estimators when no trained directory matches")
     predict.add_argument("--out", help="also write the table (CSV)")
 
+    table = steps.add_parser("table", help="evaluation tables of several datasets -> one table (CSV and Parquet)")
+    table.add_argument("tables", nargs="+", help="tables written by `evaluate`")
+    table.add_argument("--out", required=True)
+
     plot = steps.add_parser("plot", help="confusion matrices and the estimator comparison")
     plot.add_argument("--table", required=True, action="append", help="evaluation table(s)")
     plot.add_argument("--predictions", required=True, action="append", help="prediction table(s), same order")
@@ -137,7 +141,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     {"generate": _generate, "measure": _measure, "clean": _clean, "evaluate": _evaluate, "train": _train,
-     "predict": _predict, "plot": _plot, "campaign": _campaign}[args.step](args)
+     "predict": _predict, "table": _table, "plot": _plot, "campaign": _campaign}[args.step](args)
 
 
 def _bins(args, family: str):
@@ -296,12 +300,24 @@ def _predict(args) -> None:
         write_table(frame, args.out)
 
 
+def _read_evaluation(path: str) -> pd.DataFrame:
+    header = list(pd.read_csv(path, nrows=0).columns) if Path(path).is_file() else []
+    return read_csv_columns(path, ["dataset", "estimator", "accuracy", "f1_weighted", "under_rate", "inference_ms"],
+                            optional=header, dtype={"dataset": str, "family": str, "estimator": str})
+
+
+def _table(args) -> None:
+    frame = pd.concat([_read_evaluation(p) for p in args.tables], ignore_index=True)
+    write_table(frame, args.out, parquet_path_for(args.out))
+    LOG.info("%d rows -> %s", len(frame), args.out)
+
+
 def _plot(args) -> None:
     from membench.memnet.plots import plot_comparison, plot_confusions
 
     if len(args.table) != len(args.predictions):
         raise InputError(None, "give one --predictions per --table")
-    tables = pd.concat([pd.read_csv(p) for p in args.table], ignore_index=True)
+    tables = pd.concat([_read_evaluation(p) for p in args.table], ignore_index=True)
     predictions = pd.concat([pd.read_csv(p) for p in args.predictions], ignore_index=True)
     plot_confusions(predictions, args.confusion_png)
     plot_comparison(tables, args.comparison_png)

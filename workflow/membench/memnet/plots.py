@@ -18,7 +18,7 @@ def plot_confusions(predictions: pd.DataFrame, png_path: str | os.PathLike) -> N
     fig, axes = new_figure(ncols=len(panels), width_in=2.6 * len(panels), height_in=3.0)
     for ax, (dataset, estimator) in zip(axes, panels):
         part = kfold[(kfold["dataset"] == dataset) & (kfold["estimator"] == estimator)]
-        size = int(max(part["true_bin"].max(initial=0), part["pred_bin"].max(initial=0))) + 1
+        size = int(max(part["true_bin"].max(), part["pred_bin"].max(), 0)) + 1 if len(part) else 1
         matrix = np.zeros((size, size), dtype=int)
         np.add.at(matrix, (part["true_bin"].to_numpy(int), part["pred_bin"].to_numpy(int)), 1)
         ax.imshow(matrix, cmap="Blues")
