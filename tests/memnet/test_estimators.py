@@ -44,22 +44,7 @@ def test_faketensor_equals_saved_activation_parameter_gradient_optimizer_bytes()
     assert counted.total_bytes == saved.peak_bytes + 4 * param_bytes
 
 
-def _toy_jobs(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    acts, params, batch = rng.integers(100, 5000, n), rng.integers(1000, 10**6, n), rng.integers(4, 512, n)
-    memory = 1400 + 4 * (params * 4 + acts * batch) / 2**20
-    frame = pd.DataFrame({
-        "filename": [f"j{i}" for i in range(n)], "group": rng.choice(["a", "b", "c"], n), "depth": rng.integers(1, 5, n),
-        "batch_size": batch, "total_activations": acts, "total_parameters": params, "input_elements": 10,
-        "activation": "ReLU", "layers": [[("linear", int(a), int(p))] for a, p in zip(acts, params)],
-        "oom": False, "memory_mib": memory,
-    })
-    for column in ("batchnorm_layers", "dropout_layers"):
-        frame[column] = 0
-    return Jobs("mlp", frame, "toy")
-
-
-def test_every_fold_trains_fresh_estimators():
+def test_every_fold_trains_fresh_estimators(toy_jobs):
     made = []
 
     def factory(name, bins, seed=0, **options):
@@ -76,7 +61,7 @@ def test_every_fold_trains_fresh_estimators():
         return estimator
 
     options = {"gpumemnet_mlp": {"epochs": 5, "members": 1}, "gpumemnet_transformer": {"epochs": 2, "members": 1}}
-    table, predictions = evaluate(_toy_jobs(), Bins(1000, 1000, 5), folds=3, seed=0, options=options,
+    table, predictions = evaluate(toy_jobs(), Bins(1000, 1000, 5), folds=3, seed=0, options=options,
                                   faketensor_rows=0, timing_rows=1, factory=factory, estimators=ESTIMATORS[:3] + ("membench",))
     splits = 3 + 3  # k-fold, then 3 architecture groups
     assert len(made) == 4 * splits
@@ -85,8 +70,8 @@ def test_every_fold_trains_fresh_estimators():
     assert (predictions.groupby(["split", "estimator"]).size() == 30).all()
 
 
-def test_membench_estimator_learns_the_toy_law_without_under_estimating():
-    jobs = _toy_jobs(60)
+def test_membench_estimator_learns_the_toy_law_without_under_estimating(toy_jobs):
+    jobs = toy_jobs(60)
     table, _ = evaluate(jobs, Bins(1000, 100, 40), folds=3, seed=0, estimators=("membench",), timing_rows=1)
     row = table.iloc[0]
     assert row["accuracy"] >= 0.9 and row["under_rate"] <= 0.05 and row["mae_mib"] < 5
