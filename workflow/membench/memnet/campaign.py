@@ -29,20 +29,30 @@ LEARNED = ("gpumemnet_mlp", "gpumemnet_transformer", "membench")
 
 
 def run_campaign(args) -> None:
-    """See the module docstring; ``args`` are ``membench memnet campaign``'s options."""
+    """See the module docstring; ``args`` are ``membench memnet campaign``'s options.
+
+    Every measurement (configurations, then timm models) is forked before this process runs any
+    torch operation itself (evaluation, training, predictions), so no child inherits a used
+    OpenMP thread pool.
+    """
     out = Path(args.outdir)
-    trained: dict[str, list] = {}
-    evaluations = []
+    measured = {}
     for family, count in zip(FAMILIES, args.count):
-        base = out / family
-        configs_path = base / "configs.csv"
+        configs_path = out / family / "configs.csv"
         if configs_path.is_file():
             configs = pd.read_csv(configs_path, keep_default_na=False)
         else:
             configs = generate(family, count, args.seed)
             write_table(configs, configs_path)
-        records = measure_configs(configs, family, base / "records", device=args.device, steps=args.steps,
-                                  sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s)
+        records = measure_configs(configs, family, out / family / "records", device=args.device, steps=args.steps,
+                                  sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+        measured[family] = (configs, records)
+    timm_records = _measure_timm(args, out) if args.timm_models else []
+
+    trained: dict[str, list] = {}
+    evaluations = []
+    for family, (configs, records) in measured.items():
+        base = out / family
         typed = pd.DataFrame([{"config_id": r["config_id"], **config_of(r, family)} for r in configs.to_dict("records")])
         frame, skipped = clean_records(records, typed, family)
         LOG.info("%s: %d jobs measured, %d failed or timed out", family, len(frame), skipped)
@@ -65,12 +75,12 @@ def run_campaign(args) -> None:
         trained[family] = estimators
     if evaluations:
         write_table(pd.concat(evaluations, ignore_index=True), out / "evaluation.csv")
-    if args.timm_models:
-        write_table(_timm_table(args, trained, out), out / "timm.csv")
+    if timm_records:
+        write_table(_timm_table(args, timm_records, trained), out / "timm.csv")
 
 
-def _timm_table(args, trained: dict[str, list], out: Path) -> pd.DataFrame:
-    """Each timm model x batch size measured in its own process and predicted by every estimator."""
+def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
+    """Each timm model x batch size trained ``steps`` steps in its own process: (name, batch, record)."""
     import timm
 
     shape = (3, args.image_size, args.image_size)
@@ -88,9 +98,17 @@ def _timm_table(args, trained: dict[str, list], out: Path) -> pd.DataFrame:
             jobs.append((identity, job))
             specs.append((name, batch))
     records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.steps,
-                           sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s)
+                           sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+    return [(name, batch, record) for (name, batch), record in zip(specs, records)]
+
+
+def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[str, list]) -> pd.DataFrame:
+    """Every estimator's prediction for each measured timm job, beside the measurement."""
+    import timm
+
+    shape = (3, args.image_size, args.image_size)
     rows = []
-    for (name, batch), record in zip(specs, records):
+    for name, batch, record in timm_records:
         family = family_of(timm.create_model(name, pretrained=False))
         estimators = trained.get(family, [])
         bins = estimators[0].bins if estimators else DEFAULT_BINS[family]
