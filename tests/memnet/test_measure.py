@@ -69,3 +69,11 @@ def test_cleaned_measurements_load_through_the_published_reader(tmp_path):
     jobs = load_jobs(tmp_path / "mlp.csv", "mlp")
     assert len(jobs) == 2 and (jobs.frame["memory_mib"] > 0).all()
     assert (jobs.frame["total_activations"] == jobs.frame["layers"].map(lambda ls: sum(a for _, a, _ in ls))).all()
+
+
+def test_target_is_nvml_on_a_gpu_with_a_fallback_and_the_allocator_on_a_cpu():
+    from membench.memnet.measure import target_source
+
+    assert target_source({"nvml_peak_mib": 900.0, "cuda_peak_reserved_mib": 800.0}, True) == "nvml_peak_mib"
+    assert target_source({"nvml_peak_mib": None, "cuda_peak_reserved_mib": 800.0}, True) == "cuda_peak_reserved_mib"
+    assert target_source({"nvml_peak_mib": None, "train_alloc_peak_mib": 3.0}, False) == "train_alloc_peak_mib"

@@ -6,9 +6,9 @@ context, cuBLAS/cuDNN handles and the allocator's cache are charged to every con
 and an out-of-memory or a crash loses no other configuration. Each child writes
 ``<config_id>.json`` atomically as it finishes; a rerun measures only the configurations without one.
 
-The measured target (``memory_mib``): on a GPU the NVML peak minus the baseline (``nvml_peak_mib``),
-the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the allocator-level peak of the
-training steps (``alloc_peak_mib``).
+The measured target (``memory_mib``, see :func:`target_source`): on a GPU the NVML peak minus the
+baseline (``nvml_peak_mib``), the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the
+allocator-level peak of the training steps (``train_alloc_peak_mib``).
 """
 
 from __future__ import annotations
@@ -88,10 +88,17 @@ def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, devi
         return record
     summary = meter.summary()
     record.update(summary)
-    target = summary["nvml_peak_mib"] if on_cuda else summary["train_alloc_peak_mib"]
-    record.update({"status": STATUS_OK, "memory_mib": target,
-                   "memory_source": "nvml_peak_mib" if on_cuda else "train_alloc_peak_mib"})
+    source = target_source(summary, on_cuda)
+    record.update({"status": STATUS_OK, "memory_mib": summary[source], "memory_source": source})
     return record
+
+
+def target_source(summary: dict, on_cuda: bool) -> str:
+    """The meter field a configuration's memory is learned from: NVML's peak on a GPU (the
+    allocator's reserved peak where NVML cannot be read), the training steps' allocator peak on a CPU."""
+    if not on_cuda:
+        return "train_alloc_peak_mib"
+    return "nvml_peak_mib" if summary.get("nvml_peak_mib") is not None else "cuda_peak_reserved_mib"
 
 
 def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, float], dict]:
