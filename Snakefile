@@ -44,6 +44,7 @@ include: "rules/division.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
 include: "rules/robust.smk"
+include: "rules/memnet.smk"
 
 
 check_dataset_paths()

@@ -100,8 +100,24 @@ def trace_allocator_option():
 
 # -- BODMAS datasets -----------------------------------------------------------------------------
 BODMAS = config["bodmas"]["datasets"]
-FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile", "time_split_date", "sort_by_size")
-SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes", "gzip_fraction")
+FOLD_KEYS = (
+    "folds",
+    "label_mode",
+    "top_families",
+    "val_fraction",
+    "time_split_quantile",
+    "time_split_date",
+    "sort_by_size",
+)
+SYNTHETIC_KEYS = (
+    "samples",
+    "families",
+    "benign_fraction",
+    "min_bytes",
+    "median_bytes",
+    "max_bytes",
+    "gzip_fraction",
+)
 SPLITS = ("train", "val", "test")
 
 
@@ -112,7 +128,11 @@ for _name, _spec in BODMAS.items():
 
 
 def bodmas_datasets(source=None):
-    return [name for name, spec in BODMAS.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in BODMAS.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def bodmas_dir(dataset):
@@ -150,7 +170,9 @@ def bodmas_fold_files(dataset):
 
 
 def bodmas_all_fold_files():
-    return [path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)]
+    return [
+        path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)
+    ]
 
 
 def bodmas_fold_options(dataset):
@@ -160,7 +182,9 @@ def bodmas_fold_options(dataset):
 
 def bodmas_synthetic_options(dataset):
     spec = BODMAS[dataset]
-    return cli_options({key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]}
+    )
 
 
 def bodmas_elf_options(dataset):
@@ -182,7 +206,12 @@ wildcard_constraints:
 # -- appclass --------------------------------------------------------------------------------------
 APPCLASS = config["appclass"]
 # Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
-APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
+APPCLASS_REFERENCE = {
+    "implementation": "reference",
+    "device": "cpu",
+    "threads": 1,
+    "precision": "float64",
+}
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
 
 
@@ -195,7 +224,9 @@ def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
         if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
-            raise WorkflowError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+            raise WorkflowError(
+                f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
+            )
         variants[appclass_variant_name(variant)] = variant
     return variants
 
@@ -203,20 +234,32 @@ def appclass_variants():
 for _kind in ("graphs", "patterns"):
     for _name, _spec in APPCLASS[_kind].items():
         if _spec["source"] == "files":
-            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.vertices", _spec["vertices"]))
+            DATASET_PATHS.append(
+                (f"appclass.{_kind}.{_name}.vertices", _spec["vertices"])
+            )
             DATASET_PATHS.append((f"appclass.{_kind}.{_name}.edges", _spec["edges"]))
 
 APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
 APPCLASS_VARIANTS = appclass_variants()
-APPCLASS_TORCH_VARIANTS = [name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"]
+APPCLASS_TORCH_VARIANTS = [
+    name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"
+]
 
 
 def appclass_graphs(source=None):
-    return [name for name, spec in APPCLASS["graphs"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["graphs"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_patterns(source=None):
-    return [name for name, spec in APPCLASS["patterns"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["patterns"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_graph_files(graph):
@@ -224,7 +267,10 @@ def appclass_graph_files(graph):
     spec = APPCLASS["graphs"][graph]
     if spec["source"] == "files":
         return spec["vertices"], spec["edges"]
-    return f"results/data/graphs/{graph}/data.Vertex.csv", f"results/data/graphs/{graph}/data.Edges.csv"
+    return (
+        f"results/data/graphs/{graph}/data.Vertex.csv",
+        f"results/data/graphs/{graph}/data.Edges.csv",
+    )
 
 
 def appclass_pattern_files(graph, pattern):
@@ -238,7 +284,10 @@ def appclass_pattern_files(graph, pattern):
 
 def appclass_pair_files(wildcards):
     """The four graph files of the pair graph/pattern, in the order the commands take them."""
-    return [*appclass_graph_files(wildcards.graph), *appclass_pattern_files(wildcards.graph, wildcards.pattern)]
+    return [
+        *appclass_graph_files(wildcards.graph),
+        *appclass_pattern_files(wildcards.graph, wildcards.pattern),
+    ]
 
 
 def appclass_pairs():
@@ -266,7 +315,8 @@ def appclass_bench_options(variant_name):
             "threads": variant["threads"],
             "precision": variant["precision"],
             "repeats": APPCLASS["repeats"],
-            "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
+            "trace_live_tensors": APPCLASS["trace_live_tensors"]
+            and variant["implementation"] == "torch",
         }
     )
     return f"{options} {meter_options()}"
@@ -288,18 +338,30 @@ def appclass_stats_pairs():
     """--pair NAME DATA_V DATA_E PATT_V PATT_E options of the graph-statistics command."""
     words = []
     for graph, pattern in appclass_pairs():
-        words += ["--pair", f"{graph}/{pattern}", *appclass_graph_files(graph), *appclass_pattern_files(graph, pattern)]
+        words += [
+            "--pair",
+            f"{graph}/{pattern}",
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        ]
     return " ".join(shlex.quote(w) for w in words)
 
 
 def appclass_stats_inputs():
-    return [path for graph, pattern in appclass_pairs()
-            for path in (*appclass_graph_files(graph), *appclass_pattern_files(graph, pattern))]
+    return [
+        path
+        for graph, pattern in appclass_pairs()
+        for path in (
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        )
+    ]
 
 
 def _pnnl_rows(path, unreadable=2**21):
     """Rows named in the first line of a PNNL text file; ``unreadable`` (a large guess) when the
-    header cannot be read: the job itself reports a bad file, the estimate only sizes the request."""
+    header cannot be read: the job itself reports a bad file, the estimate only sizes the request.
+    """
     try:
         with open(path) as handle:
             return int(handle.readline().split()[0])
@@ -314,7 +376,10 @@ def appclass_mem_mb(wildcards):
     graph = APPCLASS["graphs"][wildcards.graph]
     pattern = APPCLASS["patterns"][wildcards.pattern]
     if graph["source"] == "rmat":
-        nodes, edges = 2 ** graph["scale"] + 1, graph["edge_factor"] * 2 ** graph["scale"]
+        nodes, edges = (
+            2 ** graph["scale"] + 1,
+            graph["edge_factor"] * 2 ** graph["scale"],
+        )
     else:
         nodes, edges = _pnnl_rows(graph["vertices"]), _pnnl_rows(graph["edges"])
     if pattern["source"] == "files":
@@ -328,19 +393,43 @@ def appclass_mem_mb(wildcards):
 
 def appclass_variant_gpus(variant_name):
     return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1
+
+
 # -- hotconv -------------------------------------------------------------------------------------
 HOTCONV = config["hotconv"]
 HOTCONV_TRAIN_KEYS = (
-    "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
-    "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
+    "epochs",
+    "max_len",
+    "batch_size",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "learning_rate",
+    "early_stopping_patience",
+    "num_workers",
+    "memory_probe_steps",
+    "size_sorted",
 )
-HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps")
-HOTCONV_SWEEP_VARIANTS = sorted({variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]})
+HOTCONV_SWEEP_KEYS = (
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "steps",
+)
+HOTCONV_SWEEP_VARIANTS = sorted(
+    {variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]}
+)
 
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
 if _unknown:
-    raise WorkflowError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+    raise WorkflowError(
+        f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})"
+    )
 
 
 def hotconv_job_dir(dataset, variant, fold):
@@ -366,7 +455,10 @@ def hotconv_train_mem_mb():
     if config["device"] == "cpu":
         windows = HOTCONV["max_len"] // HOTCONV["stride"]
         # embedding (8 floats a byte) plus about six (B, F, windows) float maps for autograd
-        mem_mib += batch_mib * 16 + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
+        mem_mib += (
+            batch_mib * 16
+            + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
+        )
     return int(mem_mib)
 
 
@@ -434,8 +526,17 @@ IMAGES = config["images"]["datasets"]
 DIVISION = config["division"]
 DIVISION_METHODS = DIVISION["methods"]
 DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
-DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max",
-               "foreground_min", "noise_std", "val_fraction", "images_per_class")
+DIGITS_KEYS = (
+    "image_size",
+    "min_digit_size",
+    "max_digit_size",
+    "max_shift",
+    "background_max",
+    "foreground_min",
+    "noise_std",
+    "val_fraction",
+    "images_per_class",
+)
 DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
 
 for _name, _spec in IMAGES.items():
@@ -444,7 +545,11 @@ for _name, _spec in IMAGES.items():
 
 
 def image_datasets(source=None):
-    return [name for name, spec in IMAGES.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in IMAGES.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def image_lmdb(dataset, split):
@@ -454,17 +559,27 @@ def image_lmdb(dataset, split):
 
 def image_folder(dataset):
     spec = IMAGES[dataset]
-    return spec["root"] if spec["source"] == "folder" else f"results/data/images/{dataset}/folder"
+    return (
+        spec["root"]
+        if spec["source"] == "folder"
+        else f"results/data/images/{dataset}/folder"
+    )
 
 
 def image_folder_input(wildcards):
     """A generated folder is a rule's output (a dependency); a user's folder is not."""
-    return [] if IMAGES[wildcards.dataset]["source"] == "folder" else image_folder(wildcards.dataset)
+    return (
+        []
+        if IMAGES[wildcards.dataset]["source"] == "folder"
+        else image_folder(wildcards.dataset)
+    )
 
 
 def digits_options(dataset):
     spec = IMAGES[dataset]
-    return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]}
+    )
 
 
 def division_build_input():
@@ -497,7 +612,8 @@ def division_job_options(section):
 
 def division_job_mem_mb(section):
     """Host memory of a memory or speed job: on a CPU the activations live in host memory (about
-    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch."""
+    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch.
+    """
     image_pixels = DIVISION[section]["image_size"] ** 2
 
     def mem_mb(wildcards):
@@ -523,13 +639,18 @@ def division_max_batch_files():
     if not DIVISION_METHODS:
         return []
     model = DIVISION["max_batch"].get("model", "resnet50")
-    return [f"results/division/max_batch/{model}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/max_batch/{model}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_accuracy_dataset():
     name = DIVISION["accuracy"]["dataset"]
     if name not in IMAGES:
-        raise WorkflowError(f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})")
+        raise WorkflowError(
+            f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})"
+        )
     return name
 
 
@@ -538,12 +659,26 @@ def division_accuracy_files():
         return []
     spec = DIVISION["accuracy"]
     dataset = division_accuracy_dataset()
-    return [f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_train_options():
     spec = DIVISION["accuracy"]
-    keys = ("width", "stem", "image_size", "epochs", "batch_size", "lr", "momentum", "weight_decay", "num_workers", "flip")
+    keys = (
+        "width",
+        "stem",
+        "image_size",
+        "epochs",
+        "batch_size",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "num_workers",
+        "flip",
+    )
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
@@ -570,7 +705,12 @@ def division_train_resources():
         return {"gpu": 0, "gres": "", "nodes": 1, "slurm_extra": ""}
     if spec["nodes"] == 1:
         return {"gpu": spec["gpus"], "gres": "", "nodes": 1, "slurm_extra": ""}
-    return {"gpu": 0, "gres": f"gpu:{spec['gpus']}", "nodes": spec["nodes"], "slurm_extra": "--ntasks-per-node=1"}
+    return {
+        "gpu": 0,
+        "gres": f"gpu:{spec['gpus']}",
+        "nodes": spec["nodes"],
+        "slurm_extra": "--ntasks-per-node=1",
+    }
 
 
 def division_accuracy_lmdbs(wildcards):
@@ -628,3 +768,98 @@ def robust_run_minutes(run):
 
 wildcard_constraints:
     robust_run=alternatives(list(ROBUST_RUNS)),
+# -- memnet ----------------------------------------------------------------------------------------
+MEMNET = config["memnet"]
+MEMNET_FAMILIES = [
+    f
+    for f in ("mlp", "cnn", "transformer")
+    if MEMNET["families"].get(f, {}).get("count", 0) > 0
+]
+MEMNET_PUBLISHED = MEMNET["published"]
+MEMNET_ESTIMATOR_KEYS = (
+    "quantile",
+    "members",
+    "mlp_epochs",
+    "transformer_epochs",
+    "optimizer",
+)
+
+for _name, _spec in MEMNET_PUBLISHED.items():
+    DATASET_PATHS.append((f"memnet.published.{_name}.path", _spec["path"]))
+
+_clash = [
+    name
+    for name in MEMNET_PUBLISHED
+    if name in {f"measured_{f}" for f in ("mlp", "cnn", "transformer")}
+]
+if _clash:
+    raise WorkflowError(
+        f"config memnet.published: {', '.join(_clash)} is the name of a measured dataset; rename it"
+    )
+
+
+def memnet_datasets():
+    """Evaluated datasets: ``measured_<family>`` for each measured family, then the published CSVs."""
+    return [f"measured_{family}" for family in MEMNET_FAMILIES] + list(MEMNET_PUBLISHED)
+
+
+def memnet_dataset_csv(wildcards):
+    if wildcards.memnet_dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[wildcards.memnet_dataset]["path"]
+    return f"results/memnet/{wildcards.memnet_dataset.removeprefix('measured_')}/gpumemnet.csv"
+
+
+def memnet_dataset_family(dataset):
+    if dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[dataset]["family"]
+    return dataset.removeprefix("measured_")
+
+
+def memnet_bins_option(dataset):
+    """--bins of a dataset: its configured classes, else the command's GPUMemNet defaults."""
+    if dataset in MEMNET_PUBLISHED:
+        bins = MEMNET_PUBLISHED[dataset].get("bins")
+    else:
+        bins = MEMNET["families"][memnet_dataset_family(dataset)].get("bins")
+    if not bins:
+        return ""
+    return f"--bins {bins['start_mib']} {bins['width_mib']} {bins['count']}"
+
+
+def memnet_generate_options(family):
+    spec = MEMNET["families"][family]
+    ranges = " ".join(
+        f"--range {key} {low} {high}"
+        for key, (low, high) in spec.get("ranges", {}).items()
+    )
+    return f"--count {spec['count']} --seed {config['seed']} {ranges}"
+
+
+def memnet_measure_options():
+    keys = ("steps", "optimizer", "timeout_s", "threads")
+    return f"{cli_options({key: MEMNET[key] for key in keys})} --device {config['device']} {meter_options()}"
+
+
+def memnet_evaluate_options(dataset):
+    keys = ("folds", "faketensor_rows", "timing_rows") + MEMNET_ESTIMATOR_KEYS
+    options = cli_options({key: MEMNET[key] for key in keys} | {"seed": config["seed"]})
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_train_options(dataset):
+    options = cli_options(
+        {key: MEMNET[key] for key in MEMNET_ESTIMATOR_KEYS} | {"seed": config["seed"]}
+    )
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_measure_runtime():
+    """Minutes of a family's measurement: every configuration may use its whole timeout."""
+    families = MEMNET["families"]
+    most = max((families[f]["count"] for f in MEMNET_FAMILIES), default=0)
+    return 10 + int(most * MEMNET["timeout_s"] / 60)
+
+
+wildcard_constraints:
+    memnet_family=alternatives(MEMNET_FAMILIES),
+    memnet_dataset=alternatives(memnet_datasets()),

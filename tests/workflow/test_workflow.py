@@ -55,9 +55,13 @@ def test_default_target_writes_tables_and_figures(finished_run):
     assert set(robust["variant"]) == {"seq-pgd2-t1", "par-pgd2-p2-k2"}
     assert set(robust["scaling"]) == {"sequential", "strong", "weak"}
     assert robust["robust_accuracy"].between(0, 1).all() and robust["speedup"].notna().all()
+    memnet = pd.read_csv(tables / "memnet.csv")
+    assert set(memnet["dataset"]) == {"measured_mlp"}
+    assert set(memnet["estimator"]) == {"gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"}
+    assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
     figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
                "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png",
-               "robust_scaling.png", "robust_staleness.png")
+               "robust_scaling.png", "robust_staleness.png", "memnet_confusion.png", "memnet_comparison.png")
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()

@@ -20,6 +20,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
     "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
     "robust": ("membench.robust.commands", "adversarial training with parallel adversary generation: train, table, plots"),
+    "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
 }
 
 
