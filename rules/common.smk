@@ -166,17 +166,20 @@ APPCLASS = config["appclass"]
 # Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
 APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
+APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
 
 
 def appclass_variant_name(variant):
     """The variant name bench jobs record (membench.appclass.bench.BenchSpec.variant)."""
-    return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    name = f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    kernels = variant.get("kernels", "auto")
+    return name if kernels == "auto" else f"{name}-kernels_{kernels}"
 
 
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
-        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
+        if variant["implementation"] == "reference" and {k: v for k, v in variant.items() if k != "kernels"} != APPCLASS_REFERENCE:
             raise WorkflowError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
         variants[appclass_variant_name(variant)] = variant
     return variants
@@ -247,6 +250,7 @@ def appclass_bench_options(variant_name):
             "device": variant["device"],
             "threads": variant["threads"],
             "precision": variant["precision"],
+            "kernels": variant.get("kernels", "auto"),
             "repeats": APPCLASS["repeats"],
             "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
         }
