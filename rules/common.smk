@@ -213,17 +213,21 @@ APPCLASS_REFERENCE = {
     "precision": "float64",
 }
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
+APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
 
 
 def appclass_variant_name(variant):
     """The variant name bench jobs record (membench.appclass.bench.BenchSpec.variant)."""
-    return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    name = f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    kernels = variant.get("kernels", "auto")
+    return name if kernels == "auto" else f"{name}-kernels_{kernels}"
 
 
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
-        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
+        reference_part = {k: v for k, v in variant.items() if k != "kernels"}
+        if variant["implementation"] == "reference" and reference_part != APPCLASS_REFERENCE:
             raise WorkflowError(
                 f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
             )
@@ -314,6 +318,7 @@ def appclass_bench_options(variant_name):
             "device": variant["device"],
             "threads": variant["threads"],
             "precision": variant["precision"],
+            "kernels": variant.get("kernels", "auto"),
             "repeats": APPCLASS["repeats"],
             "trace_live_tensors": APPCLASS["trace_live_tensors"]
             and variant["implementation"] == "torch",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
-from membench.division.extension import CSRC_DIR, CUDA_CFLAGS, CUDA_SOURCES
+from membench.division.extension import CSRC_DIR, SPEC
 
 
 def _nvcc() -> str | None:
@@ -27,7 +27,7 @@ def _nvcc() -> str | None:
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="no nvcc on this machine")
-@pytest.mark.parametrize("source", CUDA_SOURCES)
+@pytest.mark.parametrize("source", SPEC.cuda_sources)
 def test_cuda_source_compiles_with_nvcc(tmp_path, source):
     includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
     generated = Path("c10/cuda/impl/cuda_cmake_macros.h")
@@ -37,7 +37,7 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, source):
         includes.append(str(tmp_path))
     command = [
         _nvcc(), "-c", str(CSRC_DIR / source), "-o", str(tmp_path / "kernels.o"), "-std=c++17",
-        *CUDA_CFLAGS, "-DWITH_CUDA", "-DTORCH_EXTENSION_NAME=membench_division_ops",
+        *SPEC.cuda_cflags, "-DWITH_CUDA", f"-DTORCH_EXTENSION_NAME={SPEC.name}",
         *(f"-I{path}" for path in includes),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
