@@ -157,3 +157,13 @@ def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_pa
     present.write_text(yaml.safe_dump(config))
     planned = snakemake(tmp_path, "-n", configfile=present)
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+
+
+def test_missing_published_memnet_csv_is_listed_before_any_job(tmp_path):
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config["memnet"]["published"] = {"gpumemnet_mlp": {"path": str(tmp_path / "nowhere.csv"), "family": "mlp"}}
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", configfile=missing)
+    assert result.returncode != 0
+    assert f"memnet.published.gpumemnet_mlp.path: {tmp_path / 'nowhere.csv'}" in result.stdout + result.stderr
