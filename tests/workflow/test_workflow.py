@@ -223,3 +223,13 @@ def test_sweep_killed_half_way_resumes_with_only_the_missing_points(tmp_path):
     assert rest.returncode == 0, rest.stderr[-4000:]
     assert _planned_sweep_points(rest) == {"malconv2", "hotconv_eco"}
     assert written == {p: (tmp_path / p).stat().st_mtime_ns for p in points}
+
+
+def test_missing_published_memnet_csv_is_listed_before_any_job(tmp_path):
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config["memnet"]["published"] = {"gpumemnet_mlp": {"path": str(tmp_path / "nowhere.csv"), "family": "mlp"}}
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", configfile=missing)
+    assert result.returncode != 0
+    assert f"memnet.published.gpumemnet_mlp.path: {tmp_path / 'nowhere.csv'}" in result.stdout + result.stderr

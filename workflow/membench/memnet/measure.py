@@ -143,11 +143,16 @@ def run_isolated(jobs: list[tuple[dict, Callable]], outdir: str | os.PathLike, d
                                                       sample_interval_s, threads))
         start = time.perf_counter()
         child.start()
-        child.join(timeout_s)
+        try:
+            child.join(timeout_s)
+        finally:
+            # Interrupted (Ctrl-C, timeout -s INT) or timed out: no child outlives its parent's wait.
+            timed_out = child.is_alive()
+            if timed_out:
+                os.kill(child.pid, signal.SIGKILL)
+                child.join()
         status = None
-        if child.is_alive():
-            os.kill(child.pid, signal.SIGKILL)
-            child.join()
+        if timed_out:
             status = STATUS_TIMEOUT
         elif not path.is_file():
             status = STATUS_FAILED
