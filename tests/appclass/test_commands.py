@@ -83,3 +83,16 @@ def test_agreement_flags_differences():
     moved_nan = np.array([[-1.0, np.nan], [-3.0, -np.inf]])
     assert not agreement(moved_nan, reference, "float64")["agrees_with_reference"]
     assert not agreement(reference[:1], reference, "float64")["agrees_with_reference"]
+
+
+def test_compare_runs_each_variant_and_checks_its_printed_bytes(tmp_path, quirk_paths):
+    outdir = tmp_path / "cmp"
+    assert main(["appclass", "compare", *map(str, quirk_paths[:4]), "--dataset", "quirk", "--outdir", str(outdir),
+                 "--variant", "reference:cpu:1:float64", "--variant", "torch:cpu:1:float64:torch", "--rounds", "1",
+                 "--build-manifest", str(tmp_path / "absent.json")]) == 0
+    summary = pd.read_csv(outdir / "summary.csv")
+    assert summary["variant"].tolist() == ["reference-cpu-t1-float64", "torch-cpu-t1-float64-kernels_torch"]
+    assert (summary["run_s"] > 0).all() and (summary["edge_copy_ms"] > 0).all()
+    assert summary["all_print_first_variant_bytes"].tolist() == [True, True]
+    assert (outdir / "first_variant_output.txt").read_text() == quirk_paths[4].read_text()
+    assert pd.read_csv(outdir / "compare.csv")["kernels_used"].tolist() == ["reference", "torch"]

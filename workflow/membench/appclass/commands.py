@@ -19,11 +19,10 @@ import logging  # noqa: E402
 import sys  # noqa: E402
 
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
-from membench.core.extension import KERNEL_CHOICES, MANIFEST_NAME  # noqa: E402
+from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
 from membench.core.meter import add_meter_options  # noqa: E402
 
-DEFAULT_MANIFEST = f"results/build/appclass/{MANIFEST_NAME}"  # where the workflow's build rule writes it
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
 
@@ -151,7 +150,7 @@ def _kernels(args: argparse.Namespace):
 
     if args.implementation != "torch":
         return None
-    return select_kernels(args.kernels, args.build_manifest or DEFAULT_MANIFEST)
+    return select_kernels(args.kernels, args.build_manifest)
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -199,7 +198,7 @@ def _bench(args: argparse.Namespace) -> None:
     record = run_bench_job(
         _graph_paths(args), args.dataset, _bench_spec(args), args.outdir,
         reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
-        build_manifest=args.build_manifest or DEFAULT_MANIFEST,
+        build_manifest=args.build_manifest,
         trace_live_tensors=args.trace_live_tensors, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info(

@@ -123,7 +123,7 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
     CSV reader with single spaces as delimiters (the files membench and PNNL write); None when
     pyarrow cannot read the file so (other whitespace, bad values), for the general reader to judge.
     Floats parse correctly rounded, as NumPy parses them."""
-    from pyarrow import ArrowInvalid, csv
+    from pyarrow import ArrowInvalid, csv, default_memory_pool
 
     try:
         table = csv.read_csv(
@@ -142,6 +142,9 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
     out = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
     for index, column in enumerate(table.columns):
         out[:, index] = column.to_numpy()
+    del table
+    # Arrow's allocator keeps freed buffers for reuse; hand them back before the algorithm runs.
+    default_memory_pool().release_unused()
     return out
 
 
