@@ -1,24 +1,47 @@
-# Application classification (seed 001): graphs (RMAT data graphs, induced patterns), benchmark jobs
-# (implementation x device x threads x precision x graph pair), their table, graph statistics, figures.
+# Application classification (seed 001): the C++ kernels' build, graphs (RMAT data graphs, induced
+# patterns), benchmark jobs (implementation x device x threads x precision x graph pair), their table,
+# graph statistics, figures.
+
+
+rule appclass_build:
+    input:
+        # The kernels' source, so that editing it rebuilds (path from the checkout, not the working directory).
+        f"{workflow.basedir}/workflow/membench/appclass/csrc/appclass_ops.cpp",
+    output:
+        manifest=APPCLASS_BUILD_MANIFEST,
+    log:
+        log_path("appclass_build"),
+    benchmark:
+        benchmark_path("appclass_build")
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.manifest),
+    shell:
+        "membench appclass build --outdir {params.outdir} > {log} 2>&1"
 
 
 rule appclass_rmat:
     output:
         vertices="results/data/graphs/{graph}/data.Vertex.csv",
         edges="results/data/graphs/{graph}/data.Edges.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs("rmat")),
-    params:
-        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
     log:
         log_path("appclass_rmat", "{graph}"),
     benchmark:
         benchmark_path("appclass_rmat", "{graph}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs("rmat")),
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        ENV
+    params:
+        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
     shell:
         "membench appclass generate-rmat --vertices {output.vertices} --edges {output.edges} {params.options} > {log} 2>&1"
 
@@ -30,21 +53,23 @@ rule appclass_pattern:
     output:
         vertices="results/data/graphs/{graph}/patterns/{pattern}.Vertex.csv",
         edges="results/data/graphs/{graph}/patterns/{pattern}.Edges.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns("induced")),
-    params:
-        max_pattern_nodes=lambda wildcards: APPCLASS["patterns"][wildcards.pattern]["max_pattern_nodes"],
-        seed=config["seed"],
     log:
         log_path("appclass_pattern", "{graph}/{pattern}"),
     benchmark:
         benchmark_path("appclass_pattern", "{graph}/{pattern}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns("induced")),
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        max_pattern_nodes=lambda wildcards: APPCLASS["patterns"][wildcards.pattern][
+            "max_pattern_nodes"
+        ],
+        seed=config["seed"],
     shell:
         "membench appclass generate-pattern {input.vertices} {input.edges} --max-pattern-nodes {params.max_pattern_nodes}"
         " --seed {params.seed} --vertices {output.vertices} --edges {output.edges} > {log} 2>&1"
@@ -57,23 +82,23 @@ rule appclass_reference:
         metrics=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/metrics.json",
         memlog=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/memlog.csv",
         beliefs=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
-    params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
     log:
         log_path("appclass_reference", "{graph}/{pattern}"),
     benchmark:
         benchmark_path("appclass_reference", "{graph}/{pattern}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+    conda:
+        ENV
     # Timing jobs take every core so that no other job runs beside them.
     threads: workflow.cores
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
-    conda:
-        ENV
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
     shell:
         "membench appclass bench {input} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
         " --out-npy {output.beliefs} {params.options} > {log} 2>&1"
@@ -83,31 +108,32 @@ rule appclass_bench:
     input:
         graphs=appclass_pair_files,
         reference=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
+        manifest=APPCLASS_BUILD_MANIFEST,
     output:
         metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
-        variant=alternatives(APPCLASS_TORCH_VARIANTS),
-    params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=lambda wildcards: appclass_bench_options(wildcards.variant),
     log:
         log_path("appclass_bench", "{graph}/{pattern}/{variant}"),
     benchmark:
         benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+        variant=alternatives(APPCLASS_TORCH_VARIANTS),
+    conda:
+        ENV
     # Timing jobs take every core so that no other job runs beside them; torch uses the variant's threads.
     threads: workflow.cores
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
         gpu=lambda wildcards: appclass_variant_gpus(wildcards.variant),
-    conda:
-        ENV
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=lambda wildcards: appclass_bench_options(wildcards.variant),
     shell:
         "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
-        " --reference-npy {input.reference} {params.options} > {log} 2>&1"
+        " --reference-npy {input.reference} --build-manifest {input.manifest} {params.options} > {log} 2>&1"
 
 
 rule appclass_table:
@@ -125,11 +151,11 @@ rule appclass_table:
         log_path("appclass_table"),
     benchmark:
         benchmark_path("appclass_table")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
@@ -145,17 +171,17 @@ rule appclass_graph_stats:
             labels={"table": "graph statistics"},
         ),
         parquet="results/tables/appclass_graphs.parquet",
-    params:
-        pairs=appclass_stats_pairs(),
     log:
         log_path("appclass_graph_stats"),
     benchmark:
         benchmark_path("appclass_graph_stats")
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        pairs=appclass_stats_pairs(),
     shell:
         "membench appclass graph-stats --out {output.csv} {params.pairs} > {log} 2>&1"
 
@@ -180,11 +206,11 @@ rule appclass_plots:
         log_path("appclass_plots"),
     benchmark:
         benchmark_path("appclass_plots")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench appclass plot --table {input} --runtime-png {output.runtime} --speedup-png {output.speedup} > {log} 2>&1"
 

@@ -6,11 +6,24 @@ import re
 import shlex
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 
 ENV = "../envs/membench.yaml"
 
 # Each rules file appends the tables and figures it contributes to the default target.
 FINAL_OUTPUTS = []
+
+
+# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock) ------------------
+from membench.core import snakemake_lock
+
+_stale_lock = snakemake_lock.clear_stale_lock()
+if _stale_lock:
+    logger.warning(f"membench: {_stale_lock}")
+
+
+onstart:
+    snakemake_lock.record_owner()
 
 
 def final_outputs():
@@ -80,10 +93,31 @@ def meter_options():
     )
 
 
+def trace_allocator_option():
+    """``meter.trace_allocator`` as an option of a job that measures memory on a CPU."""
+    return cli_options({"trace_allocator": config["meter"]["trace_allocator"]})
+
+
 # -- BODMAS datasets -----------------------------------------------------------------------------
 BODMAS = config["bodmas"]["datasets"]
-FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile", "time_split_date", "sort_by_size")
-SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes", "gzip_fraction")
+FOLD_KEYS = (
+    "folds",
+    "label_mode",
+    "top_families",
+    "val_fraction",
+    "time_split_quantile",
+    "time_split_date",
+    "sort_by_size",
+)
+SYNTHETIC_KEYS = (
+    "samples",
+    "families",
+    "benign_fraction",
+    "min_bytes",
+    "median_bytes",
+    "max_bytes",
+    "gzip_fraction",
+)
 SPLITS = ("train", "val", "test")
 
 
@@ -94,7 +128,11 @@ for _name, _spec in BODMAS.items():
 
 
 def bodmas_datasets(source=None):
-    return [name for name, spec in BODMAS.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in BODMAS.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def bodmas_dir(dataset):
@@ -132,7 +170,9 @@ def bodmas_fold_files(dataset):
 
 
 def bodmas_all_fold_files():
-    return [path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)]
+    return [
+        path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)
+    ]
 
 
 def bodmas_fold_options(dataset):
@@ -142,7 +182,9 @@ def bodmas_fold_options(dataset):
 
 def bodmas_synthetic_options(dataset):
     spec = BODMAS[dataset]
-    return cli_options({key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]}
+    )
 
 
 def bodmas_elf_options(dataset):
@@ -164,20 +206,31 @@ wildcard_constraints:
 # -- appclass --------------------------------------------------------------------------------------
 APPCLASS = config["appclass"]
 # Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
-APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
+APPCLASS_REFERENCE = {
+    "implementation": "reference",
+    "device": "cpu",
+    "threads": 1,
+    "precision": "float64",
+}
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
+APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
 
 
 def appclass_variant_name(variant):
     """The variant name bench jobs record (membench.appclass.bench.BenchSpec.variant)."""
-    return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    name = f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    kernels = variant.get("kernels", "auto")
+    return name if kernels == "auto" else f"{name}-kernels_{kernels}"
 
 
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
-        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
-            raise WorkflowError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+        reference_part = {k: v for k, v in variant.items() if k != "kernels"}
+        if variant["implementation"] == "reference" and reference_part != APPCLASS_REFERENCE:
+            raise WorkflowError(
+                f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
+            )
         variants[appclass_variant_name(variant)] = variant
     return variants
 
@@ -185,20 +238,32 @@ def appclass_variants():
 for _kind in ("graphs", "patterns"):
     for _name, _spec in APPCLASS[_kind].items():
         if _spec["source"] == "files":
-            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.vertices", _spec["vertices"]))
+            DATASET_PATHS.append(
+                (f"appclass.{_kind}.{_name}.vertices", _spec["vertices"])
+            )
             DATASET_PATHS.append((f"appclass.{_kind}.{_name}.edges", _spec["edges"]))
 
 APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
 APPCLASS_VARIANTS = appclass_variants()
-APPCLASS_TORCH_VARIANTS = [name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"]
+APPCLASS_TORCH_VARIANTS = [
+    name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"
+]
 
 
 def appclass_graphs(source=None):
-    return [name for name, spec in APPCLASS["graphs"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["graphs"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_patterns(source=None):
-    return [name for name, spec in APPCLASS["patterns"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["patterns"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_graph_files(graph):
@@ -206,7 +271,10 @@ def appclass_graph_files(graph):
     spec = APPCLASS["graphs"][graph]
     if spec["source"] == "files":
         return spec["vertices"], spec["edges"]
-    return f"results/data/graphs/{graph}/data.Vertex.csv", f"results/data/graphs/{graph}/data.Edges.csv"
+    return (
+        f"results/data/graphs/{graph}/data.Vertex.csv",
+        f"results/data/graphs/{graph}/data.Edges.csv",
+    )
 
 
 def appclass_pattern_files(graph, pattern):
@@ -220,7 +288,10 @@ def appclass_pattern_files(graph, pattern):
 
 def appclass_pair_files(wildcards):
     """The four graph files of the pair graph/pattern, in the order the commands take them."""
-    return [*appclass_graph_files(wildcards.graph), *appclass_pattern_files(wildcards.graph, wildcards.pattern)]
+    return [
+        *appclass_graph_files(wildcards.graph),
+        *appclass_pattern_files(wildcards.graph, wildcards.pattern),
+    ]
 
 
 def appclass_pairs():
@@ -247,8 +318,10 @@ def appclass_bench_options(variant_name):
             "device": variant["device"],
             "threads": variant["threads"],
             "precision": variant["precision"],
+            "kernels": variant.get("kernels", "auto"),
             "repeats": APPCLASS["repeats"],
-            "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
+            "trace_live_tensors": APPCLASS["trace_live_tensors"]
+            and variant["implementation"] == "torch",
         }
     )
     return f"{options} {meter_options()}"
@@ -270,18 +343,30 @@ def appclass_stats_pairs():
     """--pair NAME DATA_V DATA_E PATT_V PATT_E options of the graph-statistics command."""
     words = []
     for graph, pattern in appclass_pairs():
-        words += ["--pair", f"{graph}/{pattern}", *appclass_graph_files(graph), *appclass_pattern_files(graph, pattern)]
+        words += [
+            "--pair",
+            f"{graph}/{pattern}",
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        ]
     return " ".join(shlex.quote(w) for w in words)
 
 
 def appclass_stats_inputs():
-    return [path for graph, pattern in appclass_pairs()
-            for path in (*appclass_graph_files(graph), *appclass_pattern_files(graph, pattern))]
+    return [
+        path
+        for graph, pattern in appclass_pairs()
+        for path in (
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        )
+    ]
 
 
 def _pnnl_rows(path, unreadable=2**21):
     """Rows named in the first line of a PNNL text file; ``unreadable`` (a large guess) when the
-    header cannot be read: the job itself reports a bad file, the estimate only sizes the request."""
+    header cannot be read: the job itself reports a bad file, the estimate only sizes the request.
+    """
     try:
         with open(path) as handle:
             return int(handle.readline().split()[0])
@@ -296,7 +381,10 @@ def appclass_mem_mb(wildcards):
     graph = APPCLASS["graphs"][wildcards.graph]
     pattern = APPCLASS["patterns"][wildcards.pattern]
     if graph["source"] == "rmat":
-        nodes, edges = 2 ** graph["scale"] + 1, graph["edge_factor"] * 2 ** graph["scale"]
+        nodes, edges = (
+            2 ** graph["scale"] + 1,
+            graph["edge_factor"] * 2 ** graph["scale"],
+        )
     else:
         nodes, edges = _pnnl_rows(graph["vertices"]), _pnnl_rows(graph["edges"])
     if pattern["source"] == "files":
@@ -310,20 +398,43 @@ def appclass_mem_mb(wildcards):
 
 def appclass_variant_gpus(variant_name):
     return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1
+
+
 # -- hotconv -------------------------------------------------------------------------------------
 HOTCONV = config["hotconv"]
 HOTCONV_TRAIN_KEYS = (
-    "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
-    "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
+    "epochs",
+    "max_len",
+    "batch_size",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "learning_rate",
+    "early_stopping_patience",
+    "num_workers",
+    "memory_probe_steps",
+    "size_sorted",
 )
 HOTCONV_SWEEP_KEYS = (
-    "variants", "batch_sizes", "max_lens", "num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "steps",
+)
+HOTCONV_SWEEP_VARIANTS = sorted(
+    {variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]}
 )
 
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
 if _unknown:
-    raise WorkflowError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+    raise WorkflowError(
+        f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})"
+    )
 
 
 def hotconv_job_dir(dataset, variant, fold):
@@ -349,7 +460,10 @@ def hotconv_train_mem_mb():
     if config["device"] == "cpu":
         windows = HOTCONV["max_len"] // HOTCONV["stride"]
         # embedding (8 floats a byte) plus about six (B, F, windows) float maps for autograd
-        mem_mib += batch_mib * 16 + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
+        mem_mib += (
+            batch_mib * 16
+            + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
+        )
     return int(mem_mib)
 
 
@@ -368,6 +482,7 @@ def hotconv_train_options():
                 {
                     "trace_live_tensors": meter["trace_live_tensors"],
                     "trace_saved_activations": meter["trace_saved_activations"],
+                    "trace_allocator": meter["trace_allocator"],
                     "device": config["device"],
                     "seed": config["seed"],
                 }
@@ -377,13 +492,35 @@ def hotconv_train_options():
     )
 
 
+def hotconv_sweep_point_dir(name, variant, batch_size, max_len):
+    return f"results/hotconv/sweeps/{name}/{variant}/b{batch_size}_l{max_len}"
+
+
+def hotconv_sweep_files(name):
+    """metrics.json of every point of the sweep ``hotconv.<name>`` (variant x batch size x max_len):
+    one job each."""
+    sweep = HOTCONV[name]
+    return [
+        f"{hotconv_sweep_point_dir(name, variant, batch_size, max_len)}/metrics.json"
+        for max_len in sweep["max_lens"]
+        for batch_size in sweep["batch_sizes"]
+        for variant in sweep["variants"]
+    ]
+
+
+def hotconv_sweep_point_mem_mb(name):
+    """Host memory of a sweep point: the paper model at 2 MiB inputs needs several GB on a CPU."""
+    return 4000 if name == "sweep" else 8000
+
+
 def hotconv_sweep_options(name):
-    """Options of ``membench hotconv bench`` for the sweep ``hotconv.<name>`` of the config."""
+    """Options of ``membench hotconv bench`` for a point of the sweep ``hotconv.<name>``."""
     sweep = HOTCONV[name]
     return " ".join(
         [
             cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
             cli_options({"device": config["device"], "seed": config["seed"]}),
+            trace_allocator_option(),
             meter_options(),
         ]
     )
@@ -394,8 +531,17 @@ IMAGES = config["images"]["datasets"]
 DIVISION = config["division"]
 DIVISION_METHODS = DIVISION["methods"]
 DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
-DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max",
-               "foreground_min", "noise_std", "val_fraction", "images_per_class")
+DIGITS_KEYS = (
+    "image_size",
+    "min_digit_size",
+    "max_digit_size",
+    "max_shift",
+    "background_max",
+    "foreground_min",
+    "noise_std",
+    "val_fraction",
+    "images_per_class",
+)
 DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
 
 for _name, _spec in IMAGES.items():
@@ -404,7 +550,11 @@ for _name, _spec in IMAGES.items():
 
 
 def image_datasets(source=None):
-    return [name for name, spec in IMAGES.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in IMAGES.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def image_lmdb(dataset, split):
@@ -414,17 +564,32 @@ def image_lmdb(dataset, split):
 
 def image_folder(dataset):
     spec = IMAGES[dataset]
-    return spec["root"] if spec["source"] == "folder" else f"results/data/images/{dataset}/folder"
+    return (
+        spec["root"]
+        if spec["source"] == "folder"
+        else f"results/data/images/{dataset}/folder"
+    )
 
 
 def image_folder_input(wildcards):
     """A generated folder is a rule's output (a dependency); a user's folder is not."""
-    return [] if IMAGES[wildcards.dataset]["source"] == "folder" else image_folder(wildcards.dataset)
+    return (
+        []
+        if IMAGES[wildcards.dataset]["source"] == "folder"
+        else image_folder(wildcards.dataset)
+    )
 
 
 def digits_options(dataset):
     spec = IMAGES[dataset]
-    return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]}
+    )
+
+
+def division_build_input():
+    """The build manifest a division job waits for; none when the config picks the pure-torch kernels."""
+    return [] if DIVISION["kernels"] == "torch" else DIVISION_BUILD_MANIFEST
 
 
 def division_method_options():
@@ -434,8 +599,9 @@ def division_method_options():
             "block_size": DIVISION["block_size"],
             "hfc_bits": DIVISION["hfc_bits"],
             "group_size": DIVISION["group_size"],
+            "amp": DIVISION["amp"],
             "kernels": DIVISION["kernels"],
-            "build_manifest": DIVISION_BUILD_MANIFEST,
+            "build_manifest": division_build_input() or None,
             "device": config["device"],
             "seed": config["seed"],
         }
@@ -451,7 +617,8 @@ def division_job_options(section):
 
 def division_job_mem_mb(section):
     """Host memory of a memory or speed job: on a CPU the activations live in host memory (about
-    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch."""
+    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch.
+    """
     image_pixels = DIVISION[section]["image_size"] ** 2
 
     def mem_mb(wildcards):
@@ -477,13 +644,18 @@ def division_max_batch_files():
     if not DIVISION_METHODS:
         return []
     model = DIVISION["max_batch"].get("model", "resnet50")
-    return [f"results/division/max_batch/{model}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/max_batch/{model}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_accuracy_dataset():
     name = DIVISION["accuracy"]["dataset"]
     if name not in IMAGES:
-        raise WorkflowError(f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})")
+        raise WorkflowError(
+            f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})"
+        )
     return name
 
 
@@ -492,12 +664,26 @@ def division_accuracy_files():
         return []
     spec = DIVISION["accuracy"]
     dataset = division_accuracy_dataset()
-    return [f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_train_options():
     spec = DIVISION["accuracy"]
-    keys = ("width", "stem", "image_size", "epochs", "batch_size", "lr", "momentum", "weight_decay", "num_workers", "flip")
+    keys = (
+        "width",
+        "stem",
+        "image_size",
+        "epochs",
+        "batch_size",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "num_workers",
+        "flip",
+    )
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
@@ -524,7 +710,12 @@ def division_train_resources():
         return {"gpu": 0, "gres": "", "nodes": 1, "slurm_extra": ""}
     if spec["nodes"] == 1:
         return {"gpu": spec["gpus"], "gres": "", "nodes": 1, "slurm_extra": ""}
-    return {"gpu": 0, "gres": f"gpu:{spec['gpus']}", "nodes": spec["nodes"], "slurm_extra": "--ntasks-per-node=1"}
+    return {
+        "gpu": 0,
+        "gres": f"gpu:{spec['gpus']}",
+        "nodes": spec["nodes"],
+        "slurm_extra": "--ntasks-per-node=1",
+    }
 
 
 def division_accuracy_lmdbs(wildcards):
@@ -582,3 +773,98 @@ def robust_run_minutes(run):
 
 wildcard_constraints:
     robust_run=alternatives(list(ROBUST_RUNS)),
+# -- memnet ----------------------------------------------------------------------------------------
+MEMNET = config["memnet"]
+MEMNET_FAMILIES = [
+    f
+    for f in ("mlp", "cnn", "transformer")
+    if MEMNET["families"].get(f, {}).get("count", 0) > 0
+]
+MEMNET_PUBLISHED = MEMNET["published"]
+MEMNET_ESTIMATOR_KEYS = (
+    "quantile",
+    "members",
+    "mlp_epochs",
+    "transformer_epochs",
+    "optimizer",
+)
+
+for _name, _spec in MEMNET_PUBLISHED.items():
+    DATASET_PATHS.append((f"memnet.published.{_name}.path", _spec["path"]))
+
+_clash = [
+    name
+    for name in MEMNET_PUBLISHED
+    if name in {f"measured_{f}" for f in ("mlp", "cnn", "transformer")}
+]
+if _clash:
+    raise WorkflowError(
+        f"config memnet.published: {', '.join(_clash)} is the name of a measured dataset; rename it"
+    )
+
+
+def memnet_datasets():
+    """Evaluated datasets: ``measured_<family>`` for each measured family, then the published CSVs."""
+    return [f"measured_{family}" for family in MEMNET_FAMILIES] + list(MEMNET_PUBLISHED)
+
+
+def memnet_dataset_csv(wildcards):
+    if wildcards.memnet_dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[wildcards.memnet_dataset]["path"]
+    return f"results/memnet/{wildcards.memnet_dataset.removeprefix('measured_')}/gpumemnet.csv"
+
+
+def memnet_dataset_family(dataset):
+    if dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[dataset]["family"]
+    return dataset.removeprefix("measured_")
+
+
+def memnet_bins_option(dataset):
+    """--bins of a dataset: its configured classes, else the command's GPUMemNet defaults."""
+    if dataset in MEMNET_PUBLISHED:
+        bins = MEMNET_PUBLISHED[dataset].get("bins")
+    else:
+        bins = MEMNET["families"][memnet_dataset_family(dataset)].get("bins")
+    if not bins:
+        return ""
+    return f"--bins {bins['start_mib']} {bins['width_mib']} {bins['count']}"
+
+
+def memnet_generate_options(family):
+    spec = MEMNET["families"][family]
+    ranges = " ".join(
+        f"--range {key} {low} {high}"
+        for key, (low, high) in spec.get("ranges", {}).items()
+    )
+    return f"--count {spec['count']} --seed {config['seed']} {ranges}"
+
+
+def memnet_measure_options():
+    keys = ("steps", "optimizer", "timeout_s", "threads")
+    return f"{cli_options({key: MEMNET[key] for key in keys})} --device {config['device']} {meter_options()}"
+
+
+def memnet_evaluate_options(dataset):
+    keys = ("folds", "faketensor_rows", "timing_rows") + MEMNET_ESTIMATOR_KEYS
+    options = cli_options({key: MEMNET[key] for key in keys} | {"seed": config["seed"]})
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_train_options(dataset):
+    options = cli_options(
+        {key: MEMNET[key] for key in MEMNET_ESTIMATOR_KEYS} | {"seed": config["seed"]}
+    )
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_measure_runtime():
+    """Minutes of a family's measurement: every configuration may use its whole timeout."""
+    families = MEMNET["families"]
+    most = max((families[f]["count"] for f in MEMNET_FAMILIES), default=0)
+    return 10 + int(most * MEMNET["timeout_s"] / 60)
+
+
+wildcard_constraints:
+    memnet_family=alternatives(MEMNET_FAMILIES),
+    memnet_dataset=alternatives(memnet_datasets()),
