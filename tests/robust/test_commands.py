@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from membench.cli import main
+from membench.core.metrics import MEASURED_FIELDS
 from membench.robust.plan import plan_runs
 from membench.robust.scaling import scaling_table
 
@@ -110,8 +111,7 @@ def _metrics(tmp_path, name, **fields):
               "torch_version": "x", "seed": 0, "batch_size": 64, "wall_s": 1.0, "attack": "pgd", "eps": 0.1,
               "epochs": 8, "clean_accuracy": 0.98, "robust_accuracy": 0.83, "samples_per_s": 1.0,
               "staleness_mean": 0.0, "staleness_max": 0, "publish_every": None, "threads": 1, "producers": 0,
-              **{f: None for f in ("nvml_peak_mib", "cuda_peak_allocated_mib", "cuda_peak_reserved_mib",
-                                   "activation_mib", "peak_tensor_mib", "peak_rss_mib", "energy_j", "co2e_g")},
+              **{f: None for f in MEASURED_FIELDS},
               **fields}
     path = tmp_path / name / "metrics.json"
     path.parent.mkdir()

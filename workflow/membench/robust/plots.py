@@ -27,6 +27,8 @@ def plot_scaling(frame: pd.DataFrame, png_path: str | os.PathLike) -> None:
         acc_ax.plot(rows["producers"], rows["robust_accuracy"], marker="o", color=color, label=label)
         baseline = rows["robust_accuracy"] - rows["robust_accuracy_delta"]
         acc_ax.plot(rows["producers"], baseline, linestyle=":", marker="x", color=color)
+    for ax in (speed_ax, acc_ax):
+        ax.set_xticks(producers)
     if producers:
         speed_ax.plot(producers, [p + 1 for p in producers], linestyle="--", color="grey", label="P + 1 (all cores busy)")
     speed_ax.axhline(1.0, color="black", linewidth=0.8)
@@ -48,6 +50,7 @@ def plot_staleness(frame: pd.DataFrame, png_path: str | os.PathLike) -> None:
         color = f"C{index}"
         ax.plot(rows["producers"], rows["staleness_mean"], marker="o", color=color, label=f"{label} mean")
         ax.plot(rows["producers"], rows["staleness_max"], marker="^", linestyle="--", color=color, label=f"{label} max")
+    ax.set_xticks(sorted(frame.loc[frame["mode"] == "parallel", "producers"].unique()))
     ax.set_xlabel("producers P")
     ax.set_ylabel("staleness (trainer steps)")
     ax.legend(fontsize=8)

@@ -116,5 +116,6 @@ def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_di
     parts, classes = _read_split(batch_dir, variant, split)
     count = sum(len(labels) for _, labels in parts)
     records = ((label, _png(image)) for images, labels in parts for image, label in zip(images, labels))
-    inputs = [meta_path] + [batch_dir / name for name in files[split]]
+    batch_dir, files = Path(batch_dir), CIFAR_FILES[variant]
+    inputs = [batch_dir / files["meta"]] + [batch_dir / name for name in files[split]]
     return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb", inputs=inputs)
