@@ -3,6 +3,8 @@
 
 from snakemake.utils import min_version, validate
 
+from membench import workflow_support
+
 min_version("8.20")
 
 
@@ -30,6 +32,16 @@ include: "rules/appclass.smk"
 
 
 check_dataset_paths()
+
+# A local run lets at most one GPU job per GPU present run at once (NVML and energy readings cover
+# the whole device), unless the command line says otherwise (--resources gpu=N). Cluster runs get
+# GPUs of their own from the scheduler.
+if (
+    workflow.is_main_process
+    and workflow.resource_settings.nodes is None
+    and "gpu" not in workflow.global_resources
+):
+    workflow.register_resource("gpu", workflow_support.local_gpu_slots())
 
 
 rule all:

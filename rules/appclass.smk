@@ -67,8 +67,8 @@ rule appclass_reference:
         log_path("appclass_reference", "{graph}/{pattern}"),
     benchmark:
         benchmark_path("appclass_reference", "{graph}/{pattern}")
-    # Timing jobs take every core so that no other job runs beside them.
-    threads: workflow.cores
+    # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
+    threads: appclass_threads(APPCLASS_REFERENCE_VARIANT)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
@@ -97,8 +97,8 @@ rule appclass_bench:
         log_path("appclass_bench", "{graph}/{pattern}/{variant}"),
     benchmark:
         benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
-    # Timing jobs take every core so that no other job runs beside them; torch uses the variant's threads.
-    threads: workflow.cores
+    # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
+    threads: lambda wildcards: appclass_threads(wildcards.variant)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
@@ -111,6 +111,7 @@ rule appclass_bench:
 
 
 rule appclass_table:
+    localrule: True
     input:
         appclass_all_metrics(),
     output:
@@ -161,6 +162,7 @@ rule appclass_graph_stats:
 
 
 rule appclass_plots:
+    localrule: True
     input:
         rules.appclass_table.output.csv,
     output:

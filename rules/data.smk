@@ -97,6 +97,7 @@ rule bodmas_classes:
 
 
 rule dataset_table:
+    localrule: True
     input:
         folds=bodmas_all_fold_files(),
         classes=[f"{bodmas_dir(d)}/folds/classes.csv" for d in bodmas_datasets()],

@@ -138,7 +138,7 @@ rule division_max_batch:
     resources:
         mem_mb=8000,
         runtime=120,
-        gpu=1,
+        gpu=gpu_count(),
     conda:
         ENV
     shell:
@@ -161,14 +161,11 @@ rule division_train:
         log_path("division_train", "{image_dataset}/{division_model}/{division_method}"),
     benchmark:
         benchmark_path("division_train", "{image_dataset}/{division_model}/{division_method}")
-    threads: 2
+    threads: DIVISION_TRAIN_THREADS
     resources:
         mem_mb=4000,
         runtime=600,
-        gpu=division_train_resources()["gpu"],
-        gres=division_train_resources()["gres"],
-        nodes=division_train_resources()["nodes"],
-        slurm_extra=division_train_resources()["slurm_extra"],
+        **division_train_resources(),
     conda:
         ENV
     shell:
@@ -178,6 +175,7 @@ rule division_train:
 
 
 rule division_table:
+    localrule: True
     input:
         memory=division_benchmark_files("memory"),
         speed=division_benchmark_files("speed"),
@@ -222,6 +220,7 @@ rule division_table:
 
 
 rule division_max_batch_table:
+    localrule: True
     input:
         division_max_batch_files(),
     output:
@@ -246,6 +245,7 @@ rule division_max_batch_table:
 
 
 rule division_plot_memory:
+    localrule: True
     input:
         rules.division_table.output.memory,
     output:
@@ -269,6 +269,7 @@ rule division_plot_memory:
 
 
 rule division_plot_speed:
+    localrule: True
     input:
         rules.division_table.output.speed,
     output:

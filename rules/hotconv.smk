@@ -39,6 +39,7 @@ rule hotconv_train:
 
 
 rule hotconv_table:
+    localrule: True
     input:
         hotconv_metrics_files(),
     output:
@@ -112,6 +113,7 @@ rule hotconv_bench:
 
 
 rule plot_hotconv_variants:
+    localrule: True
     input:
         rules.hotconv_table.output.csv,
     output:
@@ -135,6 +137,7 @@ rule plot_hotconv_variants:
 
 
 rule plot_hotconv_sweep:
+    localrule: True
     input:
         rules.hotconv_sweep.output.csv,
     output:

@@ -26,6 +26,7 @@ rule meter_check:
 
 
 rule meter_table:
+    localrule: True
     input:
         rules.meter_check.output.metrics,
     output:

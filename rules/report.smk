@@ -2,6 +2,7 @@
 
 
 rule plot_bodmas_sizes:
+    localrule: True
     input:
         bodmas_all_fold_files(),
     output:
@@ -25,6 +26,7 @@ rule plot_bodmas_sizes:
 
 
 rule plot_meter_memlog:
+    localrule: True
     input:
         rules.meter_check.output.memlog,
     output:
