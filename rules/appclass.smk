@@ -6,19 +6,19 @@ rule appclass_rmat:
     output:
         vertices="results/data/graphs/{graph}/data.Vertex.csv",
         edges="results/data/graphs/{graph}/data.Edges.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs("rmat")),
-    params:
-        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
     log:
         log_path("appclass_rmat", "{graph}"),
     benchmark:
         benchmark_path("appclass_rmat", "{graph}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs("rmat")),
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        ENV
+    params:
+        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
     shell:
         "membench appclass generate-rmat --vertices {output.vertices} --edges {output.edges} {params.options} > {log} 2>&1"
 
@@ -30,21 +30,23 @@ rule appclass_pattern:
     output:
         vertices="results/data/graphs/{graph}/patterns/{pattern}.Vertex.csv",
         edges="results/data/graphs/{graph}/patterns/{pattern}.Edges.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns("induced")),
-    params:
-        max_pattern_nodes=lambda wildcards: APPCLASS["patterns"][wildcards.pattern]["max_pattern_nodes"],
-        seed=config["seed"],
     log:
         log_path("appclass_pattern", "{graph}/{pattern}"),
     benchmark:
         benchmark_path("appclass_pattern", "{graph}/{pattern}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns("induced")),
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        max_pattern_nodes=lambda wildcards: APPCLASS["patterns"][wildcards.pattern][
+            "max_pattern_nodes"
+        ],
+        seed=config["seed"],
     shell:
         "membench appclass generate-pattern {input.vertices} {input.edges} --max-pattern-nodes {params.max_pattern_nodes}"
         " --seed {params.seed} --vertices {output.vertices} --edges {output.edges} > {log} 2>&1"
@@ -57,23 +59,23 @@ rule appclass_reference:
         metrics=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/metrics.json",
         memlog=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/memlog.csv",
         beliefs=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
-    params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
     log:
         log_path("appclass_reference", "{graph}/{pattern}"),
     benchmark:
         benchmark_path("appclass_reference", "{graph}/{pattern}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+    conda:
+        ENV
     # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
     threads: appclass_threads(APPCLASS_REFERENCE_VARIANT)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
-    conda:
-        ENV
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
     shell:
         "membench appclass bench {input} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
         " --out-npy {output.beliefs} {params.options} > {log} 2>&1"
@@ -86,32 +88,31 @@ rule appclass_bench:
     output:
         metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
-    wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
-        variant=alternatives(APPCLASS_TORCH_VARIANTS),
-    params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=lambda wildcards: appclass_bench_options(wildcards.variant),
     log:
         log_path("appclass_bench", "{graph}/{pattern}/{variant}"),
     benchmark:
         benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
+    wildcard_constraints:
+        graph=alternatives(appclass_graphs()),
+        pattern=alternatives(appclass_patterns()),
+        variant=alternatives(APPCLASS_TORCH_VARIANTS),
+    conda:
+        ENV
     # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
     threads: lambda wildcards: appclass_threads(wildcards.variant)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
         gpu=lambda wildcards: appclass_variant_gpus(wildcards.variant),
-    conda:
-        ENV
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
+        options=lambda wildcards: appclass_bench_options(wildcards.variant),
     shell:
         "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
         " --reference-npy {input.reference} {params.options} > {log} 2>&1"
 
 
 rule appclass_table:
-    localrule: True
     input:
         appclass_all_metrics(),
     output:
@@ -126,11 +127,12 @@ rule appclass_table:
         log_path("appclass_table"),
     benchmark:
         benchmark_path("appclass_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
@@ -146,23 +148,22 @@ rule appclass_graph_stats:
             labels={"table": "graph statistics"},
         ),
         parquet="results/tables/appclass_graphs.parquet",
-    params:
-        pairs=appclass_stats_pairs(),
     log:
         log_path("appclass_graph_stats"),
     benchmark:
         benchmark_path("appclass_graph_stats")
+    conda:
+        ENV
     resources:
         mem_mb=4000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        pairs=appclass_stats_pairs(),
     shell:
         "membench appclass graph-stats --out {output.csv} {params.pairs} > {log} 2>&1"
 
 
 rule appclass_plots:
-    localrule: True
     input:
         rules.appclass_table.output.csv,
     output:
@@ -182,11 +183,12 @@ rule appclass_plots:
         log_path("appclass_plots"),
     benchmark:
         benchmark_path("appclass_plots")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench appclass plot --table {input} --runtime-png {output.runtime} --speedup-png {output.speedup} > {log} 2>&1"
 

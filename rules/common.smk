@@ -51,7 +51,11 @@ def alternatives(names):
 
 def local_cores():
     """Cores of a local run; None on a cluster (the executor submits jobs to nodes)."""
-    return workflow.resource_settings.cores if workflow.resource_settings.nodes is None else None
+    return (
+        workflow.resource_settings.cores
+        if workflow.resource_settings.nodes is None
+        else None
+    )
 
 
 def gpu_count():
@@ -89,8 +93,24 @@ def meter_options():
 
 # -- BODMAS datasets -----------------------------------------------------------------------------
 BODMAS = config["bodmas"]["datasets"]
-FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile", "time_split_date", "sort_by_size")
-SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes", "gzip_fraction")
+FOLD_KEYS = (
+    "folds",
+    "label_mode",
+    "top_families",
+    "val_fraction",
+    "time_split_quantile",
+    "time_split_date",
+    "sort_by_size",
+)
+SYNTHETIC_KEYS = (
+    "samples",
+    "families",
+    "benign_fraction",
+    "min_bytes",
+    "median_bytes",
+    "max_bytes",
+    "gzip_fraction",
+)
 SPLITS = ("train", "val", "test")
 
 
@@ -101,7 +121,11 @@ for _name, _spec in BODMAS.items():
 
 
 def bodmas_datasets(source=None):
-    return [name for name, spec in BODMAS.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in BODMAS.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def bodmas_dir(dataset):
@@ -139,7 +163,9 @@ def bodmas_fold_files(dataset):
 
 
 def bodmas_all_fold_files():
-    return [path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)]
+    return [
+        path for dataset in bodmas_datasets() for path in bodmas_fold_files(dataset)
+    ]
 
 
 def bodmas_fold_options(dataset):
@@ -149,7 +175,9 @@ def bodmas_fold_options(dataset):
 
 def bodmas_synthetic_options(dataset):
     spec = BODMAS[dataset]
-    return cli_options({key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec[key] for key in SYNTHETIC_KEYS} | {"seed": config["seed"]}
+    )
 
 
 def bodmas_elf_options(dataset):
@@ -171,7 +199,12 @@ wildcard_constraints:
 # -- appclass --------------------------------------------------------------------------------------
 APPCLASS = config["appclass"]
 # Every torch job is checked against this job's beliefs, so it runs whatever the variants list says.
-APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
+APPCLASS_REFERENCE = {
+    "implementation": "reference",
+    "device": "cpu",
+    "threads": 1,
+    "precision": "float64",
+}
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
 
 
@@ -183,7 +216,9 @@ def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
         if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
-            raise WorkflowError(f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}")
+            raise WorkflowError(
+                f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
+            )
         variants[appclass_variant_name(variant)] = variant
     return variants
 
@@ -191,20 +226,32 @@ def appclass_variants():
 for _kind in ("graphs", "patterns"):
     for _name, _spec in APPCLASS[_kind].items():
         if _spec["source"] == "files":
-            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.vertices", _spec["vertices"]))
+            DATASET_PATHS.append(
+                (f"appclass.{_kind}.{_name}.vertices", _spec["vertices"])
+            )
             DATASET_PATHS.append((f"appclass.{_kind}.{_name}.edges", _spec["edges"]))
 
 APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
 APPCLASS_VARIANTS = appclass_variants()
-APPCLASS_TORCH_VARIANTS = [name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"]
+APPCLASS_TORCH_VARIANTS = [
+    name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"
+]
 
 
 def appclass_graphs(source=None):
-    return [name for name, spec in APPCLASS["graphs"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["graphs"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_patterns(source=None):
-    return [name for name, spec in APPCLASS["patterns"].items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in APPCLASS["patterns"].items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def appclass_graph_files(graph):
@@ -212,7 +259,10 @@ def appclass_graph_files(graph):
     spec = APPCLASS["graphs"][graph]
     if spec["source"] == "files":
         return spec["vertices"], spec["edges"]
-    return f"results/data/graphs/{graph}/data.Vertex.csv", f"results/data/graphs/{graph}/data.Edges.csv"
+    return (
+        f"results/data/graphs/{graph}/data.Vertex.csv",
+        f"results/data/graphs/{graph}/data.Edges.csv",
+    )
 
 
 def appclass_pattern_files(graph, pattern):
@@ -226,7 +276,10 @@ def appclass_pattern_files(graph, pattern):
 
 def appclass_pair_files(wildcards):
     """The four graph files of the pair graph/pattern, in the order the commands take them."""
-    return [*appclass_graph_files(wildcards.graph), *appclass_pattern_files(wildcards.graph, wildcards.pattern)]
+    return [
+        *appclass_graph_files(wildcards.graph),
+        *appclass_pattern_files(wildcards.graph, wildcards.pattern),
+    ]
 
 
 def appclass_pairs():
@@ -254,7 +307,8 @@ def appclass_bench_options(variant_name):
             "threads": variant["threads"],
             "precision": variant["precision"],
             "repeats": APPCLASS["repeats"],
-            "trace_live_tensors": APPCLASS["trace_live_tensors"] and variant["implementation"] == "torch",
+            "trace_live_tensors": APPCLASS["trace_live_tensors"]
+            and variant["implementation"] == "torch",
         }
     )
     return f"{options} {meter_options()}"
@@ -276,13 +330,24 @@ def appclass_stats_pairs():
     """--pair NAME DATA_V DATA_E PATT_V PATT_E options of the graph-statistics command."""
     words = []
     for graph, pattern in appclass_pairs():
-        words += ["--pair", f"{graph}/{pattern}", *appclass_graph_files(graph), *appclass_pattern_files(graph, pattern)]
+        words += [
+            "--pair",
+            f"{graph}/{pattern}",
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        ]
     return " ".join(shlex.quote(w) for w in words)
 
 
 def appclass_stats_inputs():
-    return [path for graph, pattern in appclass_pairs()
-            for path in (*appclass_graph_files(graph), *appclass_pattern_files(graph, pattern))]
+    return [
+        path
+        for graph, pattern in appclass_pairs()
+        for path in (
+            *appclass_graph_files(graph),
+            *appclass_pattern_files(graph, pattern),
+        )
+    ]
 
 
 def appclass_mem_mb(wildcards):
@@ -298,20 +363,43 @@ def appclass_threads(variant_name):
 
 def appclass_variant_gpus(variant_name):
     return 0 if APPCLASS_VARIANTS[variant_name]["device"] == "cpu" else 1
+
+
 # -- hotconv -------------------------------------------------------------------------------------
 HOTCONV = config["hotconv"]
 HOTCONV_TRAIN_KEYS = (
-    "epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
-    "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps", "size_sorted",
+    "epochs",
+    "max_len",
+    "batch_size",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "learning_rate",
+    "early_stopping_patience",
+    "num_workers",
+    "memory_probe_steps",
+    "size_sorted",
 )
 HOTCONV_SWEEP_KEYS = (
-    "variants", "batch_sizes", "max_lens", "num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps",
+    "variants",
+    "batch_sizes",
+    "max_lens",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "steps",
 )
 
 
 _unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
 if _unknown:
-    raise WorkflowError(f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})")
+    raise WorkflowError(
+        f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})"
+    )
 
 
 def hotconv_job_dir(dataset, variant, fold):
@@ -329,7 +417,9 @@ def hotconv_metrics_files():
 
 
 def hotconv_train_mem_mb():
-    return workflow_support.hotconv_train_mem_mb(HOTCONV, on_cpu=config["device"] == "cpu")
+    return workflow_support.hotconv_train_mem_mb(
+        HOTCONV, on_cpu=config["device"] == "cpu"
+    )
 
 
 def hotconv_train_runtime():
@@ -371,8 +461,17 @@ IMAGES = config["images"]["datasets"]
 DIVISION = config["division"]
 DIVISION_METHODS = DIVISION["methods"]
 DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
-DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max",
-               "foreground_min", "noise_std", "val_fraction", "images_per_class")
+DIGITS_KEYS = (
+    "image_size",
+    "min_digit_size",
+    "max_digit_size",
+    "max_shift",
+    "background_max",
+    "foreground_min",
+    "noise_std",
+    "val_fraction",
+    "images_per_class",
+)
 DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
 
 for _name, _spec in IMAGES.items():
@@ -381,7 +480,11 @@ for _name, _spec in IMAGES.items():
 
 
 def image_datasets(source=None):
-    return [name for name, spec in IMAGES.items() if source is None or spec["source"] == source]
+    return [
+        name
+        for name, spec in IMAGES.items()
+        if source is None or spec["source"] == source
+    ]
 
 
 def image_lmdb(dataset, split):
@@ -391,17 +494,27 @@ def image_lmdb(dataset, split):
 
 def image_folder(dataset):
     spec = IMAGES[dataset]
-    return spec["root"] if spec["source"] == "folder" else f"results/data/images/{dataset}/folder"
+    return (
+        spec["root"]
+        if spec["source"] == "folder"
+        else f"results/data/images/{dataset}/folder"
+    )
 
 
 def image_folder_input(wildcards):
     """A generated folder is a rule's output (a dependency); a user's folder is not."""
-    return [] if IMAGES[wildcards.dataset]["source"] == "folder" else image_folder(wildcards.dataset)
+    return (
+        []
+        if IMAGES[wildcards.dataset]["source"] == "folder"
+        else image_folder(wildcards.dataset)
+    )
 
 
 def digits_options(dataset):
     spec = IMAGES[dataset]
-    return cli_options({key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]})
+    return cli_options(
+        {key: spec.get(key) for key in DIGITS_KEYS} | {"seed": config["seed"]}
+    )
 
 
 def division_method_options():
@@ -452,13 +565,18 @@ def division_max_batch_files():
     if not DIVISION_METHODS:
         return []
     model = DIVISION["max_batch"].get("model", "resnet50")
-    return [f"results/division/max_batch/{model}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/max_batch/{model}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_accuracy_dataset():
     name = DIVISION["accuracy"]["dataset"]
     if name not in IMAGES:
-        raise WorkflowError(f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})")
+        raise WorkflowError(
+            f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})"
+        )
     return name
 
 
@@ -467,12 +585,26 @@ def division_accuracy_files():
         return []
     spec = DIVISION["accuracy"]
     dataset = division_accuracy_dataset()
-    return [f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json" for method in DIVISION_METHODS]
+    return [
+        f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json"
+        for method in DIVISION_METHODS
+    ]
 
 
 def division_train_options():
     spec = DIVISION["accuracy"]
-    keys = ("width", "stem", "image_size", "epochs", "batch_size", "lr", "momentum", "weight_decay", "num_workers", "flip")
+    keys = (
+        "width",
+        "stem",
+        "image_size",
+        "epochs",
+        "batch_size",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "num_workers",
+        "flip",
+    )
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
@@ -482,12 +614,16 @@ DIVISION_TRAIN_THREADS = 2
 
 def division_train_launcher():
     spec = DIVISION["accuracy"]
-    return workflow_support.division_train_launcher(spec["gpus"], spec["nodes"], DIVISION_TRAIN_THREADS)
+    return workflow_support.division_train_launcher(
+        spec["gpus"], spec["nodes"], DIVISION_TRAIN_THREADS
+    )
 
 
 def division_train_resources():
     spec = DIVISION["accuracy"]
-    return workflow_support.division_train_resources(spec["gpus"], spec["nodes"], on_gpu=gpu_count() > 0)
+    return workflow_support.division_train_resources(
+        spec["gpus"], spec["nodes"], on_gpu=gpu_count() > 0
+    )
 
 
 def division_accuracy_lmdbs(wildcards):

@@ -14,24 +14,26 @@ rule hotconv_train:
     output:
         metrics="results/hotconv/{dataset}/{variant}/fold_{fold}/metrics.json",
         memlog="results/hotconv/{dataset}/{variant}/fold_{fold}/memlog.csv",
-    wildcard_constraints:
-        dataset=alternatives(HOTCONV["datasets"]),
-        variant=alternatives(HOTCONV["variants"]),
-    params:
-        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
-        outdir=lambda wildcards: hotconv_job_dir(wildcards.dataset, wildcards.variant, wildcards.fold),
-        options=hotconv_train_options(),
     log:
         log_path("hotconv_train", "{dataset}/{variant}/fold_{fold}"),
     benchmark:
         benchmark_path("hotconv_train", "{dataset}/{variant}/fold_{fold}")
+    wildcard_constraints:
+        dataset=alternatives(HOTCONV["datasets"]),
+        variant=alternatives(HOTCONV["variants"]),
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=hotconv_train_mem_mb(),
         runtime=hotconv_train_runtime(),
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
+        outdir=lambda wildcards: hotconv_job_dir(
+            wildcards.dataset, wildcards.variant, wildcards.fold
+        ),
+        options=hotconv_train_options(),
     shell:
         "membench hotconv train --variant {wildcards.variant} --dataset {wildcards.dataset} --fold {wildcards.fold}"
         " --train {input.train} --val {input.val} --test {input.test} --classes {input.classes}"
@@ -39,7 +41,6 @@ rule hotconv_train:
 
 
 rule hotconv_table:
-    localrule: True
     input:
         hotconv_metrics_files(),
     output:
@@ -54,11 +55,12 @@ rule hotconv_table:
         log_path("hotconv_table"),
     benchmark:
         benchmark_path("hotconv_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
@@ -72,19 +74,19 @@ rule hotconv_sweep:
             labels={"table": "memory sweep"},
         ),
         parquet="results/tables/hotconv_sweep.parquet",
-    params:
-        options=hotconv_sweep_options("sweep"),
     log:
         log_path("hotconv_sweep"),
     benchmark:
         benchmark_path("hotconv_sweep")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=4000,
         runtime=60,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        options=hotconv_sweep_options("sweep"),
     shell:
         "membench hotconv bench --out {output.csv} {params.options} > {log} 2>&1"
 
@@ -95,25 +97,24 @@ rule hotconv_bench:
     output:
         csv="results/tables/hotconv_bench.csv",
         parquet="results/tables/hotconv_bench.parquet",
-    params:
-        options=hotconv_sweep_options("bench"),
     log:
         log_path("hotconv_bench"),
     benchmark:
         benchmark_path("hotconv_bench")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=8000,
         runtime=120,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        options=hotconv_sweep_options("bench"),
     shell:
         "membench hotconv bench --out {output.csv} {params.options} > {log} 2>&1"
 
 
 rule plot_hotconv_variants:
-    localrule: True
     input:
         rules.hotconv_table.output.csv,
     output:
@@ -127,17 +128,17 @@ rule plot_hotconv_variants:
         log_path("plot_hotconv_variants"),
     benchmark:
         benchmark_path("plot_hotconv_variants")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench hotconv plot --table {input} --out {output} > {log} 2>&1"
 
 
 rule plot_hotconv_sweep:
-    localrule: True
     input:
         rules.hotconv_sweep.output.csv,
     output:
@@ -151,11 +152,12 @@ rule plot_hotconv_sweep:
         log_path("plot_hotconv_sweep"),
     benchmark:
         benchmark_path("plot_hotconv_sweep")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench hotconv plot-sweep --table {input} --out {output} > {log} 2>&1"
 

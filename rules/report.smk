@@ -2,7 +2,6 @@
 
 
 rule plot_bodmas_sizes:
-    localrule: True
     input:
         bodmas_all_fold_files(),
     output:
@@ -16,17 +15,17 @@ rule plot_bodmas_sizes:
         log_path("plot_bodmas_sizes"),
     benchmark:
         benchmark_path("plot_bodmas_sizes")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench bodmas plot-sizes --out {output} {input} > {log} 2>&1"
 
 
 rule plot_meter_memlog:
-    localrule: True
     input:
         rules.meter_check.output.memlog,
     output:
@@ -40,11 +39,12 @@ rule plot_meter_memlog:
         log_path("plot_meter_memlog"),
     benchmark:
         benchmark_path("plot_meter_memlog")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench meter plot --memlog {input} --out {output} > {log} 2>&1"
 
