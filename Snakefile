@@ -1,9 +1,14 @@
 # membench: reproduce, measure and compare memory-efficient GPU training methods.
 # Wiring only: configuration, schema validation, the rule files, and the default target.
 
+import os
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from membench import workflow_support
+from membench.core.config import check_config, load_schema
+from membench.core.errors import InputError
 
 min_version("8.20")
 
@@ -15,6 +20,19 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# One-line errors for bad keys and values, typed --config overrides; then Snakemake's validate
+# fills in the schema's defaults.
+try:
+    check_config(
+        config,
+        load_schema(workflow.source_path("config/schema.yaml")),
+        source=", ".join(
+            map(str, workflow.overwrite_configfiles or ["config/config.yaml"])
+        )
+        + " and --config",
+    )
+except InputError as error:
+    raise WorkflowError(f"membench: {error}") from None
 validate(config, "config/schema.yaml")
 
 
@@ -29,6 +47,8 @@ include: "rules/build.smk"
 include: "rules/division.smk"
 include: "rules/report.smk"
 include: "rules/appclass.smk"
+include: "rules/robust.smk"
+include: "rules/memnet.smk"
 
 
 check_dataset_paths()

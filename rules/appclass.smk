@@ -1,5 +1,29 @@
-# Application classification (seed 001): graphs (RMAT data graphs, induced patterns), benchmark jobs
-# (implementation x device x threads x precision x graph pair), their table, graph statistics, figures.
+# Application classification (seed 001): the C++ kernels' build, graphs (RMAT data graphs, induced
+# patterns), benchmark jobs (implementation x device x threads x precision x graph pair), their table,
+# graph statistics, figures.
+
+
+rule appclass_build:
+    input:
+        # The kernels' source, so that editing it rebuilds (path from this checkout, also when the
+        # workflow is used as a module of another).
+        workflow.source_path("../workflow/membench/appclass/csrc/appclass_ops.cpp"),
+    output:
+        manifest=APPCLASS_BUILD_MANIFEST,
+    log:
+        log_path("appclass_build"),
+    benchmark:
+        benchmark_path("appclass_build")
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        outdir=lambda wildcards, output: os.path.dirname(output.manifest),
+    shell:
+        "membench appclass build --outdir {params.outdir} > {log} 2>&1"
 
 
 rule appclass_rmat:
@@ -85,6 +109,7 @@ rule appclass_bench:
     input:
         graphs=appclass_pair_files,
         reference=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
+        manifest=APPCLASS_BUILD_MANIFEST,
     output:
         metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
@@ -109,7 +134,7 @@ rule appclass_bench:
         options=lambda wildcards: appclass_bench_options(wildcards.variant),
     shell:
         "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
-        " --reference-npy {input.reference} {params.options} > {log} 2>&1"
+        " --reference-npy {input.reference} --build-manifest {input.manifest} {params.options} > {log} 2>&1"
 
 
 rule appclass_table:

@@ -8,11 +8,24 @@ import shlex
 from snakemake.exceptions import WorkflowError
 
 from membench import workflow_support
+from snakemake.logging import logger
 
 ENV = "../envs/membench.yaml"
 
 # Each rules file appends the tables and figures it contributes to the default target.
 FINAL_OUTPUTS = []
+
+
+# -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock) ------------------
+from membench.core import snakemake_lock
+
+_stale_lock = snakemake_lock.clear_stale_lock()
+if _stale_lock:
+    logger.warning(f"membench: {_stale_lock}")
+
+
+onstart:
+    snakemake_lock.record_owner()
 
 
 def final_outputs():
@@ -58,6 +71,11 @@ def local_cores():
     )
 
 
+def memnet_measure_threads():
+    # The measured children run torch on the job's CPUs; on a cluster two of its own suffice.
+    return workflow_support.timing_job_threads(2, local_cores())
+
+
 def gpu_count():
     """GPUs a device job asks the scheduler for: none when the config pins the CPU."""
     return 0 if config["device"] == "cpu" else 1
@@ -89,6 +107,11 @@ def meter_options():
             "grid_intensity_g_per_kwh": meter["grid_intensity_g_per_kwh"],
         }
     )
+
+
+def trace_allocator_option():
+    """``meter.trace_allocator`` as an option of a job that measures memory on a CPU."""
+    return cli_options({"trace_allocator": config["meter"]["trace_allocator"]})
 
 
 # -- BODMAS datasets -----------------------------------------------------------------------------
@@ -206,6 +229,7 @@ APPCLASS_REFERENCE = {
     "precision": "float64",
 }
 RMAT_KEYS = ("scale", "edge_factor", "feature_max")
+APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
 
 
 def appclass_variant_name(variant):
@@ -215,7 +239,11 @@ def appclass_variant_name(variant):
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
-        if variant["implementation"] == "reference" and variant != APPCLASS_REFERENCE:
+        reference_part = {k: v for k, v in variant.items() if k != "kernels"}
+        if (
+            variant["implementation"] == "reference"
+            and reference_part != APPCLASS_REFERENCE
+        ):
             raise WorkflowError(
                 f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
             )
@@ -306,6 +334,7 @@ def appclass_bench_options(variant_name):
             "device": variant["device"],
             "threads": variant["threads"],
             "precision": variant["precision"],
+            "kernels": variant.get("kernels", "auto"),
             "repeats": APPCLASS["repeats"],
             "trace_live_tensors": APPCLASS["trace_live_tensors"]
             and variant["implementation"] == "torch",
@@ -383,15 +412,15 @@ HOTCONV_TRAIN_KEYS = (
     "size_sorted",
 )
 HOTCONV_SWEEP_KEYS = (
-    "variants",
-    "batch_sizes",
-    "max_lens",
     "num_filters",
     "window_size",
     "stride",
     "fp_slice_size",
     "fp2_slice_size",
     "steps",
+)
+HOTCONV_SWEEP_VARIANTS = sorted(
+    {variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]}
 )
 
 
@@ -435,6 +464,7 @@ def hotconv_train_options():
                 {
                     "trace_live_tensors": meter["trace_live_tensors"],
                     "trace_saved_activations": meter["trace_saved_activations"],
+                    "trace_allocator": meter["trace_allocator"],
                     "device": config["device"],
                     "seed": config["seed"],
                 }
@@ -444,13 +474,35 @@ def hotconv_train_options():
     )
 
 
+def hotconv_sweep_point_dir(name, variant, batch_size, max_len):
+    return f"results/hotconv/sweeps/{name}/{variant}/b{batch_size}_l{max_len}"
+
+
+def hotconv_sweep_files(name):
+    """metrics.json of every point of the sweep ``hotconv.<name>`` (variant x batch size x max_len):
+    one job each."""
+    sweep = HOTCONV[name]
+    return [
+        f"{hotconv_sweep_point_dir(name, variant, batch_size, max_len)}/metrics.json"
+        for max_len in sweep["max_lens"]
+        for batch_size in sweep["batch_sizes"]
+        for variant in sweep["variants"]
+    ]
+
+
+def hotconv_sweep_point_mem_mb(name):
+    """Host memory of a sweep point: the paper model at 2 MiB inputs needs several GB on a CPU."""
+    return 4000 if name == "sweep" else 8000
+
+
 def hotconv_sweep_options(name):
-    """Options of ``membench hotconv bench`` for the sweep ``hotconv.<name>`` of the config."""
+    """Options of ``membench hotconv bench`` for a point of the sweep ``hotconv.<name>``."""
     sweep = HOTCONV[name]
     return " ".join(
         [
             cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
             cli_options({"device": config["device"], "seed": config["seed"]}),
+            trace_allocator_option(),
             meter_options(),
         ]
     )
@@ -517,6 +569,11 @@ def digits_options(dataset):
     )
 
 
+def division_build_input():
+    """The build manifest a division job waits for; none when the config picks the pure-torch kernels."""
+    return [] if DIVISION["kernels"] == "torch" else DIVISION_BUILD_MANIFEST
+
+
 def division_method_options():
     """Method settings and kernel choice shared by every division job."""
     return cli_options(
@@ -524,8 +581,9 @@ def division_method_options():
             "block_size": DIVISION["block_size"],
             "hfc_bits": DIVISION["hfc_bits"],
             "group_size": DIVISION["group_size"],
+            "amp": DIVISION["amp"],
             "kernels": DIVISION["kernels"],
-            "build_manifest": DIVISION_BUILD_MANIFEST,
+            "build_manifest": division_build_input() or None,
             "device": config["device"],
             "seed": config["seed"],
         }
@@ -640,3 +698,141 @@ wildcard_constraints:
     division_batch=r"\d+",
     image_dataset=alternatives(image_datasets()),
     image_split=r"[A-Za-z0-9_-]+",
+
+
+# -- robust ----------------------------------------------------------------------------------------
+from membench.robust.plan import plan_runs, run_cores
+
+ROBUST = config["robust"]
+ROBUST_RUNS = plan_runs(ROBUST) if ROBUST["enabled"] else {}
+
+if ROBUST["dataset"] != "digits":
+    if ROBUST["root"] is None:
+        raise WorkflowError(
+            f"config robust.root: dataset {ROBUST['dataset']} needs the directory of its files"
+        )
+    DATASET_PATHS.append(("robust.root", ROBUST["root"]))
+
+
+def robust_job_dir(run):
+    return f"results/robust/{run}"
+
+
+def robust_metrics_files():
+    return [f"{robust_job_dir(run)}/metrics.json" for run in ROBUST_RUNS]
+
+
+def robust_train_options(run):
+    options = ROBUST_RUNS[run] | {"device": config["device"], "seed": config["seed"]}
+    return f"{cli_options(options)} {meter_options()}"
+
+
+def robust_run_cores(run):
+    return run_cores(ROBUST_RUNS[run])
+
+
+def robust_run_minutes(run):
+    """Minutes: the default digits runs take seconds; CIFAR-10 PreActResNet-18 about 10 min an epoch on a GPU."""
+    per_epoch = 15 if ROBUST["dataset"] == "cifar10" else 1
+    return 10 + ROBUST["epochs"] * per_epoch * ROBUST_RUNS[run]["steps"]
+
+
+wildcard_constraints:
+    robust_run=alternatives(list(ROBUST_RUNS)),
+
+
+# -- memnet ----------------------------------------------------------------------------------------
+MEMNET = config["memnet"]
+MEMNET_FAMILIES = [
+    f
+    for f in ("mlp", "cnn", "transformer")
+    if MEMNET["families"].get(f, {}).get("count", 0) > 0
+]
+MEMNET_PUBLISHED = MEMNET["published"]
+MEMNET_ESTIMATOR_KEYS = (
+    "quantile",
+    "members",
+    "mlp_epochs",
+    "transformer_epochs",
+    "optimizer",
+)
+
+for _name, _spec in MEMNET_PUBLISHED.items():
+    DATASET_PATHS.append((f"memnet.published.{_name}.path", _spec["path"]))
+
+_clash = [
+    name
+    for name in MEMNET_PUBLISHED
+    if name in {f"measured_{f}" for f in ("mlp", "cnn", "transformer")}
+]
+if _clash:
+    raise WorkflowError(
+        f"config memnet.published: {', '.join(_clash)} is the name of a measured dataset; rename it"
+    )
+
+
+def memnet_datasets():
+    """Evaluated datasets: ``measured_<family>`` for each measured family, then the published CSVs."""
+    return [f"measured_{family}" for family in MEMNET_FAMILIES] + list(MEMNET_PUBLISHED)
+
+
+def memnet_dataset_csv(wildcards):
+    if wildcards.memnet_dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[wildcards.memnet_dataset]["path"]
+    return f"results/memnet/{wildcards.memnet_dataset.removeprefix('measured_')}/gpumemnet.csv"
+
+
+def memnet_dataset_family(dataset):
+    if dataset in MEMNET_PUBLISHED:
+        return MEMNET_PUBLISHED[dataset]["family"]
+    return dataset.removeprefix("measured_")
+
+
+def memnet_bins_option(dataset):
+    """--bins of a dataset: its configured classes, else the command's GPUMemNet defaults."""
+    if dataset in MEMNET_PUBLISHED:
+        bins = MEMNET_PUBLISHED[dataset].get("bins")
+    else:
+        bins = MEMNET["families"][memnet_dataset_family(dataset)].get("bins")
+    if not bins:
+        return ""
+    return f"--bins {bins['start_mib']} {bins['width_mib']} {bins['count']}"
+
+
+def memnet_generate_options(family):
+    spec = MEMNET["families"][family]
+    ranges = " ".join(
+        f"--range {key} {low} {high}"
+        for key, (low, high) in spec.get("ranges", {}).items()
+    )
+    return f"--count {spec['count']} --seed {config['seed']} {ranges}"
+
+
+def memnet_measure_options():
+    keys = ("steps", "optimizer", "timeout_s", "threads")
+    return f"{cli_options({key: MEMNET[key] for key in keys})} --device {config['device']} {meter_options()}"
+
+
+def memnet_evaluate_options(dataset):
+    keys = ("folds", "faketensor_rows", "timing_rows") + MEMNET_ESTIMATOR_KEYS
+    options = cli_options({key: MEMNET[key] for key in keys} | {"seed": config["seed"]})
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_train_options(dataset):
+    options = cli_options(
+        {key: MEMNET[key] for key in MEMNET_ESTIMATOR_KEYS} | {"seed": config["seed"]}
+    )
+    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+
+
+def memnet_measure_runtime():
+    """Minutes of a family's measurement: every configuration may use its whole timeout."""
+    families = MEMNET["families"]
+    most = max((families[f]["count"] for f in MEMNET_FAMILIES), default=0)
+    return 10 + int(most * MEMNET["timeout_s"] / 60)
+
+
+wildcard_constraints:
+    memnet_family=alternatives(MEMNET_FAMILIES),
+    memnet_dataset=alternatives(memnet_datasets()),

@@ -69,7 +69,7 @@ rule images_cifar:
 
 rule division_memory:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/memory/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/memory/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -94,15 +94,16 @@ rule division_memory:
         trace=cli_options(
             {"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}
         ),
+        trace_allocator=trace_allocator_option(),
     shell:
         "membench division memory --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
-        " {params.trace} {params.options} > {log} 2>&1"
+        " {params.trace} {params.trace_allocator} {params.options} > {log} 2>&1"
 
 
 rule division_speed:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/speed/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/speed/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -133,7 +134,7 @@ rule division_speed:
 
 rule division_max_batch:
     input:
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
     log:
@@ -159,7 +160,7 @@ rule division_max_batch:
 rule division_train:
     input:
         unpack(division_accuracy_lmdbs),
-        manifest=DIVISION_BUILD_MANIFEST,
+        manifest=division_build_input(),
     output:
         metrics="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/metrics.json",
         history="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/history.csv",

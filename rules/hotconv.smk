@@ -65,7 +65,41 @@ rule hotconv_table:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
 
+# One job per sweep point (variant x batch size x max_len), each its own process: CUDA context,
+# cuBLAS/cuDNN handles and lazily loaded kernels are charged alike whatever the order, an
+# out-of-memory point is a recorded result, and a rerun measures only the missing points.
+rule hotconv_sweep_point:
+    output:
+        metrics="results/hotconv/sweeps/{sweep}/{variant}/b{batch_size}_l{max_len}/metrics.json",
+    log:
+        log_path("hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"),
+    benchmark:
+        benchmark_path(
+            "hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"
+        )
+    wildcard_constraints:
+        sweep="sweep|bench",
+        variant=alternatives(HOTCONV_SWEEP_VARIANTS),
+        batch_size=r"\d+",
+        max_len=r"\d+",
+    conda:
+        ENV
+    threads: 2
+    resources:
+        mem_mb=lambda wildcards: hotconv_sweep_point_mem_mb(wildcards.sweep),
+        runtime=lambda wildcards: 30 if wildcards.sweep == "sweep" else 60,
+        gpu=gpu_count(),
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=lambda wildcards: hotconv_sweep_options(wildcards.sweep),
+    shell:
+        "membench hotconv bench --outdir {params.outdir} --variant {wildcards.variant}"
+        " --batch-size {wildcards.batch_size} --max-len {wildcards.max_len} {params.options} > {log} 2>&1"
+
+
 rule hotconv_sweep:
+    input:
+        hotconv_sweep_files("sweep"),
     output:
         csv=report(
             "results/tables/hotconv_sweep.csv",
@@ -78,22 +112,21 @@ rule hotconv_sweep:
         log_path("hotconv_sweep"),
     benchmark:
         benchmark_path("hotconv_sweep")
+    localrule: True
     conda:
         ENV
-    threads: 2
     resources:
-        mem_mb=4000,
-        runtime=60,
-        gpu=gpu_count(),
-    params:
-        options=hotconv_sweep_options("sweep"),
+        mem_mb=1000,
+        runtime=5,
     shell:
-        "membench hotconv bench --out {output.csv} {params.options} > {log} 2>&1"
+        "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
 
 
 # The paper model (256 filters, window 512) at max_len up to 2 MiB: minutes on a CPU, so it is not
 # part of the default target; run it by name: snakemake --cores 2 hotconv_bench
 rule hotconv_bench:
+    input:
+        hotconv_sweep_files("bench"),
     output:
         csv="results/tables/hotconv_bench.csv",
         parquet="results/tables/hotconv_bench.parquet",
@@ -103,15 +136,11 @@ rule hotconv_bench:
         benchmark_path("hotconv_bench")
     conda:
         ENV
-    threads: 2
     resources:
-        mem_mb=8000,
-        runtime=120,
-        gpu=gpu_count(),
-    params:
-        options=hotconv_sweep_options("bench"),
+        mem_mb=1000,
+        runtime=5,
     shell:
-        "membench hotconv bench --out {output.csv} {params.options} > {log} 2>&1"
+        "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
 
 
 rule plot_hotconv_variants:

@@ -55,6 +55,26 @@ def quirk_graphs(quirk_paths):
 
 
 @pytest.fixture(scope="session")
+def built_manifest(tmp_path_factory):
+    """Manifest of the C++ kernels built once per session (a minute or two), or skip without a compiler."""
+    from membench.appclass.extension import build_extension
+    from membench.core.extension import cxx_compiler_present
+
+    if not cxx_compiler_present():
+        pytest.skip("no C++ compiler on this machine")
+    outdir = tmp_path_factory.mktemp("appclass_build")
+    build_extension(outdir)
+    return outdir / "manifest.json"
+
+
+@pytest.fixture(scope="session")
+def kernels(built_manifest):
+    from membench.appclass.extension import select_kernels
+
+    return select_kernels("extension", built_manifest)
+
+
+@pytest.fixture(scope="session")
 def small_rmat():
     """An RMAT-9 data graph (13/17 features) and a 6-node induced pattern."""
     from membench.data.graphs import induced_pattern, rmat_graph

@@ -12,7 +12,7 @@ from membench.cli import main
 
 def test_run_prints_exactly_the_reference_output(georgiy_paths, capsys, tmp_path):
     npy = tmp_path / "beliefs.npy"
-    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--npy", str(npy)]) == 0
+    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--implementation", "reference", "--npy", str(npy)]) == 0
     captured = capsys.readouterr()
     assert captured.out == georgiy_paths[4].read_text()
     beliefs = np.load(npy, allow_pickle=False)
@@ -20,7 +20,7 @@ def test_run_prints_exactly_the_reference_output(georgiy_paths, capsys, tmp_path
 
 
 def test_run_with_torch_prints_close_values(quirk_paths, capsys):
-    assert main(["appclass", "run", *map(str, quirk_paths[:4]), "--implementation", "torch", "--threads", "1"]) == 0
+    assert main(["appclass", "run", *map(str, quirk_paths[:4]), "--kernels", "torch", "--threads", "1"]) == 0
     printed = capsys.readouterr().out.splitlines()
     expected = quirk_paths[4].read_text().splitlines()
     assert len(printed) == len(expected)

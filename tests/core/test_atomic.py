@@ -6,6 +6,7 @@ import os
 import pytest
 
 from membench.core import atomic
+from membench.core.errors import InputError
 
 
 def test_write_json_replaces_whole_file(tmp_path):
@@ -37,14 +38,100 @@ def test_temporary_is_beside_target_so_rename_is_atomic(tmp_path):
 
 def test_directory_is_replaced_whole_or_not_at_all(tmp_path):
     target = tmp_path / "db"
-    with atomic.atomic_directory(target) as tmp:
+    with atomic.atomic_directory(target, "db") as tmp:
         (tmp / "data").write_text("first")
     with pytest.raises(RuntimeError):
-        with atomic.atomic_directory(target) as tmp:
+        with atomic.atomic_directory(target, "db") as tmp:
             (tmp / "data").write_text("half")
             raise RuntimeError("killed mid-build")
     assert (target / "data").read_text() == "first"
-    with atomic.atomic_directory(target) as tmp:
+    with atomic.atomic_directory(target, "db") as tmp:
         (tmp / "data").write_text("second")
     assert (target / "data").read_text() == "second"
     assert sorted(os.listdir(tmp_path)) == ["db"]
+    assert atomic.output_kind(target) == "db"
+
+
+def _tree(root):
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("make", ["user_directory", "user_file", "other_kind", "empty_directory", "symlink"])
+def test_directory_refuses_a_target_it_did_not_create_and_touches_nothing(tmp_path, make):
+    target = tmp_path / "out"
+    if make == "user_file":
+        target.write_text("precious")
+    elif make == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        target.symlink_to(tmp_path / "elsewhere")
+    else:
+        target.mkdir()
+        if make == "user_directory":
+            (target / "photo.png").write_bytes(b"precious")
+        elif make == "other_kind":
+            atomic.write_json(target / atomic.OUTPUT_MARKER, {"kind": "image-lmdb"})
+    before = _tree(tmp_path)
+    with pytest.raises(InputError, match="refusing to replace") as error:
+        with atomic.atomic_directory(target, "digits-image-folder") as tmp:
+            (tmp / "x").write_text("new")
+    assert str(target) in str(error.value)
+    assert _tree(tmp_path) == before
+
+
+def test_directory_refuses_an_output_that_is_or_holds_an_input(tmp_path):
+    data = tmp_path / "data"
+    with atomic.atomic_directory(data, "db") as tmp:
+        (tmp / "train").mkdir()
+    before = _tree(tmp_path)
+    for target, inputs, relation in ((data, [data / "train"], "contains"), (data / "train", [data / "train"], "is")):
+        with pytest.raises(InputError, match=f"{relation} the input"):
+            with atomic.atomic_directory(target, "db", inputs=inputs):
+                pass
+    assert _tree(tmp_path) == before
+
+
+def test_file_writer_refuses_an_input_or_a_directory(tmp_path):
+    source = tmp_path / "metrics.json"
+    source.write_text("{}")
+    with pytest.raises(InputError, match="is the input"):
+        with atomic.atomic_path(source, inputs=[source]):
+            pass
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(InputError, match="existing directory"):
+        atomic.write_text(tmp_path / "dir", "x")
+    assert source.read_text() == "{}" and sorted(os.listdir(tmp_path)) == ["dir", "metrics.json"]
+
+
+def test_new_outputs_follow_the_umask_not_0700(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        with atomic.atomic_directory(tmp_path / "db", "db") as tmp:
+            (tmp / "data").write_text("x")
+        atomic.write_text(tmp_path / "file.txt", "x")
+    finally:
+        os.umask(previous)
+    assert oct((tmp_path / "db").stat().st_mode & 0o777) == oct(0o750)
+    assert oct((tmp_path / "file.txt").stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_temporaries_of_killed_writers_are_removed_by_the_next_write(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = socket.gethostname()
+    dead_dir = tmp_path / f".db.{host}.{child.pid}.abc"
+    dead_dir.mkdir()
+    (dead_dir / "data.mdb").write_bytes(b"half")
+    dead_file = tmp_path / f".table.csv.{host}.{child.pid}.xyz.csv"
+    dead_file.write_text("half")
+    live = tmp_path / f".db.{host}.{os.getpid()}.live"
+    live.mkdir()
+    other_host = tmp_path / f".db.elsewhere.{child.pid}.abc"
+    other_host.mkdir()
+    with atomic.atomic_directory(tmp_path / "db", "db"):
+        pass
+    atomic.write_text(tmp_path / "table.csv", "whole")
+    assert sorted(os.listdir(tmp_path)) == sorted(["db", "table.csv", live.name, other_host.name])

@@ -35,4 +35,16 @@ def test_console_script_runs_meter_check(tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["system"] == "meter" and metrics["device"] == "cpu"
     assert metrics["nvml_available"] is False and metrics["activation_mib"] > 0
+    assert metrics["alloc_peak_mib"] > 0 and metrics["trace_allocator"] is True
+    assert metrics["allocator_trace_overhead_pct"] is not None
     assert (tmp_path / "memlog.csv").exists()
+
+
+def test_group_help_is_plain_text(capsys):
+    for group in GROUPS:
+        try:
+            main([group, "--help"])
+        except SystemExit as exit_:
+            assert exit_.code == 0
+        out = capsys.readouterr().out
+        assert f"membench {group}" in out and "``" not in out, out

@@ -36,6 +36,71 @@ def test_meter_on_cpu_reports_exact_fields_and_empty_gpu_fields():
     assert summary["trace_live_tensors"] is True
 
 
+def test_alloc_peak_sees_the_convolution_workspace_peak_tensor_misses():
+    batch, channels, filters, window, positions = 4, 8, 64, 32, 256
+    torch.manual_seed(0)
+    conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
+    x = torch.randn(batch, channels, window * positions)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True, trace_allocator=True) as meter:
+        with meter.phase("step"):
+            conv(x).sum().backward()
+    summary = meter.summary()
+    unfolded_mib = batch * channels * window * positions * 4 / 2**20
+    assert summary["step_alloc_peak_mib"] == summary["alloc_peak_mib"]
+    assert summary["alloc_peak_mib"] >= summary["peak_tensor_mib"] + unfolded_mib
+    assert summary["trace_allocator"] is True and summary["allocator_available"] is True
+    assert summary["host_peak_tensor_mib"] is None  # a CPU job's tensors are all on its device
+
+
+def test_alloc_peak_is_relative_to_the_phase_start_and_keeps_the_maximum_of_reentries():
+    held = torch.empty(10**6)  # allocated before the phases: not charged to them
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_allocator=True) as meter:
+        for size in (1000, 3000, 2000):
+            with meter.phase("step"):
+                torch.empty(size)
+    assert meter.summary()["step_alloc_peak_mib"] == 3000 * 4 / 2**20
+    del held
+
+
+def test_batches_count_the_collated_batch_whatever_made_it():
+    made_outside = [(torch.zeros(100), torch.zeros(10, dtype=torch.int64))]
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
+        with meter.phase("train"):
+            for inputs, labels in meter.batches(made_outside):
+                (inputs * 2).sum()
+    # The batch (400 + 80 bytes) counts as if collated here; inputs * 2 (400) and its sum (4) on top.
+    assert meter.summary()["train_peak_tensor_mib"] == (400 + 80 + 400 + 4) / 2**20
+
+
+def _loader_peak_mib(num_workers: int) -> float:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(64, dtype=torch.float32).reshape(16, 4), torch.arange(16))
+    loader = DataLoader(data, batch_size=4, num_workers=num_workers)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
+        with meter.phase("train"):
+            for inputs, labels in meter.batches(loader):
+                inputs.sum()
+    return meter.summary()["train_peak_tensor_mib"]
+
+
+def test_the_collated_batch_counts_the_same_whatever_num_workers_is():
+    assert _loader_peak_mib(0) == _loader_peak_mib(1) > 0
+
+
+def test_meter_does_not_mask_an_exception_in_flight(monkeypatch):
+    import membench.core.meter as meter_module
+
+    def failing_synchronize(device):
+        raise RuntimeError("a pending device error")
+
+    with pytest.raises(ValueError, match="the job's own error"):
+        with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+            monkeypatch.setattr(meter_module, "synchronize", failing_synchronize)
+            with meter.phase("train"):
+                raise ValueError("the job's own error")
+
+
 def test_meter_without_tracers_leaves_their_fields_empty():
     model = nn.Linear(8, 16)
     with Meter(torch.device("cpu"), sample_interval_s=0, trace_saved_activations=False) as meter:
@@ -44,6 +109,7 @@ def test_meter_without_tracers_leaves_their_fields_empty():
     summary = meter.summary()
     assert summary["activation_mib"] is None
     assert summary["peak_tensor_mib"] is None
+    assert summary["alloc_peak_mib"] is None
     assert summary["meter_samples"] >= 2  # start and end samples even without the thread
 
 
@@ -97,3 +163,89 @@ def test_time_calls_times_each_call():
     seconds = time_calls(lambda: calls.append(sum(range(10000))), 3, torch.device("cpu"))
     assert len(seconds) == 3 == len(calls)
     assert all(s > 0 for s in seconds)
+
+
+def test_nvml_lookups_never_take_torch_index_as_nvml_index_when_devices_are_hidden():
+    uuid = "6a1b2c3d-0000-1111-2222-333344445555"
+    # CUDA_VISIBLE_DEVICES=3,1: torch's device 0 is NVML's 3 (with PCI order), never NVML's 0.
+    assert sources.nvml_lookups(0, uuid, "3,1", "PCI_BUS_ID", "00000000:3b:00.0") == [
+        ("uuid", f"GPU-{uuid}"), ("uuid", f"MIG-{uuid}"), ("index", 3), ("pci", "00000000:3b:00.0")
+    ]
+    # CUDA's default order is fastest first: an integer entry names no NVML index then.
+    assert sources.nvml_lookups(1, None, "3,1", None, None) == []
+    assert sources.nvml_lookups(1, None, None, "PCI_BUS_ID", None) == [("index", 1)]
+
+
+def test_nvml_lookups_use_mig_uuids_and_skip_the_parent_gpu_bus():
+    mig = "MIG-0f1e2d3c-aaaa-bbbb-cccc-ddddeeeeffff"
+    assert sources.nvml_lookups(0, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [("uuid", mig)]
+    assert sources.nvml_lookups(1, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [
+        ("uuid", "GPU-x"), ("pci", "00000000:3b:00.0")
+    ]
+
+
+class _FakeNvml:
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    class _Process:
+        def __init__(self, pid, used):
+            self.pid, self.usedGpuMemory = pid, used
+
+    def __init__(self, processes):
+        self.processes = processes
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return self.processes
+
+    def nvmlDeviceGetName(self, handle):
+        return b"Fake GPU"
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.1"
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return {1: 1980, 2: 2619}[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+        raise RuntimeError("not supported")
+
+
+def test_nvml_process_usage_and_description():
+    import os
+
+    fake = _FakeNvml([_FakeNvml._Process(1, 5 * 2**20), _FakeNvml._Process(os.getpid(), 3 * 2**20)])
+    gpu = sources.NvmlGpu(fake, handle=None, found_by="uuid GPU-x")
+    assert gpu.process_used_bytes() == 3 * 2**20
+    assert gpu.process_used_bytes(pid=1) == 5 * 2**20
+    assert gpu.process_used_bytes(pid=2) is None
+    assert sources.NvmlGpu(_FakeNvml([_FakeNvml._Process(os.getpid(), None)]), None, "").process_used_bytes() is None
+    description = gpu.description()
+    assert description["gpu_name"] == "Fake GPU" and description["gpu_driver_version"] == "580.1"
+    assert description["gpu_sm_clock_mhz"] == 1980 and description["gpu_max_sm_clock_mhz"] is None
+    assert description["nvml_device"] == "uuid GPU-x"
+
+
+def test_cpu_summary_records_tf32_and_empty_gpu_description():
+    with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+        with meter.phase("work"):
+            torch.zeros(10)
+    summary = meter.summary()
+    assert summary["tf32_matmul"] == torch.backends.cuda.matmul.allow_tf32
+    assert summary["gpu_name"] is None and summary["nvml_process_peak_mib"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_alloc_peak_is_the_allocator_peak_above_the_phase_start():
+    device = torch.device("cuda")
+    held = torch.empty(2**20, device=device)
+    with Meter(device, sample_interval_s=0) as meter:
+        with meter.phase("step"):
+            first = torch.empty(2**18, device=device)
+            second = torch.empty(2**18, device=device)
+            del first, second
+    summary = meter.summary()
+    assert summary["step_alloc_peak_mib"] == 2 * 2**18 * 4 / 2**20
+    assert summary["cuda_peak_allocated_mib"] >= summary["step_alloc_peak_mib"] + held.numel() * 4 / 2**20
+    assert summary["gpu_name"] is not None or summary["nvml_available"] is False
+    del held

@@ -1,9 +1,11 @@
-"""The exact byte counters: saved activations and live tensor storages, against hand counts."""
+"""The exact byte counters: saved activations, live tensor storages and the CPU allocator, against
+hand counts."""
 
+import pytest
 import torch
 from torch import nn
 
-from membench.core.tracers import LiveTensorTracker, SavedActivationCounter
+from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
 BATCH, IN, HIDDEN, OUT = 8, 16, 32, 4
 F32 = 4
@@ -62,12 +64,13 @@ def test_live_tensor_tracker_matches_hand_count():
     x = torch.randn(BATCH, IN)
     with LiveTensorTracker() as tracker:
         y = model(x)
-        after_forward = tracker.current_bytes
+        after_forward = tracker.current_bytes("cpu")
     # Alive after forward: ReLU output (saved) and the final output; Linear 1's output was freed
     # once ReLU had run (ReLU saves its result, not its input).
     assert after_forward == (BATCH * HIDDEN + BATCH * OUT) * F32
     # Peak: Linear 1's output and ReLU's output alive together.
-    assert tracker.peak_bytes == 2 * BATCH * HIDDEN * F32
+    assert tracker.peak_bytes("cpu") == 2 * BATCH * HIDDEN * F32
+    assert tracker.peak_bytes("cuda") == 0
     del y
 
 
@@ -77,9 +80,9 @@ def test_live_tensor_tracker_ignores_views_and_existing_storages():
         view = base.t()[:10]
         view.add_(1.0)
         copy = base.clone()
-    assert tracker.peak_bytes == copy.numel() * F32
+    assert tracker.peak_bytes("cpu") == copy.numel() * F32
     del copy
-    assert tracker.current_bytes == 0
+    assert tracker.current_bytes("cpu") == 0
 
 
 def test_live_tensor_tracker_reset_peak():
@@ -88,4 +91,57 @@ def test_live_tensor_tracker_reset_peak():
         del big
         tracker.reset_peak()
         small = torch.zeros(10)
-    assert tracker.peak_bytes == small.numel() * F32
+    assert tracker.peak_bytes("cpu") == small.numel() * F32
+
+
+def test_live_tensor_tracker_keeps_devices_apart():
+    with LiveTensorTracker() as tracker:
+        host = torch.zeros(100)
+        meta = torch.zeros(1000, device="meta")
+    assert tracker.peak_bytes("cpu") == host.numel() * F32
+    assert tracker.peak_bytes("meta") == meta.numel() * F32
+
+
+def test_live_tensor_tracker_counts_an_added_storage_once():
+    outside = torch.zeros(100)
+    with LiveTensorTracker() as tracker:
+        tracker.add(outside)
+        tracker.add(outside[10:])
+        inside = outside + 1
+        tracker.add(inside)
+    assert tracker.peak_bytes("cpu") == 2 * 100 * F32
+
+
+def test_cpu_allocator_tracker_matches_hand_count():
+    with CpuAllocatorTracker() as allocator:
+        first = torch.empty(1000)
+        second = torch.empty(500)
+        del first
+        third = torch.empty(200)
+    assert allocator.peak_bytes == (1000 + 500) * F32
+    del second, third
+
+
+def test_cpu_allocator_tracker_sees_the_convolution_workspace_the_tensor_tracker_misses():
+    batch, channels, filters, window, positions = 4, 8, 64, 32, 256
+    torch.manual_seed(0)
+    conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
+    x = torch.randn(batch, channels, window * positions)
+    with CpuAllocatorTracker() as allocator, LiveTensorTracker() as tracker:
+        y = conv(x)
+        y.sum().backward()
+    # Tensors: the output y, the weight and bias gradients, the loss and its gradient (scalars).
+    output_bytes = batch * filters * positions * F32
+    gradient_bytes = (filters * channels * window + filters) * F32
+    assert tracker.peak_bytes("cpu") == output_bytes + gradient_bytes + 2 * F32
+    # The kernels unfold the input into a (batch, channels * window, positions) matrix, a workspace no
+    # operator returns: the allocator peak holds it on top of every tensor.
+    unfolded_bytes = batch * channels * window * positions * F32
+    assert allocator.peak_bytes >= tracker.peak_bytes("cpu") + unfolded_bytes
+    del y
+
+
+def test_cpu_allocator_tracker_refuses_to_nest():
+    with CpuAllocatorTracker():
+        with pytest.raises(RuntimeError, match="already running"):
+            CpuAllocatorTracker().__enter__()

@@ -140,3 +140,46 @@ def test_graph_statistics_counts():
     assert stats["self_loops"] == 1
     assert stats["duplicate_edges"] == 1
     assert stats["max_out_degree"] == 2 and stats["max_in_degree"] == 3
+
+
+def test_fast_reader_equals_the_general_reader_bit_for_bit(tmp_path):
+    from membench.data.graphs import _parse_single_spaced
+
+    graph = rmat_graph(6, 4, 3, 2, seed=5)
+    write_graph(graph, tmp_path / "v.txt", tmp_path / "e.txt")
+    for name in ("v.txt", "e.txt"):
+        fast = _parse_single_spaced(tmp_path / name)
+        assert fast is not None
+        np.testing.assert_array_equal(fast, np.loadtxt(tmp_path / name, skiprows=1, ndmin=2))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["3 3\n0  1 2\n1 0.5 0.25\n2 -1 3e2\n", "3 3\n0\t1 2\n1 0.5 0.25\n2 -1 3e2\n", "3 3\n 0 1 2 \n1 0.5 0.25\n2 -1 3e2\n",
+     "3 3\r\n0 1 2\r\n1 0.5 0.25\r\n2 -1 3e2\r\n"],
+    ids=["double-space", "tab", "leading-trailing-space", "crlf"],
+)
+def test_any_whitespace_still_reads(pair, text):
+    pair["dv"].write_text(text)
+    data, _ = read_graph_pair(*_paths(pair))
+    np.testing.assert_array_equal(data.node_features, [[1.0, 2.0], [0.5, 0.25], [-1.0, 300.0]])
+
+
+@pytest.mark.parametrize(
+    "text, fragments",
+    [
+        ("3 3\n0 1 2\n1 1 inf\n2 1 2\n", ["line 3", "column 3 is inf", "finite number"]),
+        ("3 3\n0 1 2\n1 1 2\n2 1 2 7\n", ["line 4", "4 field(s)"]),
+        ("3 3\n0 1 2\n1 1 2\n2 1 \n", ["line 4", "2 field(s)"]),
+        ("3 3\n0 1 2\n1 1 NA\n2 1 2\n", ["line 3", "column 3 is 'NA'"]),
+        ("3 3\n0 1 2\n1 1 2\n2 \xe9 2\n", ["line 4", "not ASCII"]),
+    ],
+)
+def test_fast_reader_errors_name_file_line_and_column(pair, text, fragments):
+    pair["dv"].write_text(text, encoding="latin-1")
+    with pytest.raises(InputError) as caught:
+        read_graph_pair(*_paths(pair))
+    message = str(caught.value)
+    assert str(pair["dv"]) in message
+    for fragment in fragments:
+        assert fragment in message

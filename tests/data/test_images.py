@@ -209,3 +209,150 @@ def test_digit_sizes_larger_than_the_image_are_rejected():
 
     with pytest.raises(InputError, match=r"max_digit_size \(26\) <= image_size \(16\)"):
         DigitsSpec(image_size=16)
+
+
+def _snapshot(root):
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("out", [".", "train", "train/cat"])
+def test_lmdb_over_the_image_folder_is_refused_and_deletes_nothing(image_folder, out, capsys):
+    from membench.cli import main
+
+    before = _snapshot(image_folder)
+    code = main(["images", "lmdb", "--root", str(image_folder), "--split", "train", "--out", str(image_folder / out)])
+    err = capsys.readouterr().err
+    assert code == 2 and str(image_folder / out) in err and ("refusing" in err or "the input" in err)
+    assert _snapshot(image_folder) == before
+
+
+def test_cifar_over_its_batches_is_refused_and_deletes_nothing(tmp_path, capsys):
+    from membench.cli import main
+
+    _write_cifar10(tmp_path / "cifar")
+    before = _snapshot(tmp_path)
+    for out in (tmp_path / "cifar", tmp_path):
+        code = main(["images", "cifar", "--batches", str(tmp_path / "cifar"), "--variant", "cifar10",
+                     "--split", "train", "--out", str(out)])
+        assert code == 2
+        assert str(out) in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before
+
+
+def test_lmdb_over_a_user_directory_is_refused_but_a_previous_lmdb_is_replaced(image_folder, tmp_path):
+    user = tmp_path / "notes"
+    user.mkdir()
+    (user / "thesis.tex").write_text("precious")
+    with pytest.raises(InputError, match="not a membench output"):
+        folder_to_lmdb(image_folder, "train", user)
+    assert (user / "thesis.tex").read_text() == "precious" and sorted(os.listdir(user)) == ["thesis.tex"]
+    digits = tmp_path / "digits"
+    from membench.data.images.generate import generate_digits_folder
+
+    generate_digits_folder(digits, DigitsSpec(images_per_class=1))
+    with pytest.raises(InputError, match="'digits-image-folder' output, not a previous 'image-lmdb'"):
+        folder_to_lmdb(image_folder, "train", digits)
+    out = tmp_path / "train.lmdb"
+    folder_to_lmdb(image_folder, "train", out)
+    folder_to_lmdb(image_folder, "train", out)
+    assert read_metadata(out)[0] == 6
+
+
+def test_digits_folder_refuses_a_user_directory_and_uses_the_umask(tmp_path):
+    from membench.data.images.generate import generate_digits_folder
+
+    user = tmp_path / "photos"
+    user.mkdir()
+    (user / "a.png").write_bytes(b"precious")
+    with pytest.raises(InputError, match="refusing"):
+        generate_digits_folder(user, DigitsSpec(images_per_class=1))
+    assert sorted(os.listdir(user)) == ["a.png"]
+    previous = os.umask(0o022)
+    try:
+        counts = generate_digits_folder(tmp_path / "digits", DigitsSpec(images_per_class=2))
+        generate_digits_folder(tmp_path / "digits", DigitsSpec(images_per_class=2))
+    finally:
+        os.umask(previous)
+    assert sum(counts.values()) == 20
+    assert oct((tmp_path / "digits").stat().st_mode & 0o777) == oct(0o755)
+
+
+def _jpeg(size=32) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def _png_declaring(width, height) -> bytes:
+    """A PNG whose header declares width x height pixels (its data is a 1x1 image's, so it is tiny)."""
+    import struct
+    import zlib
+
+    png = _png((1, 2, 3), size=1)
+    header = png[8:33]
+    ihdr = struct.pack(">II", width, height) + header[16:21]
+    chunk = struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return png[:8] + chunk + png[33:]
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("truncated.jpg", _jpeg()[:-200], "truncated"),
+    ("bomb.png", _png_declaring(20000, 20000), "too many pixels"),
+    ("text.png", b"hello", "do not decode as an image"),
+])
+def test_verify_rejects_truncated_huge_and_foreign_images_naming_the_file(image_folder, tmp_path, name, content, message):
+    bad = image_folder / "train" / "cat" / name
+    bad.write_bytes(content)
+    with pytest.raises(InputError, match=message) as error:
+        folder_to_lmdb(image_folder, "train", tmp_path / "out")
+    assert str(bad) in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_declared_image_in_a_record_is_an_input_error(image_folder, tmp_path):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, record_key(0), (0).to_bytes(8, "little") + _png_declaring(20000, 20000))
+    with pytest.raises(InputError, match="key '0000000000'.*too many pixels"):
+        ImageLMDB(out)[0]
+
+
+@pytest.mark.parametrize("value", [b"true", b"-1", b"1.5", b'"3"', b"null"])
+def test_metadata_length_must_be_a_non_negative_integer(image_folder, tmp_path, value):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, b"__len__", value)
+    with pytest.raises(InputError, match="'__len__'"):
+        read_metadata(out)
+
+
+def _damage(out, damage):
+    data = out / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    if damage == "truncate_header":
+        raw = raw[:5000]
+    elif damage == "truncate_pages":
+        raw = raw[: len(raw) - 4096]
+    elif damage == "zero_meta":
+        raw[: 2 * 4096] = bytes(2 * 4096)
+    else:
+        raw[2 * 4096:] = np.random.default_rng(0).integers(0, 256, len(raw) - 2 * 4096, dtype=np.uint8).tobytes()
+    data.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("damage,message", [("truncate_header", "truncated"), ("truncate_pages", "truncated"),
+                                            ("zero_meta", "no valid meta page")])
+def test_a_damaged_data_mdb_is_an_input_error_naming_the_file(image_folder, tmp_path, damage, message):
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _damage(out, damage)
+    with pytest.raises(InputError, match=message) as error:
+        ImageLMDB(out)
+    assert str(out / "data.mdb") in str(error.value)
+
+
+def test_check_reads_every_record_and_survives_liblmdb_crashing_on_damaged_pages(image_folder, tmp_path, capsys):
+    from membench.cli import main
+
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    assert main(["images", "check", "--lmdb", str(out)]) == 0
+    _damage(out, "garbage_pages")
+    assert main(["images", "check", "--lmdb", str(out)]) == 2
+    assert str(out) in capsys.readouterr().err

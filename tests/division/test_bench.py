@@ -40,7 +40,7 @@ def test_step_memory_reports_activation_and_total():
         with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
             fields = measure_step_memory(model, optimizer, inputs, targets, meter)
         summary = meter.summary()
-        assert fields["oom"] is False and fields["total_memory_mib"] > fields["state_mib"] > 0
+        assert fields["status"] == "ok" and fields["total_memory_mib"] > fields["state_mib"] > 0
         results[method] = (summary["step_activation_mib"], fields["total_memory_mib"])
     assert results["division"][0] < results["vanilla"][0] / 5
     assert results["division"][1] < results["vanilla"][1]
@@ -51,3 +51,30 @@ def test_throughput_fields():
     fields = measure_throughput(model, optimizer, inputs, targets, iterations=3, warmup=1)
     assert fields["step_ms_min"] <= fields["step_ms_median"] <= fields["step_ms_max"]
     assert fields["images_per_s"] == pytest.approx(8 / (fields["step_ms_median"] / 1e3))
+
+
+class _FailingModel(torch.nn.Module):
+    def __init__(self, message: str):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+        self.message = message
+
+    def forward(self, x):
+        raise RuntimeError(self.message)
+
+
+def test_step_memory_records_a_library_allocation_failure_as_oom():
+    model = _FailingModel("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+    inputs, targets = random_batch(2, 8, 10, torch.device("cpu"), 0)
+    with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+        fields = measure_step_memory(model, make_optimizer(model), inputs, targets, meter)
+    assert fields["status"] == "oom" and "CUBLAS_STATUS_ALLOC_FAILED" in fields["status_message"]
+    assert fields["total_memory_mib"] is None
+
+
+def test_step_memory_lets_other_errors_through():
+    model = _FailingModel("an illegal memory access was encountered")
+    inputs, targets = random_batch(2, 8, 10, torch.device("cpu"), 0)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+            measure_step_memory(model, make_optimizer(model), inputs, targets, meter)

@@ -69,6 +69,23 @@ def test_checkpoint_gradients_equal_vanilla():
     torch.testing.assert_close(gradients(model, x, y), reference, rtol=1e-4, atol=1e-6)
 
 
+def test_checkpoint_updates_running_statistics_once_as_vanilla():
+    """The recomputation in backward must not update batch-norm statistics a second time (that
+    made checkpointing's validation accuracy differ from vanilla's with identical training loss)."""
+    torch.manual_seed(0)
+    base = build_model("resnet18", 10, width=4)
+    x, y = smooth_batch(4)
+    vanilla, model = copy.deepcopy(base), copy.deepcopy(base)
+    convert_model(model, "checkpoint")
+    gradients(vanilla, x, y), gradients(model, x, y)
+    for (name, expected), actual in zip(vanilla.named_buffers(), model.buffers()):
+        assert torch.equal(actual, expected), name
+    assert all(int(b) == 1 for n, b in model.named_buffers() if n.endswith("num_batches_tracked"))
+    vanilla.eval(), model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), vanilla(x))
+
+
 def test_conversion_replaces_layers_and_shares_parameters():
     model = small_cnn()
     params = {n: p for n, p in model.named_parameters()}

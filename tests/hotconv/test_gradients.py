@@ -101,3 +101,35 @@ def test_short_input_is_rejected():
     model = MalConvNet(ModelSpec("hotconv", 2, 4, 16, 16, 64, 16))
     with pytest.raises(ValueError, match="length >= 16"):
         model(torch.ones((2, 8), dtype=torch.int16))
+
+
+def _tied_models() -> dict[str, MalConvNet]:
+    """Two filters over windows A = tokens (1, 2) and B = (3, 4): filter 0 prefers B, filter 1 sees
+    A and B tie exactly. Embedding channel 0 (p) and 1 (q): p sums to 3 in both windows, q to 1 in
+    A and 2 in B; conv1 filter 0 reads q, filter 1 reads p; conv2 is zero (gate 1/2)."""
+    models = {}
+    for variant in ("malconv", "malconv2"):
+        torch.manual_seed(0)
+        model = MalConvNet(ModelSpec(variant, 2, num_filters=2, window_size=2, stride=2, fp_slice_size=2, fp2_slice_size=2)).double()
+        with torch.no_grad():
+            model.embed.weight.zero_()
+            model.embed.weight[1:5, 0] = torch.tensor([1.0, 2.0, 0.0, 3.0], dtype=torch.float64)
+            model.embed.weight[1:5, 1] = torch.tensor([0.5, 0.5, 1.0, 1.0], dtype=torch.float64)
+            for conv in (model.conv1, model.conv2):
+                conv.weight.zero_()
+                conv.bias.zero_()
+            model.conv1.weight[0, 1] = 1.0
+            model.conv1.weight[1, 0] = 1.0
+        models[variant] = model
+    return models
+
+
+def test_malconv2_resolves_exact_ties_like_dense_malconv():
+    models = _tied_models()
+    tokens = torch.tensor([[1, 2, 3, 4]], dtype=torch.int16)
+    labels = torch.tensor([1])
+    expected = _gradients(models["malconv"], tokens, labels, freeze_embedding=False)
+    actual = _gradients(models["malconv2"], tokens, labels, freeze_embedding=False)
+    assert expected["embed.weight"][1:3, 0].abs().min() > 0  # filter 1's tie went to window A in the dense model
+    for name in expected:
+        assert torch.equal(actual[name], expected[name]), name

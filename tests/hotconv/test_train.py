@@ -30,7 +30,7 @@ def test_tiny_training_run_writes_a_valid_metrics_file(tiny_fold, tmp_path):
     record = read_metrics(path)
     assert record["system"] == "hotconv" and record["variant"] == "hotconv" and record["fold"] == 1
     assert record["epochs_run"] == 2 and len(json.loads(record["val_loss_per_epoch"])) == 2
-    assert 0.0 <= record["accuracy"] <= 1.0 and 0.0 <= record["f1_weighted"] <= 1.0
+    assert 0.0 <= record["test_accuracy"] <= 1.0 and 0.0 <= record["f1_weighted"] <= 1.0
     matrix = np.array(json.loads(record["confusion_matrix"]))
     assert matrix.shape == (2, 2) and matrix.sum() == record["test_samples"]
     assert record["train_probe_peak_tensor_mib"] > 0 and record["val_peak_tensor_mib"] > 0
@@ -69,7 +69,7 @@ def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch)
     resumed = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0))
     assert resumed["resumed_from_epoch"] == 2 and uninterrupted["resumed_from_epoch"] == 0
     assert resumed["train_loss_per_epoch"] == uninterrupted["train_loss_per_epoch"]
-    assert resumed["accuracy"] == uninterrupted["accuracy"] and resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"])
+    assert resumed["test_accuracy"] == uninterrupted["test_accuracy"] and resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"])
 
 
 def test_early_stopping_keeps_the_best_model(tiny_fold, tmp_path):
@@ -85,10 +85,10 @@ def test_early_stopping_keeps_the_best_model(tiny_fold, tmp_path):
 def test_classification_metrics_binary_and_multiclass():
     labels = np.array([0, 0, 1, 1])
     binary = classification_metrics(labels, np.array([[0.9, 0.1], [0.4, 0.6], [0.3, 0.7], [0.2, 0.8]]), 2)
-    assert binary["accuracy"] == 0.75 and binary["roc_auc"] == 1.0 and binary["majority_accuracy"] == 0.5
+    assert binary["test_accuracy"] == 0.75 and binary["roc_auc"] == 1.0 and binary["majority_accuracy"] == 0.5
     assert json.loads(binary["confusion_matrix"]) == [[1, 1], [0, 2]]
     multi = classification_metrics(np.array([0, 1, 2]), np.eye(3), 3)
-    assert multi["accuracy"] == 1.0 and multi["roc_auc"] == 1.0 and multi["f1_weighted"] == 1.0
+    assert multi["test_accuracy"] == 1.0 and multi["roc_auc"] == 1.0 and multi["f1_weighted"] == 1.0
     missing_class = classification_metrics(np.array([0, 0]), np.array([[0.6, 0.4], [0.7, 0.3]]), 2)
     assert missing_class["roc_auc"] is None
 

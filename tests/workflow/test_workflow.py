@@ -51,8 +51,17 @@ def test_default_target_writes_tables_and_figures(finished_run):
     memory = pd.read_csv(tables / "division_memory.csv")
     assert sorted(memory["variant"]) == ["division", "vanilla"]
     assert len(pd.read_csv(tables / "division_accuracy.csv")) == 2
+    robust = pd.read_csv(tables / "robust.csv")
+    assert set(robust["variant"]) == {"seq-pgd2-t1", "par-pgd2-p2-k2"}
+    assert set(robust["scaling"]) == {"sequential", "strong", "weak"}
+    assert robust["robust_accuracy"].between(0, 1).all() and robust["speedup"].notna().all()
+    memnet = pd.read_csv(tables / "memnet.csv")
+    assert set(memnet["dataset"]) == {"measured_mlp"}
+    assert set(memnet["estimator"]) == {"gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"}
+    assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
     figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
-               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png")
+               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png",
+               "robust_scaling.png", "robust_staleness.png", "memnet_confusion.png", "memnet_comparison.png")
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()
@@ -96,6 +105,31 @@ def test_bad_config_value_fails_naming_it(tmp_path):
     assert "tpu" in result.stderr + result.stdout
 
 
+def test_misspelt_top_level_key_is_one_line_naming_the_closest_key(tmp_path):
+    result = snakemake(tmp_path, "-n", "--config", "devcie=cpu")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "key 'devcie': unknown key 'devcie' (did you mean 'device'?)" in output
+    assert len(output.splitlines()) < 10, output
+
+
+def test_nested_values_can_be_set_on_the_command_line(tmp_path):
+    result = snakemake(tmp_path, "-n", "--config", "hotconv={epochs: 3, batch_size: 2}", "seed=7")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    bad = snakemake(tmp_path, "-n", "--config", "hotconv={epochs: three}")
+    assert bad.returncode != 0
+    assert "key 'hotconv.epochs': 'three' is not of type 'integer'" in bad.stdout + bad.stderr
+
+
+def test_forcerun_with_the_target_first_runs_only_that_rule(finished_run):
+    # The README's form: the target before --forcerun (after it, the target reads as a rule name).
+    result = snakemake(finished_run, "-n", "results/tables/meter.csv", "--forcerun", "meter_check")
+    assert result.returncode == 0, result.stderr[-2000:]
+    planned = result.stdout
+    assert "meter_check" in planned and "meter_table" in planned
+    assert "hotconv_train" not in planned and "division_train" not in planned
+
+
 def test_lint_is_clean():
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(
@@ -118,6 +152,23 @@ def test_missing_user_dataset_is_listed_before_any_job(tmp_path):
     output = result.stdout + result.stderr
     assert "2 dataset path(s) named in the config do not exist" in output
     assert f"bodmas.datasets.real.metadata: {tmp_path / 'nowhere' / 'bodmas_metadata.csv'}" in output
+
+
+def test_readme_own_data_config_trains_on_the_user_dataset(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Using your own data"):]
+    config = yaml.safe_load(section[section.index("```yaml") + len("```yaml"):section.index("```", section.index("```yaml") + 7)])
+    for holder, key in _dataset_paths(config, []):
+        placed = tmp_path / "data" / Path(holder[key]).name
+        placed.parent.mkdir(parents=True, exist_ok=True)
+        placed.touch()
+        holder[key] = str(placed)
+    own = tmp_path / "my.yaml"
+    own.write_text(yaml.safe_dump(config))
+    planned = snakemake(tmp_path, "-n", configfile=own)
+    assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+    trainings = [line for line in planned.stdout.splitlines() if line.startswith("hotconv_train ")]
+    assert trainings and int(trainings[0].split()[-1]) == 4
 
 
 PAPER_CONFIGS = sorted((REPO / "config" / "paper").glob("*.yaml"))
@@ -152,3 +203,23 @@ def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_pa
     present.write_text(yaml.safe_dump(config))
     planned = snakemake(tmp_path, "-n", configfile=present)
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
+
+
+def _planned_sweep_points(result: subprocess.CompletedProcess) -> set[str]:
+    """Variants whose sweep point a dry run would measure."""
+    return {
+        line.split("/sweeps/sweep/")[1].split("/")[0]
+        for line in result.stdout.splitlines()
+        if line.strip().startswith("output:") and "/sweeps/sweep/" in line
+    }
+
+
+def test_sweep_killed_half_way_resumes_with_only_the_missing_points(tmp_path):
+    points = [f"results/hotconv/sweeps/sweep/{variant}/b2_l2048/metrics.json" for variant in ("malconv", "hotconv")]
+    first = snakemake(tmp_path, *points)  # the run stopped after these two points
+    assert first.returncode == 0, first.stderr[-4000:]
+    written = {p: (tmp_path / p).stat().st_mtime_ns for p in points}
+    rest = snakemake(tmp_path, "-n", "results/tables/hotconv_sweep.csv")
+    assert rest.returncode == 0, rest.stderr[-4000:]
+    assert _planned_sweep_points(rest) == {"malconv2", "hotconv_eco"}
+    assert written == {p: (tmp_path / p).stat().st_mtime_ns for p in points}

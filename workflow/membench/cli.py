@@ -19,6 +19,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "hotconv": ("membench.hotconv.commands", "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots"),
     "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
     "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
+    "robust": ("membench.robust.commands", "adversarial training with parallel adversary generation: train, table, plots"),
+    "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
 }
 
 
@@ -40,6 +42,11 @@ def _version() -> str:
     return __version__
 
 
+def _plain_text(docstring: str | None) -> str | None:
+    """A module docstring as help text: reST literals (````membench x````) shown as plain words."""
+    return None if docstring is None else docstring.replace("``", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``membench`` script; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -49,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(GROUPS[argv[0]][0])
     parser = module.build_parser(f"membench {argv[0]}")
+    parser.description = _plain_text(parser.description)
     args = parser.parse_args(argv[1:])
     from membench.core.errors import InputError
 

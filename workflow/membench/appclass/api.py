@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from types import ModuleType
 from typing import Callable, ContextManager
 
 import numpy as np
@@ -28,6 +29,8 @@ def classify(
     device: torch.device | str = "cpu",
     precision: str = "float64",
     chunk_edges: int | None = None,
+    kernels: ModuleType | None = None,
+    threads: int | None = None,
     phase: PhaseFactory = _no_phase,
 ) -> np.ndarray:
     """Log-beliefs of matching each pattern node to each data node.
@@ -35,7 +38,9 @@ def classify(
     Runs the initialisation and ``pattern.num_nodes`` iterations (as PNNL does) inside
     ``phase("init")`` and ``phase("iterations")`` (e.g. :meth:`membench.core.meter.Meter.phase`).
     ``reference`` is the NumPy reference (CPU, float64 only); ``torch`` the fast version on
-    ``device`` in ``precision`` (``float64`` or ``float32``), ``chunk_edges`` edges at a time.
+    ``device`` in ``precision`` (``float64`` or ``float32``): on the CPU with the built C++ kernels
+    ``kernels`` (:func:`membench.appclass.extension.select_kernels`, ``threads`` OpenMP threads,
+    default torch's), else pure torch ``chunk_edges`` edges at a time.
 
     Returns float64, shape (data.num_nodes, pattern.num_nodes); each column's exponentials sum to 1.
     """
@@ -55,10 +60,17 @@ def classify(
                 module.iterate(state)
         return module.beliefs(state)
 
-    from membench.appclass import fast as module
+    dtype = getattr(torch, precision)
+    if kernels is not None and torch.device(device).type == "cpu":
+        from membench.appclass import native as module
 
-    with phase("init"):
-        state = module.initialise(data, pattern, options, device, getattr(torch, precision), chunk_edges)
+        with phase("init"):
+            state = module.initialise(data, pattern, options, dtype, kernels, threads or torch.get_num_threads())
+    else:
+        from membench.appclass import fast as module
+
+        with phase("init"):
+            state = module.initialise(data, pattern, options, device, dtype, chunk_edges)
     with phase("iterations"):
         for _ in range(pattern.num_nodes):
             module.iterate(state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import logging
 import os
 import statistics
@@ -30,9 +31,12 @@ AGREEMENT_RTOL = {"float64": 1e-9, "float32": 1e-3}
 # Log-beliefs at (or a rounding away from) 0 cannot agree relatively; this much absolute slack.
 AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
 COMPARE_COLUMNS = (
-    "round", "variant", "read_ms", "init_ms", "iterations_ms", "total_ms", "algorithm_rss_mib",
-    "peak_rss_mib", "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
+    "round", "variant", "kernels_used", "run_s", "prints_first_variant_bytes", "read_ms", "init_ms",
+    "iterations_ms", "total_ms",
+    "edge_copy_ms", "iteration_vs_copy", "algorithm_rss_mib", "peak_rss_mib", "peak_tensor_mib", "formula_mib",
+    "reference_max_rel_diff", "agrees_with_reference",
 )
+COPY_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,13 @@ class BenchSpec:
     options: AppclassOptions = AppclassOptions()
     repeats: int = 1
     chunk_edges: int | None = None
+    kernels: str = "auto"
 
     @property
     def variant(self) -> str:
         name = f"{self.implementation}-{self.device}-t{self.threads}-{self.precision}"
+        if self.kernels != "auto":
+            name += f"-kernels_{self.kernels}"
         if self.options.normalisation != "reference":
             name += f"-{self.options.normalisation}"
         if self.options.forward_message_index != "src":
@@ -91,20 +98,29 @@ def run_bench_job(
     sample_interval_s: float = 0.02,
     trace_live_tensors: bool = False,
     grid_intensity_g_per_kwh: float = 475.0,
+    build_manifest: str | os.PathLike | None = None,
 ) -> dict[str, object]:
     """Read the graphs, run ``spec.repeats`` times under the meter, write metrics.json and memlog.csv.
 
     Times (ms, median over repeats): ``read_ms``, ``init_ms``, ``iterations_ms``, ``total_ms``
-    (init + iterations). Memory (MiB): ``algorithm_rss_mib`` (sampled RSS peak of init and
-    iterations above the RSS after reading and a warm-up run), ``formula_mib`` (SPEC's arrays), and with
-    ``trace_live_tensors`` a separate traced run's ``peak_tensor_mib`` (torch tensors only).
+    (init + iterations), and ``edge_copy_ms``, a streaming copy of one (data edges x pattern edges)
+    array with the same threads, the memory-bandwidth yardstick of an iteration
+    (``iteration_vs_copy`` = iteration time / copy time). Memory (MiB): ``algorithm_rss_mib``
+    (sampled RSS peak of init and iterations above the RSS after reading and a warm-up run),
+    ``formula_mib`` (SPEC's arrays), and with ``trace_live_tensors`` a separate traced run's
+    ``peak_tensor_mib`` (torch tensors only). ``kernels_used``: ``extension`` (the C++ kernels of
+    ``build_manifest``), ``torch`` or ``reference``.
     """
-    from membench.appclass.output import write_npy
+    from membench.appclass.extension import select_kernels
+    from membench.appclass.output import format_beliefs, write_npy
     from membench.core.device import resolve_device
 
     start = time.perf_counter()
     device = resolve_device(spec.device)
     torch.set_num_threads(spec.threads)
+    kernels = select_kernels(spec.kernels, build_manifest) if spec.implementation == "torch" and device.type == "cpu" else None
+    run = dict(implementation=spec.implementation, options=spec.options, device=device, precision=spec.precision,
+               chunk_edges=spec.chunk_edges, kernels=kernels, threads=spec.threads)
     record = job_record("appclass", spec.variant, dataset, device, 0, None)
     phase_ms: dict[str, list[float]] = {"read": [], "init": [], "iterations": []}
     with Meter(device, sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
@@ -120,22 +136,21 @@ def run_bench_job(
             data, pattern = read_graph_pair(*graph_paths)
         # A run on the pattern alone initialises the libraries (thread pools, kernels) first, so the
         # memory above this baseline is the algorithm's own.
-        classify(pattern, pattern, implementation=spec.implementation, options=spec.options, device=device,
-                 precision=spec.precision)
+        classify(pattern, pattern, **run)
         rss_after_read = sources.current_rss_bytes()
         for repeat in range(spec.repeats):
-            beliefs = classify(
-                data, pattern, implementation=spec.implementation, options=spec.options, device=device,
-                precision=spec.precision, chunk_edges=spec.chunk_edges, phase=timed,
-            )
+            beliefs = classify(data, pattern, **run, phase=timed)
             log.info("%s on %s, repeat %d: init %.1f ms, iterations %.1f ms", spec.variant, dataset, repeat,
                      phase_ms["init"][-1], phase_ms["iterations"][-1])
     record.update(meter.summary())
     algorithm_peak = max(record["init_peak_rss_mib"], record["iterations_peak_rss_mib"])
     itemsize = 8 if spec.precision == "float64" else 4
+    edge_copy_ms = streaming_copy_ms(data.num_edges * pattern.num_edges, getattr(torch, spec.precision), device)
+    iterations_ms = statistics.median(phase_ms["iterations"])
     record.update(
         {
             "implementation": spec.implementation,
+            "kernels_used": "reference" if spec.implementation == "reference" else ("extension" if kernels else "torch"),
             "threads": spec.threads,
             "precision": spec.precision,
             "normalisation": spec.options.normalisation,
@@ -147,7 +162,9 @@ def run_bench_job(
             "pattern_edges": pattern.num_edges,
             "read_ms": statistics.median(phase_ms["read"]),
             "init_ms": statistics.median(phase_ms["init"]),
-            "iterations_ms": statistics.median(phase_ms["iterations"]),
+            "iterations_ms": iterations_ms,
+            "edge_copy_ms": edge_copy_ms,
+            "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms if edge_copy_ms > 0 else None,
             "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
             "rss_after_read_mib": rss_after_read / MIB,
             "algorithm_rss_mib": max(0.0, algorithm_peak - rss_after_read / MIB),
@@ -156,17 +173,34 @@ def run_bench_job(
     )
     if trace_live_tensors:
         with Meter(device, sample_interval_s=0, trace_live_tensors=True) as traced:
-            classify(data, pattern, implementation=spec.implementation, options=spec.options, device=device,
-                     precision=spec.precision, chunk_edges=spec.chunk_edges, phase=traced.phase)
+            classify(data, pattern, **run, phase=traced.phase)
         record["peak_tensor_mib"] = traced.summary()["peak_tensor_mib"]
         record["trace_live_tensors"] = True
     if reference_npy is not None:
-        record.update(agreement(beliefs, np.load(reference_npy, allow_pickle=False), spec.precision))
+        reference = np.load(reference_npy, allow_pickle=False)
+        record.update(agreement(beliefs, reference, spec.precision))
+        record["prints_reference_bytes"] = bool(beliefs.shape == reference.shape and format_beliefs(beliefs) == format_beliefs(reference))
     if out_npy is not None:
         write_npy(out_npy, beliefs)
     record["wall_s"] = time.perf_counter() - start
     write_job_outputs(outdir, record, meter.memlog())
     return record
+
+
+def streaming_copy_ms(numel: int, dtype: torch.dtype, device: torch.device) -> float:
+    """Median time (ms) of copying a ``numel``-element array into another (torch's threads)."""
+    source = torch.ones(numel, dtype=dtype, device=device)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(COPY_REPEATS):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        begin = time.perf_counter()
+        target.copy_(source)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - begin) * 1000.0)
+    return statistics.median(times)
 
 
 def compare(
@@ -176,30 +210,50 @@ def compare(
     outdir: str | os.PathLike,
     rounds: int,
     extra_args: list[str],
+    build_manifest: str | os.PathLike,
 ) -> pd.DataFrame:
-    """Run each spec as its own ``membench appclass bench`` process, interleaved over ``rounds``.
+    """Run each spec as a ``membench appclass run`` process and a ``bench`` process, interleaved over ``rounds``.
 
-    Separate processes give each implementation its own peak RSS; interleaving exposes both to the
-    same background load. The first spec's beliefs (round 0) are the agreement reference of the
-    rest. Writes ``<outdir>/compare.csv`` (one row per run) and returns it.
+    ``run_s`` is the whole ``run`` process (start, reading, matching, printing, exit) and
+    ``prints_first_variant_bytes`` whether its standard output equals the first variant's, byte for
+    byte. The ``bench`` process, under the meter, gives the phases and memory; separate processes
+    give each implementation its own peak RSS, and interleaving exposes all to the same background
+    load. The first spec's beliefs (round 0) are the agreement reference of the rest. Writes
+    ``<outdir>/compare.csv`` (one row per run) and returns it.
     """
     outdir = Path(outdir)
     reference_npy = outdir / "first_variant_beliefs.npy"
+    first_output = outdir / "first_variant_output.txt"
     rows = []
     for round_index in range(rounds):
         for position, spec in enumerate(specs):
             jobdir = outdir / f"round{round_index}" / spec.variant
+            jobdir.mkdir(parents=True, exist_ok=True)
+            printed = first_output if position == 0 and round_index == 0 else jobdir / "output.txt"
+            run_command = [
+                sys.executable, "-m", "membench.cli", "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True),
+                "--build-manifest", str(build_manifest),
+            ]
+            begin = time.perf_counter()
+            with open(printed, "wb") as stdout:
+                subprocess.run(run_command, check=True, stdout=stdout)
+            run_s = time.perf_counter() - begin
+            same_bytes = filecmp.cmp(printed, first_output, shallow=False)
+            if printed != first_output:
+                printed.unlink()
             command = [
                 sys.executable, "-m", "membench.cli", "appclass", "bench", *graph_paths,
                 "--dataset", dataset, "--outdir", str(jobdir), *_spec_arguments(spec), *extra_args,
+                "--build-manifest", str(build_manifest),
             ]
             if position == 0 and round_index == 0:
                 command += ["--out-npy", str(reference_npy)]
             elif position > 0:
                 command += ["--reference-npy", str(reference_npy)]
-            log.info("round %d: %s", round_index, spec.variant)
+            log.info("round %d: %s: run %.1f s", round_index, spec.variant, run_s)
             subprocess.run(command, check=True)
             record = read_metrics(jobdir / "metrics.json")
+            record.update(run_s=run_s, prints_first_variant_bytes=same_bytes)
             rows.append({"round": round_index, **{c: record.get(c) for c in COMPARE_COLUMNS[1:]}})
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     write_table(frame, outdir / "compare.csv")
@@ -207,20 +261,26 @@ def compare(
 
 
 def summarise_comparison(frame: pd.DataFrame) -> pd.DataFrame:
-    """Median per variant, with speed-up and memory ratio against the first variant."""
-    medians = frame.groupby("variant", sort=False).median(numeric_only=True).drop(columns="round")
+    """Median per variant, with speed-ups (whole run process, and init + iterations) and memory ratio
+    against the first variant; ``all_print_first_variant_bytes`` over every round."""
+    numeric = frame.drop(columns=["prints_first_variant_bytes", "agrees_with_reference", "kernels_used"])
+    medians = numeric.groupby("variant", sort=False).median(numeric_only=True).drop(columns="round")
+    medians["all_print_first_variant_bytes"] = frame.groupby("variant", sort=False)["prints_first_variant_bytes"].all()
     first = medians.iloc[0]
+    medians["run_speedup_vs_first"] = first["run_s"] / medians["run_s"]
     medians["speedup_vs_first"] = first["total_ms"] / medians["total_ms"]
     medians["algorithm_rss_vs_first"] = medians["algorithm_rss_mib"] / first["algorithm_rss_mib"]
     return medians.reset_index()
 
 
-def _spec_arguments(spec: BenchSpec) -> list[str]:
+def _spec_arguments(spec: BenchSpec, run: bool = False) -> list[str]:
     words = [
         "--implementation", spec.implementation, "--device", spec.device, "--threads", str(spec.threads),
         "--precision", spec.precision, "--normalisation", spec.options.normalisation,
-        "--forward-message-index", spec.options.forward_message_index, "--repeats", str(spec.repeats),
+        "--forward-message-index", spec.options.forward_message_index, "--kernels", spec.kernels,
     ]
+    if not run:
+        words += ["--repeats", str(spec.repeats)]
     if spec.chunk_edges:
         words += ["--chunk-edges", str(spec.chunk_edges)]
     return words

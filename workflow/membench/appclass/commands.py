@@ -1,7 +1,8 @@
 """``membench appclass <step>``: graphs (generate, describe), run the matching, benchmark it.
 
 ``run`` prints the log-belief matrix exactly as the PNNL code does (C ``%e``, row-major, one value
-per line) on standard output and nothing else; logs go to standard error.
+per line) on standard output and nothing else; logs go to standard error. By default it runs the
+C++ kernels built by ``membench appclass build`` (pure torch where there is no build).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import logging  # noqa: E402
 import sys  # noqa: E402
 
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
+from membench.core.extension import KERNEL_CHOICES, MANIFEST_NAME  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
 from membench.core.meter import add_meter_options  # noqa: E402
 
+DEFAULT_MANIFEST = f"results/build/appclass/{MANIFEST_NAME}"  # where the workflow's build rule writes it
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
 
@@ -33,7 +36,12 @@ def _add_graph_files(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--implementation", choices=IMPLEMENTATIONS, default="reference")
+    parser.add_argument("--implementation", choices=IMPLEMENTATIONS, default="torch",
+                        help="torch: the fast implementation (default); reference: the NumPy specification")
+    parser.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
+                        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if loadable)")
+    parser.add_argument("--build-manifest", default=None,
+                        help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})")
     parser.add_argument("--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--precision", choices=PRECISIONS, default="float64", help="torch only; the reference is float64")
@@ -47,6 +55,10 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    build = steps.add_parser("build", help="compile the C++ kernels (OpenMP) and write a build manifest")
+    build.add_argument("--outdir", required=True, help="build directory; the manifest is <outdir>/manifest.json")
+    build.add_argument("--verbose", action="store_true", help="show the compiler's output")
 
     run = steps.add_parser("run", help="print the log-belief matrix (C %%e, row-major) on stdout")
     _add_graph_files(run)
@@ -71,7 +83,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     compare.add_argument("--dataset", required=True)
     compare.add_argument("--outdir", required=True)
     compare.add_argument("--variant", action="append", required=True,
-                         help="IMPLEMENTATION:DEVICE:THREADS:PRECISION, repeatable; the first is the baseline")
+                         help="IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS], repeatable; the first is the baseline")
+    compare.add_argument("--build-manifest", default=None, help=f"kernels' build manifest (default {DEFAULT_MANIFEST})")
     compare.add_argument("--rounds", type=int, default=3)
     compare.add_argument("--repeats", type=int, default=1)
     compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
@@ -119,10 +132,26 @@ def _graph_paths(args: argparse.Namespace) -> tuple[str, str, str, str]:
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     handler = {
-        "run": _run, "bench": _bench, "compare": _compare, "generate-rmat": _generate_rmat,
+        "build": _build, "run": _run, "bench": _bench, "compare": _compare, "generate-rmat": _generate_rmat,
         "generate-pattern": _generate_pattern, "graph-stats": _graph_stats, "plot": _plot,
     }[args.step]
     handler(args)
+
+
+def _build(args: argparse.Namespace) -> None:
+    import json
+
+    from membench.appclass.extension import build_extension
+
+    logging.info("built %s", json.dumps(build_extension(args.outdir, args.verbose)))
+
+
+def _kernels(args: argparse.Namespace):
+    from membench.appclass.extension import select_kernels
+
+    if args.implementation != "torch":
+        return None
+    return select_kernels(args.kernels, args.build_manifest or DEFAULT_MANIFEST)
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -135,15 +164,20 @@ def _run(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    kernels = _kernels(args)
     data, pattern = read_graph_pair(*_graph_paths(args))
     beliefs = classify(
         data, pattern, implementation=args.implementation, options=_options(args), device=resolve_device(args.device),
-        precision=args.precision, chunk_edges=args.chunk_edges,
+        precision=args.precision, chunk_edges=args.chunk_edges, kernels=kernels,
     )
+    del data
     if args.npy:
         write_npy(args.npy, beliefs)
     if not args.no_stdout:
-        sys.stdout.write(format_beliefs(beliefs))
+        if kernels is not None:
+            sys.stdout.buffer.write(kernels.format_e(torch.from_numpy(beliefs), torch.get_num_threads()))
+        else:
+            sys.stdout.write(format_beliefs(beliefs))
         sys.stdout.flush()
 
 
@@ -155,6 +189,7 @@ def _bench_spec(args: argparse.Namespace):
     return BenchSpec(
         implementation=args.implementation, device=args.device, threads=args.threads or torch.get_num_threads(),
         precision=args.precision, options=_options(args), repeats=args.repeats, chunk_edges=args.chunk_edges,
+        kernels=args.kernels,
     )
 
 
@@ -164,6 +199,7 @@ def _bench(args: argparse.Namespace) -> None:
     record = run_bench_job(
         _graph_paths(args), args.dataset, _bench_spec(args), args.outdir,
         reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
+        build_manifest=args.build_manifest or DEFAULT_MANIFEST,
         trace_live_tensors=args.trace_live_tensors, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info(
@@ -173,16 +209,17 @@ def _bench(args: argparse.Namespace) -> None:
     )
 
 
-def _parse_variant(text: str) -> tuple[str, str, int, str]:
+def _parse_variant(text: str) -> tuple[str, str, int, str, str]:
     from membench.core.errors import InputError
 
     parts = text.split(":")
-    if len(parts) != 4 or not parts[2].isdigit():
-        raise InputError(None, f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION", "option --variant")
-    implementation, device, threads, precision = parts
-    if implementation not in IMPLEMENTATIONS or precision not in PRECISIONS:
-        raise InputError(None, f"variant {text!r}: implementation or precision unknown", "option --variant")
-    return implementation, device, int(threads), precision
+    if len(parts) not in (4, 5) or not parts[2].isdigit():
+        raise InputError(None, f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS]", "option --variant")
+    implementation, device, threads, precision = parts[:4]
+    kernels = parts[4] if len(parts) == 5 else "auto"
+    if implementation not in IMPLEMENTATIONS or precision not in PRECISIONS or kernels not in KERNEL_CHOICES:
+        raise InputError(None, f"variant {text!r}: implementation, precision or kernels unknown", "option --variant")
+    return implementation, device, int(threads), precision, kernels
 
 
 def _compare(args: argparse.Namespace) -> None:
@@ -192,11 +229,12 @@ def _compare(args: argparse.Namespace) -> None:
     from membench.core.tables import write_table
 
     specs = [
-        BenchSpec(implementation=i, device=d, threads=t, precision=p, repeats=args.repeats)
-        for i, d, t, p in map(_parse_variant, args.variant)
+        BenchSpec(implementation=i, device=d, threads=t, precision=p, repeats=args.repeats, kernels=k)
+        for i, d, t, p, k in map(_parse_variant, args.variant)
     ]
     extra = ["--trace-live-tensors"] if args.trace_live_tensors else []
-    frame = compare(_graph_paths(args), args.dataset, specs, args.outdir, args.rounds, extra)
+    frame = compare(_graph_paths(args), args.dataset, specs, args.outdir, args.rounds, extra,
+                    args.build_manifest or DEFAULT_MANIFEST)
     summary = summarise_comparison(frame)
     write_table(summary, Path(args.outdir) / "summary.csv")
     logging.info("side-by-side medians:\n%s", summary.to_string(index=False))

@@ -15,14 +15,28 @@ Usage::
 Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine):
 
 ``nvml_peak_mib``
-    peak NVML ``memory.used`` sampled by a background thread, minus the baseline read after the
-    CUDA context exists (HotConv's GRMM_peak, nvidia-smi's view).
+    peak NVML ``memory.used`` of the whole device sampled by a background thread, minus the
+    baseline read after the CUDA context exists and ``empty_cache`` (HotConv's GRMM_peak,
+    nvidia-smi's view). A shared GPU's other tenants show here.
+``nvml_process_peak_mib``
+    the same for the memory NVML charges to this process alone, where NVML reports it.
 ``cuda_peak_allocated_mib``, ``cuda_peak_reserved_mib``
     torch allocator peaks, reset at the start of every phase.
+``alloc_peak_mib``
+    peak bytes the job's device allocator held during a phase above what it held when the phase
+    began, kernel workspaces included: on CUDA ``max_memory_allocated`` (reset at the phase start)
+    minus ``memory_allocated`` at the start; on a CPU, with ``trace_allocator``, the peak of the
+    CPU allocator's allocation and free events (:class:`~membench.core.tracers.CpuAllocatorTracker`).
+    The figure method comparisons use (a training step's), on every device. Blocks allocated before
+    the phase and freed in it (gradients a step starts by dropping) lower the CUDA figure; the CPU
+    profiler does not know their size, so on a CPU they are not subtracted.
 ``activation_mib``
     peak bytes saved for backward in one training step (saved_tensors_hooks, parameters excluded).
 ``peak_tensor_mib``
-    peak bytes of live tensor storages created during traced phases (a TorchDispatchMode).
+    peak bytes of live tensor storages on the job's device created during traced phases (a
+    TorchDispatchMode); it cannot see buffers kernels allocate for themselves.
+``host_peak_tensor_mib``
+    the same on the host, for a GPU job (staged inputs, index tensors, the collated batch).
 ``peak_rss_mib``
     peak resident set size of the process.
 ``energy_j``, ``co2e_g``
@@ -32,22 +46,27 @@ Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine)
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypeVar
 
 import pandas as pd
 import torch
+from torch.utils._pytree import tree_flatten
 
 from membench.core import sources
 from membench.core.device import synchronize
-from membench.core.tracers import LiveTensorTracker, SavedActivationCounter
+from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
 MIB = 2**20
 DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
-MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "cuda_allocated_mib")
+_Batch = TypeVar("_Batch")
+MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "nvml_process_used_mib", "cuda_allocated_mib")
+_GPU_DESCRIPTION_FIELDS = ("gpu_name", "gpu_driver_version", "gpu_sm_clock_mhz", "gpu_memory_clock_mhz",
+                           "gpu_max_sm_clock_mhz", "gpu_max_memory_clock_mhz", "nvml_device")
 
 
 @dataclass
@@ -59,7 +78,10 @@ class PhaseResult:
     cuda_peak_allocated_bytes: int | None = None
     cuda_peak_reserved_bytes: int | None = None
     peak_tensor_bytes: int | None = None
+    host_peak_tensor_bytes: int | None = None
+    alloc_peak_bytes: int | None = None
     nvml_peak_bytes: int | None = None
+    nvml_process_peak_bytes: int | None = None
     rss_peak_bytes: int = 0
     activation_bytes: int | None = None
     samples: int = 0
@@ -71,6 +93,7 @@ class _Sample:
     phase: str
     rss_bytes: int
     nvml_used_bytes: int | None
+    nvml_process_used_bytes: int | None
     cuda_allocated_bytes: int | None
 
 
@@ -92,6 +115,10 @@ class Meter:
         Period of the background sampler (NVML memory.used, RSS, allocator). 0 disables sampling.
     trace_live_tensors : bool
         Track live tensor storages (``peak_tensor_mib``) during phases. Costs time per operator.
+    trace_allocator : bool
+        On a CPU, follow the allocator through the PyTorch profiler (``alloc_peak_mib``) during
+        phases; costs one profiler record per operator. On CUDA the figure comes from torch's
+        allocator statistics at no cost, whatever this says.
     trace_saved_activations : bool
         Count saved activations where the job asks (``saved_activations``). Costs little.
     grid_intensity_g_per_kwh : float
@@ -104,12 +131,15 @@ class Meter:
         *,
         sample_interval_s: float = 0.05,
         trace_live_tensors: bool = False,
+        trace_allocator: bool = False,
         trace_saved_activations: bool = True,
         grid_intensity_g_per_kwh: float = DEFAULT_GRID_INTENSITY_G_PER_KWH,
     ) -> None:
         self.device = torch.device(device)
         self.sample_interval_s = sample_interval_s
         self.trace_live_tensors = trace_live_tensors
+        self.trace_allocator = trace_allocator
+        self._tracker: LiveTensorTracker | None = None
         self.trace_saved_activations = trace_saved_activations
         self.grid_intensity_g_per_kwh = grid_intensity_g_per_kwh
         self._state = _State()
@@ -120,6 +150,8 @@ class Meter:
         self._gpu: sources.NvmlGpu | None = None
         self._rapl: sources.RaplPackages | None = None
         self._nvml_baseline_bytes: int | None = None
+        self._nvml_process_baseline_bytes: int | None = None
+        self._gpu_description: dict[str, object] = {}
         self._energy_start_j: float | None = None
         self._energy_j: float | None = None
         self._energy_source: str | None = None
@@ -129,12 +161,16 @@ class Meter:
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> "Meter":
         if self.device.type == "cuda":
-            # The baseline is read after the context exists, so it is not charged to the job.
+            # The baseline is read after the context exists, so it is not charged to the job, and
+            # after the caching allocator returned what it holds unused (an earlier meter's blocks).
             torch.zeros(1, device=self.device)
             synchronize(self.device)
+            torch.cuda.empty_cache()
             self._gpu = sources.NvmlGpu.open(self.device)
         if self._gpu is not None:
             self._nvml_baseline_bytes = self._gpu.used_bytes()
+            self._nvml_process_baseline_bytes = self._gpu.process_used_bytes()
+            self._gpu_description = self._gpu.description()
             self._energy_start_j = self._gpu.energy_j()
             if self._energy_start_j is not None:
                 self._energy_source = "nvml"
@@ -150,8 +186,10 @@ class Meter:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        synchronize(self.device)
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            # Not while an exception propagates: a pending CUDA error would replace it.
+            synchronize(self.device)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -166,33 +204,61 @@ class Meter:
     # -- phases and tracers ----------------------------------------------------------------------
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[PhaseResult]:
-        """Measure the enclosed code as phase ``name`` (re-entering a name accumulates its time)."""
+        """Measure the enclosed code as phase ``name`` (re-entering a name keeps the peaks' maximum
+        and accumulates the time). Phases do not nest."""
         result = self._state.phases.setdefault(name, PhaseResult(name))
         previous = self._state.current_phase
         self._state.current_phase = name
-        if self.device.type == "cuda":
+        cuda = self.device.type == "cuda"
+        if cuda:
             synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        tracker = LiveTensorTracker() if self.trace_live_tensors else contextlib.nullcontext()
+            start_allocated = torch.cuda.memory_allocated(self.device)
+        tracker = LiveTensorTracker() if self.trace_live_tensors else None
+        allocator = CpuAllocatorTracker() if self.trace_allocator and not cuda else None
         self._take_sample()
         start = time.perf_counter()
         try:
-            with tracker:
+            with contextlib.ExitStack() as tracers:
+                for tracer in (allocator, tracker):
+                    if tracer is not None:
+                        tracers.enter_context(tracer)
+                self._tracker = tracker
                 yield result
-            synchronize(self.device)
+                synchronize(self.device)
         finally:
+            self._tracker = None
             result.wall_s += time.perf_counter() - start
             self._take_sample()
             self._state.current_phase = previous
-            if self.device.type == "cuda":
-                result.cuda_peak_allocated_bytes = _max(
-                    result.cuda_peak_allocated_bytes, torch.cuda.max_memory_allocated(self.device)
-                )
+            if cuda:
+                peak = torch.cuda.max_memory_allocated(self.device)
+                result.cuda_peak_allocated_bytes = _max(result.cuda_peak_allocated_bytes, peak)
                 result.cuda_peak_reserved_bytes = _max(
                     result.cuda_peak_reserved_bytes, torch.cuda.max_memory_reserved(self.device)
                 )
-            if self.trace_live_tensors:
-                result.peak_tensor_bytes = _max(result.peak_tensor_bytes, tracker.peak_bytes)
+                result.alloc_peak_bytes = _max(result.alloc_peak_bytes, peak - start_allocated)
+            if allocator is not None:
+                result.alloc_peak_bytes = _max(result.alloc_peak_bytes, allocator.peak_bytes)
+            if tracker is not None:
+                result.peak_tensor_bytes = _max(result.peak_tensor_bytes, tracker.peak_bytes(self.device.type))
+                if cuda:
+                    result.host_peak_tensor_bytes = _max(result.host_peak_tensor_bytes, tracker.peak_bytes("cpu"))
+
+    def batches(self, loader: Iterable[_Batch]) -> Iterator[_Batch]:
+        """Yield ``loader``'s batches, counting their tensors in the current phase's tensor peak.
+
+        A batch collated in this process (``num_workers=0``) is created under the tracer; one from a
+        worker process arrives in shared memory, created elsewhere. Counting every batch on arrival
+        makes ``peak_tensor_mib`` (and a GPU job's ``host_peak_tensor_mib``) the same whatever
+        ``num_workers`` is. (The CPU allocator figure sees only batches collated in this process.)
+        """
+        for batch in loader:
+            if self._tracker is not None:
+                for tensor in tree_flatten(batch)[0]:
+                    if isinstance(tensor, torch.Tensor):
+                        self._tracker.add(tensor)
+            yield batch
 
     @contextlib.contextmanager
     def saved_activations(self, model_or_tensors: torch.nn.Module | Iterable[torch.Tensor]) -> Iterator[None]:
@@ -223,12 +289,14 @@ class Meter:
 
     def _take_sample(self) -> None:
         nvml_used = self._gpu.used_bytes() if self._gpu is not None else None
+        nvml_process_used = self._gpu.process_used_bytes() if self._gpu is not None else None
         allocated = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None
         sample = _Sample(
             t_s=time.perf_counter() - self._t0,
             phase=self._state.current_phase,
             rss_bytes=sources.current_rss_bytes(),
             nvml_used_bytes=nvml_used,
+            nvml_process_used_bytes=nvml_process_used,
             cuda_allocated_bytes=allocated,
         )
         with self._lock:
@@ -237,8 +305,8 @@ class Meter:
             if phase is not None:
                 phase.samples += 1
                 phase.rss_peak_bytes = max(phase.rss_peak_bytes, sample.rss_bytes)
-                if nvml_used is not None:
-                    phase.nvml_peak_bytes = _max(phase.nvml_peak_bytes, nvml_used)
+                phase.nvml_peak_bytes = _max(phase.nvml_peak_bytes, nvml_used)
+                phase.nvml_process_peak_bytes = _max(phase.nvml_process_peak_bytes, nvml_process_used)
 
     # -- results ---------------------------------------------------------------------------------
     @property
@@ -250,22 +318,26 @@ class Meter:
         """Which counters this machine let the meter read."""
         return {
             "nvml_available": self._gpu is not None and self._nvml_baseline_bytes is not None,
-            "allocator_available": self.device.type == "cuda",
+            "allocator_available": self.device.type == "cuda" or self.trace_allocator,
             "rapl_available": self._rapl is not None,
         }
 
     def summary(self) -> dict[str, object]:
         """The flat metrics fields of SPEC section 3, job-wide and per phase (``<phase>_<field>``)."""
         phases = list(self._state.phases.values())
-        nvml_peak = _max(*(p.nvml_peak_bytes for p in phases), *(s.nvml_used_bytes for s in self._state.samples))
+        nvml_peak = _max(*(s.nvml_used_bytes for s in self._state.samples))
+        process_peak = _max(*(s.nvml_process_used_bytes for s in self._state.samples))
         fields: dict[str, object] = {
-            "nvml_peak_mib": _mib(None if nvml_peak is None or self._nvml_baseline_bytes is None
-                                  else max(0, nvml_peak - self._nvml_baseline_bytes)),
+            "nvml_peak_mib": _above(nvml_peak, self._nvml_baseline_bytes),
             "nvml_baseline_mib": _mib(self._nvml_baseline_bytes),
+            "nvml_process_peak_mib": _above(process_peak, self._nvml_process_baseline_bytes),
+            "nvml_process_baseline_mib": _mib(self._nvml_process_baseline_bytes),
             "cuda_peak_allocated_mib": _mib(_max(*(p.cuda_peak_allocated_bytes for p in phases))),
             "cuda_peak_reserved_mib": _mib(_max(*(p.cuda_peak_reserved_bytes for p in phases))),
             "activation_mib": _mib(_max(*(p.activation_bytes for p in phases))),
             "peak_tensor_mib": _mib(_max(*(p.peak_tensor_bytes for p in phases))),
+            "host_peak_tensor_mib": _mib(_max(*(p.host_peak_tensor_bytes for p in phases))),
+            "alloc_peak_mib": _mib(_max(*(p.alloc_peak_bytes for p in phases))),
             "peak_rss_mib": _mib(sources.peak_rss_bytes()),
             "energy_j": self._energy_j,
             "energy_source": self._energy_source,
@@ -274,26 +346,32 @@ class Meter:
             "meter_samples": len(self._state.samples),
             "meter_sampler_cpu_s": self._sampler_cpu_s,
             "trace_live_tensors": self.trace_live_tensors,
+            "trace_allocator": self.trace_allocator,
             "trace_saved_activations": self.trace_saved_activations,
             **self.sources,
+            **{name: self._gpu_description.get(name) for name in _GPU_DESCRIPTION_FIELDS},
+            # TF32 changes float32 matmul and convolution results and speed on Ampere and newer.
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         }
         for p in phases:
             fields[f"{p.name}_wall_s"] = p.wall_s
             fields[f"{p.name}_activation_mib"] = _mib(p.activation_bytes)
             fields[f"{p.name}_peak_tensor_mib"] = _mib(p.peak_tensor_bytes)
+            fields[f"{p.name}_host_peak_tensor_mib"] = _mib(p.host_peak_tensor_bytes)
+            fields[f"{p.name}_alloc_peak_mib"] = _mib(p.alloc_peak_bytes)
             fields[f"{p.name}_peak_rss_mib"] = _mib(p.rss_peak_bytes)
             fields[f"{p.name}_cuda_peak_allocated_mib"] = _mib(p.cuda_peak_allocated_bytes)
-            fields[f"{p.name}_nvml_peak_mib"] = _mib(
-                None if p.nvml_peak_bytes is None or self._nvml_baseline_bytes is None
-                else max(0, p.nvml_peak_bytes - self._nvml_baseline_bytes)
-            )
+            fields[f"{p.name}_nvml_peak_mib"] = _above(p.nvml_peak_bytes, self._nvml_baseline_bytes)
+            fields[f"{p.name}_nvml_process_peak_mib"] = _above(p.nvml_process_peak_bytes, self._nvml_process_baseline_bytes)
         return fields
 
     def memlog(self) -> pd.DataFrame:
         """The sampled time series, one row per sample, columns ``MEMLOG_COLUMNS``."""
         with self._lock:
             rows = [
-                (s.t_s, s.phase, s.rss_bytes / MIB, _mib(s.nvml_used_bytes), _mib(s.cuda_allocated_bytes))
+                (s.t_s, s.phase, s.rss_bytes / MIB, _mib(s.nvml_used_bytes), _mib(s.nvml_process_used_bytes),
+                 _mib(s.cuda_allocated_bytes))
                 for s in self._state.samples
             ]
         return pd.DataFrame(rows, columns=list(MEMLOG_COLUMNS))
@@ -308,6 +386,12 @@ def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
                         help="grid carbon intensity for co2e_g")
 
 
+def add_allocator_option(parser, default: bool = True) -> None:
+    """``--trace-allocator/--no-trace-allocator``: the config key ``meter.trace_allocator``."""
+    parser.add_argument("--trace-allocator", action=argparse.BooleanOptionalAction, default=default,
+                        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib")
+
+
 def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | None:
     """Grams of CO2-equivalent for ``energy_j`` joules at the given grid intensity."""
     if energy_j is None:
@@ -317,6 +401,13 @@ def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | N
 
 def _mib(nbytes: int | float | None) -> float | None:
     return None if nbytes is None else nbytes / MIB
+
+
+def _above(peak_bytes: int | None, baseline_bytes: int | None) -> float | None:
+    """MiB of ``peak_bytes`` above ``baseline_bytes`` (never below 0); ``None`` if either is unknown."""
+    if peak_bytes is None or baseline_bytes is None:
+        return None
+    return _mib(max(0, peak_bytes - baseline_bytes))
 
 
 def _max(*values):

@@ -44,17 +44,18 @@ def _train_steps(model, optimizer, inputs, targets, steps: int, meter: Meter | N
         optimizer.step()
 
 
-_BLOCKS = ("plain", "sampled", "counted")
+_BLOCKS = ("plain", "sampled", "counted", "allocator")
 
 
 def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str) -> float:
     """Seconds of ``steps`` steps: without the meter (``plain``), under its sampling thread
-    (``sampled``), or under the thread with saved activations counted (``counted``)."""
+    (``sampled``), under the thread with saved activations counted (``counted``), or with the
+    CPU allocator tracer on as well (``allocator``; the same as ``counted`` on CUDA)."""
     if block == "plain":
         return time_calls(lambda: _train_steps(model, optimizer, inputs, targets, steps, None), 1, device)[0]
-    with Meter(device, sample_interval_s=sample_interval_s) as probe:
+    with Meter(device, sample_interval_s=sample_interval_s, trace_allocator=block == "allocator") as probe:
         with probe.phase("train"):
-            _train_steps(model, optimizer, inputs, targets, steps, probe if block == "counted" else None)
+            _train_steps(model, optimizer, inputs, targets, steps, None if block == "sampled" else probe)
     return probe.phases["train"].wall_s
 
 
@@ -75,11 +76,13 @@ def run_meter_check(
     """Train the reference model and measure it; return ``(metrics fields, memlog frame)``.
 
     The overhead figures come from ``repeats`` rounds of three timed blocks of ``steps`` steps each,
-    in rotating order: without the meter, under its sampling thread (``meter_overhead_pct``), and
-    with saved activations counted as well (``activation_count_overhead_pct``); each is the median
+    in rotating order: without the meter, under its sampling thread (``meter_overhead_pct``),
+    with saved activations counted as well (``activation_count_overhead_pct``), and with the CPU
+    allocator tracer on too (``allocator_trace_overhead_pct``); each is the median
     over rounds of the ratio to the plain block of the same round. ``sampler_cpu_pct`` is the
     sampling thread's own CPU time as a share of wall time, which machine load does not blur.
-    A final phase runs with the live-tensor tracer on as well, for ``peak_tensor_mib``; that tracer
+    A final phase runs with the live-tensor and allocator tracers on as well, for ``peak_tensor_mib``
+    and ``alloc_peak_mib``; the live-tensor tracer
     costs more, so its step time is reported on its own (``traced_step_ms``).
     """
     generator = torch.Generator().manual_seed(seed)
@@ -93,7 +96,7 @@ def run_meter_check(
     seconds: dict[str, list[float]] = {block: [] for block in _BLOCKS}
     for repeat in range(repeats):
         # Rotate the order of the blocks so that drift in machine load cancels out.
-        for block in _BLOCKS[repeat % 3 :] + _BLOCKS[: repeat % 3]:
+        for block in _BLOCKS[repeat % len(_BLOCKS) :] + _BLOCKS[: repeat % len(_BLOCKS)]:
             seconds[block].append(
                 _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block)
             )
@@ -102,6 +105,7 @@ def run_meter_check(
         device,
         sample_interval_s=sample_interval_s,
         trace_live_tensors=True,
+        trace_allocator=True,
         grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
     ) as meter:
         with meter.phase("train"):
@@ -116,8 +120,10 @@ def run_meter_check(
         "step_ms": plain / steps * 1000.0,
         "sampled_step_ms": statistics.median(seconds["sampled"]) / steps * 1000.0,
         "counted_step_ms": statistics.median(seconds["counted"]) / steps * 1000.0,
+        "allocator_traced_step_ms": statistics.median(seconds["allocator"]) / steps * 1000.0,
         "meter_overhead_pct": _median_overhead_pct(seconds["sampled"], seconds["plain"]),
         "activation_count_overhead_pct": _median_overhead_pct(seconds["counted"], seconds["plain"]),
+        "allocator_trace_overhead_pct": _median_overhead_pct(seconds["allocator"], seconds["plain"]),
         "sampler_cpu_pct": summary["meter_sampler_cpu_s"] / summary["meter_wall_s"] * 100.0,
         "traced_step_ms": meter.phases["train"].wall_s / steps * 1000.0,
         "samples_per_s": batch_size * steps / plain,

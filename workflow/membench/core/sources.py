@@ -32,11 +32,13 @@ def peak_rss_bytes() -> int:
 
 
 class NvmlGpu:
-    """NVML handle of the GPU behind a torch CUDA device; ``open`` returns ``None`` without NVML."""
+    """NVML handle of the GPU (or MIG instance) behind a torch CUDA device; ``open`` returns ``None``
+    without NVML or when no lookup finds the device (never a guess at another device)."""
 
-    def __init__(self, nvml, handle) -> None:
+    def __init__(self, nvml, handle, found_by: str) -> None:
         self._nvml = nvml
         self._handle = handle
+        self.found_by = found_by
 
     @classmethod
     def open(cls, device: torch.device) -> "NvmlGpu | None":
@@ -49,19 +51,19 @@ class NvmlGpu:
         except Exception:  # no library, no driver: NVML fields stay empty
             return None
         index = device.index if device.index is not None else torch.cuda.current_device()
-        handle = None
-        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-        if uuid is not None:
+        properties = torch.cuda.get_device_properties(index)
+        lookups = nvml_lookups(
+            index, getattr(properties, "uuid", None), os.environ.get("CUDA_VISIBLE_DEVICES"),
+            os.environ.get("CUDA_DEVICE_ORDER"), _pci_bus_id(properties),
+        )
+        find = {"uuid": pynvml.nvmlDeviceGetHandleByUUID, "index": pynvml.nvmlDeviceGetHandleByIndex,
+                "pci": pynvml.nvmlDeviceGetHandleByPciBusId}
+        for kind, key in lookups:
             try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            except Exception:
-                handle = None
-        if handle is None:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            except Exception:
-                return None
-        return cls(pynvml, handle)
+                return cls(pynvml, find[kind](key), f"{kind} {key}")
+            except Exception:  # not this one: try the next way of naming the device
+                continue
+        return None
 
     def used_bytes(self) -> int | None:
         """Device memory in use by all processes (what nvidia-smi shows as memory.used)."""
@@ -70,12 +72,93 @@ class NvmlGpu:
         except Exception:
             return None
 
+    def process_used_bytes(self, pid: int | None = None) -> int | None:
+        """Device memory NVML charges to process ``pid`` (this one by default); ``None`` where NVML
+        does not report it (MIG without privileges, some containers)."""
+        pid = os.getpid() if pid is None else pid
+        try:
+            processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except Exception:
+            return None
+        for process in processes:
+            if process.pid == pid:
+                used = process.usedGpuMemory
+                return None if used is None else int(used)
+        return None
+
     def energy_j(self) -> float | None:
         """Total energy counter since the driver loaded, in joules (Volta and newer)."""
         try:
             return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle) / 1000.0
         except Exception:
             return None
+
+    def description(self) -> dict[str, object]:
+        """GPU model, driver version and clocks (MHz: SM and memory, now and at most), for the record;
+        each ``None`` where NVML does not say."""
+        nvml = self._nvml
+
+        def read(call, *args):
+            try:
+                value = call(*args)
+            except Exception:
+                return None
+            return value.decode() if isinstance(value, bytes) else value
+
+        return {
+            "gpu_name": read(nvml.nvmlDeviceGetName, self._handle),
+            "gpu_driver_version": read(nvml.nvmlSystemGetDriverVersion),
+            "gpu_sm_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, self._handle, nvml.NVML_CLOCK_SM),
+            "gpu_memory_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, self._handle, nvml.NVML_CLOCK_MEM),
+            "gpu_max_sm_clock_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, self._handle, nvml.NVML_CLOCK_SM),
+            "gpu_max_memory_clock_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, self._handle, nvml.NVML_CLOCK_MEM),
+            "nvml_device": self.found_by,
+        }
+
+
+def nvml_lookups(
+    torch_index: int, uuid: object, visible_devices: str | None, device_order: str | None, pci_bus_id: str | None
+) -> list[tuple[str, object]]:
+    """The ways to find torch's CUDA device ``torch_index`` in NVML, most specific first.
+
+    torch numbers the devices ``CUDA_VISIBLE_DEVICES`` leaves, in CUDA's order (fastest first unless
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); NVML numbers every device in PCI order. So torch's index is an
+    NVML index only when nothing is hidden and the order is PCI's. Lookups: the device's UUID as
+    torch reports it (``GPU-`` or, for a MIG instance, ``MIG-``); the ``CUDA_VISIBLE_DEVICES`` entry
+    it stands for (a UUID, or an index in PCI order); the PCI bus id (not for a MIG instance, whose
+    bus is the whole GPU's).
+    """
+    lookups: list[tuple[str, object]] = []
+    if uuid is not None:
+        text = str(uuid)
+        if text.startswith(("GPU-", "MIG-")):
+            lookups.append(("uuid", text))
+        else:
+            lookups += [("uuid", f"GPU-{text}"), ("uuid", f"MIG-{text}")]
+    pci_order = device_order == "PCI_BUS_ID"
+    entry = None
+    if visible_devices is not None:
+        entries = [e.strip() for e in visible_devices.split(",") if e.strip()]
+        entry = entries[torch_index] if torch_index < len(entries) else None
+        if entry is not None and entry.startswith(("GPU-", "MIG-")):
+            lookups.append(("uuid", entry))
+        elif entry is not None and entry.isdigit() and pci_order:
+            lookups.append(("index", int(entry)))
+    elif pci_order:
+        lookups.append(("index", torch_index))
+    if pci_bus_id is not None and not (entry or "").startswith("MIG-"):
+        lookups.append(("pci", pci_bus_id))
+    return lookups
+
+
+def _pci_bus_id(properties) -> str | None:
+    """``domain:bus:device.0`` from torch's device properties, where this torch reports them."""
+    bus = getattr(properties, "pci_bus_id", None)
+    device = getattr(properties, "pci_device_id", None)
+    domain = getattr(properties, "pci_domain_id", None)
+    if bus is None or device is None or domain is None:
+        return None
+    return f"{domain:08x}:{bus:02x}:{device:02x}.0"
 
 
 class RaplPackages:

@@ -50,7 +50,10 @@ def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 def aggregate_metrics(
     metrics_paths: Sequence[str | os.PathLike], csv_path: str | os.PathLike, parquet_path: str | os.PathLike
 ) -> pd.DataFrame:
-    """Collect job metrics into one table and write it (CSV and Parquet)."""
+    """Collect job metrics into one table and write it (CSV and Parquet); an output path that is one
+    of the metrics files is refused before anything is read or written."""
+    for path in (csv_path, parquet_path):
+        atomic.refuse_inputs(path, metrics_paths)
     frame = metrics_table(metrics_paths)
     write_table(frame, csv_path, parquet_path)
     return frame

@@ -13,9 +13,11 @@ from torch import nn
 
 from membench.core.device import synchronize, time_calls
 from membench.core.meter import MIB, Meter
+from membench.core.oom import is_out_of_memory, oom_fields
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
 from membench.division.models import build_model
+from membench.division.precision import FLOAT32, Precision
 
 
 def prepare_model(
@@ -37,17 +39,17 @@ def make_optimizer(model: nn.Module, lr: float = 0.1, momentum: float = 0.9, wei
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
-def training_step(model, optimizer, inputs, targets, meter: Meter | None = None) -> float:
-    """One SGD step; the forward pass is counted by ``meter.saved_activations`` when a meter is given.
-    Returns the loss."""
+def training_step(model, optimizer, inputs, targets, meter: Meter | None = None, precision: Precision = FLOAT32) -> float:
+    """One SGD step at ``precision``; the forward pass is counted by ``meter.saved_activations``
+    when a meter is given. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
-    if meter is None:
-        loss = nn.functional.cross_entropy(model(inputs), targets)
-    else:
-        with meter.saved_activations(model):
+    with precision.autocast():
+        if meter is None:
             loss = nn.functional.cross_entropy(model(inputs), targets)
-    loss.backward()
-    optimizer.step()
+        else:
+            with meter.saved_activations(model):
+                loss = nn.functional.cross_entropy(model(inputs), targets)
+    precision.backward_step(loss, optimizer)
     return float(loss.detach())
 
 
@@ -68,33 +70,48 @@ def state_bytes(model: nn.Module, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure_step_memory(model, optimizer, inputs, targets, meter: Meter) -> dict[str, object]:
+def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precision: Precision = FLOAT32) -> dict[str, object]:
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
-    Returns ``oom`` and ``total_memory_mib``: the CUDA allocator peak on a GPU; on a CPU the state
-    held between steps plus the live-tensor peak of the step (``peak_tensor_mib``). A CUDA
-    out-of-memory error is a result (``oom`` True, memory fields empty), not a failure.
+    Returns ``status`` (``ok`` or ``oom``) and ``total_memory_mib``: the CUDA allocator peak on a
+    GPU; on a CPU the state held between steps plus the step's allocator peak (``alloc_peak_mib``,
+    with the meter's ``trace_allocator``) or else its live-tensor peak (``peak_tensor_mib``). Out of
+    memory, whatever raised it (:func:`~membench.core.oom.is_out_of_memory`), is a result:
+    ``status`` ``oom`` with ``status_message``, memory fields empty.
     """
     try:
-        training_step(model, optimizer, inputs, targets)
+        training_step(model, optimizer, inputs, targets, precision=precision)
         held_bytes = state_bytes(model, optimizer)
         synchronize(inputs.device)
         with meter.phase("step") as phase:
-            training_step(model, optimizer, inputs, targets, meter)
-    except torch.cuda.OutOfMemoryError:
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()
-        return {"oom": True, "total_memory_mib": None, "state_mib": None}
+            training_step(model, optimizer, inputs, targets, meter, precision)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        _release(optimizer, inputs.device)
+        return {**oom_fields(exc), "total_memory_mib": None, "state_mib": None}
     if phase.cuda_peak_allocated_bytes is not None:
         total = phase.cuda_peak_allocated_bytes
+    elif phase.alloc_peak_bytes is not None:
+        total = held_bytes + phase.alloc_peak_bytes
     elif phase.peak_tensor_bytes is not None:
         total = held_bytes + phase.peak_tensor_bytes
     else:
         total = None
-    return {"oom": False, "total_memory_mib": None if total is None else total / MIB, "state_mib": held_bytes / MIB}
+    return {"status": "ok", "status_message": None, "total_memory_mib": None if total is None else total / MIB,
+            "state_mib": held_bytes / MIB}
 
 
-def measure_throughput(model, optimizer, inputs, targets, iterations: int = 16, warmup: int = 3) -> dict[str, float]:
+def _release(optimizer, device: torch.device) -> None:
+    """Drop the gradients and cached blocks a failed step left behind."""
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def measure_throughput(
+    model, optimizer, inputs, targets, iterations: int = 16, warmup: int = 3, precision: Precision = FLOAT32
+) -> dict[str, float]:
     """Median training throughput over ``iterations`` timed steps after ``warmup`` untimed ones.
 
     Returns ``images_per_s`` (batch / median step time), ``step_ms_median``, ``step_ms_min``,
@@ -102,8 +119,8 @@ def measure_throughput(model, optimizer, inputs, targets, iterations: int = 16, 
     """
     device = inputs.device
     for _ in range(warmup):
-        training_step(model, optimizer, inputs, targets)
-    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets), iterations, device)
+        training_step(model, optimizer, inputs, targets, precision=precision)
+    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations, device)
     median_s = statistics.median(step_s)
     return {
         "images_per_s": inputs.shape[0] / median_s,
@@ -150,20 +167,24 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int) -> tuple[
     return low, probes
 
 
-def cuda_step_fits(model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int) -> Callable[[int], bool]:
-    """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False on CUDA OOM."""
+def cuda_step_fits(
+    model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int, precision: Precision = FLOAT32
+) -> Callable[[int], bool]:
+    """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False when it runs out
+    of memory (whatever raised it)."""
 
     def fits(batch: int) -> bool:
         try:
             inputs, targets = random_batch(batch, image_size, num_classes, device, seed)
-            training_step(model, optimizer, inputs, targets)
+            training_step(model, optimizer, inputs, targets, precision=precision)
             synchronize(device)
             return True
-        except torch.cuda.OutOfMemoryError:
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
             return False
         finally:
-            optimizer.zero_grad(set_to_none=True)
             inputs = targets = None
-            torch.cuda.empty_cache()
+            _release(optimizer, device)
 
     return fits

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_meter_options
-from membench.division.extension import CUDA_CHOICES, KERNEL_CHOICES
+from membench.core.meter import add_allocator_option, add_meter_options
+from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KERNEL_CHOICES
 from membench.division.methods import METHODS, MethodSpec
+from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
 
 SYSTEM = "division"
@@ -31,6 +32,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-size", type=int, default=MethodSpec.group_size, help="ActNN values per min/scale group")
     parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
     parser.add_argument("--build-manifest", default=None, help="manifest.json of `membench division build`")
+    parser.add_argument("--amp", default="none", choices=AMP_CHOICES,
+                        help="mixed precision: none (float32), bf16 or fp16 autocast (fp16 with a gradient scaler)")
     add_meter_options(parser)
 
 
@@ -48,11 +51,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     build.add_argument("--outdir", required=True)
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
+    build.add_argument("--lock-timeout-s", type=float, default=DEFAULT_LOCK_TIMEOUT_S,
+                       help="longest wait for another build of --outdir to finish")
 
     memory = steps.add_parser("memory", help="activation and total memory of one training step")
     _add_common(memory)
     _add_synthetic(memory)
     memory.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
+    add_allocator_option(memory)
 
     speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
     _add_common(speed)
@@ -93,8 +99,11 @@ def run(args: argparse.Namespace) -> None:
     if args.step == "build":
         from membench.division.extension import build_extension
 
-        manifest = build_extension(args.outdir, args.cuda, args.verbose)
-        logging.info("built %s", json.dumps(manifest))
+        manifest = build_extension(args.outdir, args.cuda, args.verbose, args.lock_timeout_s)
+        if manifest["status"] == "built":
+            logging.info("built %s", json.dumps(manifest))
+        else:
+            logging.warning("the build failed; jobs with kernels auto use the pure-torch kernels: %s", json.dumps(manifest))
     elif args.step == "plot-memory":
         from membench.division.plots import plot_memory
 
@@ -140,11 +149,12 @@ def _measure(args, device, ranks, start: float) -> None:
     record = job_record(SYSTEM, args.method, dataset, device, args.seed, getattr(args, "batch_size", None))
     record.update({
         "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
-        "kernels": kernels.name, "block_size": spec.block_size, "hfc_bits": spec.hfc_bits, "group_size": spec.group_size,
-        "world_size": ranks.world_size,
+        "kernels": kernels.name, "kernels_fallback_reason": kernels.fallback_reason, "block_size": spec.block_size,
+        "hfc_bits": spec.hfc_bits, "group_size": spec.group_size, "world_size": ranks.world_size, "amp": args.amp,
     })
     trace_live = args.step == "memory" and args.trace_live_tensors
-    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live,
+    trace_allocator = args.step == "memory" and args.trace_allocator
+    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live, trace_allocator=trace_allocator,
                   trace_saved_activations=args.step in ("memory", "train"), grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
     with meter:
         if args.step == "train":
@@ -163,35 +173,38 @@ def _measure(args, device, ranks, start: float) -> None:
 
 def _memory(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_step_memory, prepare_model, random_batch
+    from membench.division.precision import Precision
 
     model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
-    return measure_step_memory(model, optimizer, inputs, targets, meter)
+    return measure_step_memory(model, optimizer, inputs, targets, meter, Precision(args.amp, device))
 
 
 def _speed(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_throughput, prepare_model, random_batch
+    from membench.division.precision import Precision
 
     model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     with meter.phase("train"):
-        fields = measure_throughput(model, optimizer, inputs, targets, args.iterations, args.warmup)
+        fields = measure_throughput(model, optimizer, inputs, targets, args.iterations, args.warmup, Precision(args.amp, device))
     return {**fields, "iterations": args.iterations, "warmup": args.warmup}
 
 
 def _maxbatch(args, device, spec, kernels, meter) -> dict:
     from membench.core.errors import InputError
     from membench.division.bench import cuda_step_fits, largest_batch, make_optimizer, prepare_model
+    from membench.division.precision import Precision
 
     if device.type != "cuda":
         raise InputError(None, "the largest-batch search needs a CUDA device (out-of-memory is a GPU notion here)", "option --device")
     model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
     optimizer = make_optimizer(model)
     with meter.phase("search"):
-        largest, probes = largest_batch(cuda_step_fits(model, optimizer, args.image_size, args.num_classes, device, args.seed),
-                                        args.start, args.limit)
+        fits = cuda_step_fits(model, optimizer, args.image_size, args.num_classes, device, args.seed, Precision(args.amp, device))
+        largest, probes = largest_batch(fits, args.start, args.limit)
     return {"largest_batch": largest, "probes": " ".join(f"{b}:{'ok' if ok else 'oom'}" for b, ok in probes),
             "search_limit": args.limit}
 
@@ -213,7 +226,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
     if val_set.classes != train_set.classes:
         raise InputError(args.val_lmdb, f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}", "key '__classes__'")
     model, context = prepare_model(args.model, args.method, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
-    train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed)
+    train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
     # Options that do not change what is computed may differ between a killed run and its resumption.
     incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh"}

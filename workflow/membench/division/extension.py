@@ -1,150 +1,55 @@
 """Build and load the C++/CUDA kernels of the compressors (``csrc/``).
 
-The build uses ``torch.utils.cpp_extension.load`` into a build directory and writes a manifest
-(what was built, versions, whether CUDA kernels are in it). Jobs load the built module from the
-manifest; the pure-torch functions in :mod:`membench.division.compress` are the fallback and the
-reference the kernels are tested against.
+The build machinery (manifest, loading, version checks) is :mod:`membench.core.extension`; this
+module names DIVISION's sources and flags. The pure-torch functions in
+:mod:`membench.division.compress` are the fallback and the reference the kernels are tested against.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
-import platform
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 from types import ModuleType
 
-import torch
+from membench.core import extension
+from membench.core.extension import (
+    CUDA_CHOICES,
+    DEFAULT_LOCK_TIMEOUT_S,
+    KERNEL_CHOICES,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    build_lock,
+    cuda_build_possible,
+    cxx_compiler_present,
+)
 
-from membench.core import atomic
-from membench.core.errors import InputError
-from membench.core.validate import read_json_object
+__all__ = [
+    "CUDA_CHOICES", "DEFAULT_LOCK_TIMEOUT_S", "KERNEL_CHOICES", "LOCK_NAME", "MANIFEST_NAME", "SPEC",
+    "build_extension", "build_lock", "cuda_build_possible", "cxx_compiler_present", "load_extension",
+]
 
 CSRC_DIR = Path(__file__).parent / "csrc"
-CPU_SOURCES = ("division_ops.cpp",)
-CUDA_SOURCES = ("division_cuda.cu",)
-EXTENSION_NAME = "membench_division_ops"
-MANIFEST_NAME = "manifest.json"
-CUDA_CHOICES = ("auto", "yes", "no")
-KERNEL_CHOICES = ("auto", "torch", "extension")
 # Contraction into FMAs would round differently from the reference's separate multiply and add.
-_CFLAGS = ["-O3", "-ffp-contract=off"]
-_CUDA_CFLAGS = ["-O3", "--fmad=false"]
+SPEC = extension.ExtensionSpec(
+    name="membench_division_ops",
+    source_dir=CSRC_DIR,
+    cpu_sources=("division_ops.cpp",),
+    cuda_sources=("division_cuda.cu",),
+    kernels=("quantize_pack", "unpack_dequantize", "pack_mask", "unpack_mask", "maxpool2d_forward", "maxpool2d_backward"),
+    build_command="membench division build",
+    cflags=("-O3", "-ffp-contract=off"),
+    cuda_cflags=("-O3", "--fmad=false"),
+)
 
 
-def cuda_build_possible() -> bool:
-    """True when torch was built with CUDA and an nvcc compiler is present."""
-    from torch.utils import cpp_extension
-
-    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
-
-
-def cxx_compiler_present() -> bool:
-    """True when a C++ compiler (``$CXX`` or ``c++``/``g++``) is on the PATH."""
-    candidates = [os.environ.get("CXX"), "c++", "g++"]
-    return any(c and shutil.which(c) for c in candidates)
-
-
-def build_extension(outdir: str | os.PathLike, cuda: str = "auto", verbose: bool = False) -> dict:
-    """Compile the kernels into ``outdir`` and write ``outdir/manifest.json``; return the manifest.
-
-    ``cuda``: ``auto`` adds the CUDA kernels when :func:`cuda_build_possible`, ``yes`` requires
-    them, ``no`` builds the CPU kernels only.
-    """
-    from torch.utils import cpp_extension
-
-    if cuda not in CUDA_CHOICES:
-        raise InputError(None, f"cuda must be one of {', '.join(CUDA_CHOICES)}, got {cuda!r}", "option --cuda")
-    with_cuda = cuda == "yes" or (cuda == "auto" and cuda_build_possible())
-    if with_cuda and not cuda_build_possible():
-        raise InputError(None, "CUDA kernels were asked for but torch has no CUDA or nvcc is missing", "option --cuda")
-    if not cxx_compiler_present():
-        raise InputError(None, "no C++ compiler found (set CXX or install g++)", "build")
-    outdir = Path(outdir)
-    build_dir = outdir / ("cuda" if with_cuda else "cpu")
-    build_dir.mkdir(parents=True, exist_ok=True)
-    sources = [CSRC_DIR / s for s in CPU_SOURCES] + ([CSRC_DIR / s for s in CUDA_SOURCES] if with_cuda else [])
-    start = time.perf_counter()
-    module = cpp_extension.load(
-        name=EXTENSION_NAME,
-        sources=[str(s) for s in sources],
-        build_directory=str(build_dir),
-        extra_cflags=_CFLAGS + (["-DWITH_CUDA"] if with_cuda else []),
-        extra_cuda_cflags=_CUDA_CFLAGS + ["-DWITH_CUDA"],
-        with_cuda=with_cuda,
-        verbose=verbose,
-    )
-    library = Path(module.__file__).resolve()
-    manifest = {
-        "extension": EXTENSION_NAME,
-        "library": os.path.relpath(library, outdir.resolve()),
-        "sources": [s.name for s in sources],
-        "kernels": ["quantize_pack", "unpack_dequantize", "pack_mask", "unpack_mask", "maxpool2d_forward", "maxpool2d_backward"],
-        "cuda": bool(module.has_cuda_kernels()),
-        "torch_version": torch.__version__,
-        "torch_cuda_version": torch.version.cuda,
-        "python_version": platform.python_version(),
-        "compiler": _compiler_version(),
-        "nvcc": _nvcc_version() if with_cuda else None,
-        "cflags": _CFLAGS,
-        "build_s": round(time.perf_counter() - start, 3),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    atomic.write_json(outdir / MANIFEST_NAME, manifest)
-    return manifest
+def build_extension(
+    outdir: str | os.PathLike, cuda: str = "auto", verbose: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> dict:
+    """Compile the kernels into ``outdir`` and write ``outdir/manifest.json`` (see
+    :func:`membench.core.extension.build_extension`); return the manifest."""
+    return extension.build_extension(SPEC, outdir, cuda, verbose, lock_timeout_s)
 
 
 def load_extension(manifest_path: str | os.PathLike) -> ModuleType:
-    """Import the built kernels named by a build manifest.
-
-    Raises :class:`InputError` when the manifest is unreadable, the library is missing, or it was
-    built for another torch version (its ABI would not match).
-    """
-    manifest_path = Path(manifest_path)
-    manifest = read_json_object(manifest_path, "build manifest not found (run `membench division build`)")
-    for key in ("extension", "library", "torch_version"):
-        if key not in manifest:
-            raise InputError(manifest_path, f"manifest lacks key {key!r}")
-    if manifest["torch_version"] != torch.__version__:
-        raise InputError(
-            manifest_path,
-            f"kernels were built for torch {manifest['torch_version']}, this is torch {torch.__version__}; rebuild",
-            "key 'torch_version'",
-        )
-    library = manifest_path.parent / manifest["library"]
-    if not library.is_file():
-        raise InputError(manifest_path, f"built library {library} does not exist; rebuild", "key 'library'")
-    name = manifest["extension"]
-    if name in sys.modules:
-        return sys.modules[name]
-    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
-    spec = importlib.util.spec_from_file_location(name, str(library), loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    sys.modules[name] = module
-    return module
-
-
-def _compiler_version() -> str | None:
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    return _first_line([compiler, "--version"]) if compiler else None
-
-
-def _nvcc_version() -> str | None:
-    from torch.utils import cpp_extension
-
-    nvcc = Path(cpp_extension.CUDA_HOME or "") / "bin" / "nvcc"
-    return _first_line([str(nvcc), "--version"], last=True) if nvcc.exists() else None
-
-
-def _first_line(command: list[str], last: bool = False) -> str | None:
-    try:
-        lines = subprocess.run(command, capture_output=True, text=True, check=True, timeout=30).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (lines[-1] if last else lines[0]) if lines else None
+    """Import the built kernels named by a build manifest (see :func:`membench.core.extension.load_extension`)."""
+    return extension.load_extension(manifest_path, SPEC.build_command)

@@ -3,6 +3,11 @@
 Everything a backward needs is kept through ``ctx.save_for_backward`` so that the core's
 saved-activation counter sees exactly the compressed bytes. Outside training with gradients the
 layers compute as their torch parents and save nothing.
+
+Under ``torch.autocast`` a convolution computes in the autocast dtype as ``F.conv2d`` would, and
+its backward (which runs outside autocast) casts the decompressed input and the weight to that same
+dtype, returning gradients in the dtypes of the inputs. Batch norm computes in its input's dtype
+(float32 statistics), as torch's does under autocast.
 """
 
 from __future__ import annotations
@@ -65,24 +70,41 @@ class CompressionContext:
             self.generator(torch.device(key)).set_state(value)
 
 
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes convolutions in on ``device_type``, None when it is off."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _cast(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    return tensor if tensor is None or dtype is None else tensor.to(dtype)
+
+
 class _Conv2dFunction(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding, dilation, groups, context):
-        out = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+        compute = _autocast_dtype(x.device.type)
+        with torch.autocast(x.device.type, enabled=False):
+            out = F.conv2d(_cast(x, compute), _cast(weight, compute), _cast(bias, compute), stride, padding, dilation, groups)
         ctx.save_for_backward(weight, *context.compress(x))
-        ctx.config = (x.shape, x.dtype, None if bias is None else bias.shape, stride, padding, dilation, groups, context)
+        ctx.config = (x.shape, x.dtype, compute, None if bias is None else bias, stride, padding, dilation, groups, context)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         weight, *saved = ctx.saved_tensors
-        shape, dtype, bias_shape, stride, padding, dilation, groups, context = ctx.config
-        x = context.decompress(saved, shape, dtype)
-        grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-            grad_out, x, weight, bias_shape, stride, padding, dilation, False, [0, 0], groups,
-            [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias_shape is not None and ctx.needs_input_grad[2]],
+        shape, dtype, compute, bias, stride, padding, dilation, groups, context = ctx.config
+        compute = compute or dtype
+        x = context.decompress(saved, shape, compute)
+        with torch.autocast(grad_out.device.type, enabled=False):
+            grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                grad_out.to(compute), x, weight.to(compute), None if bias is None else bias.shape, stride, padding,
+                dilation, False, [0, 0], groups,
+                [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]],
+            )
+        return (
+            _cast(grad_x, dtype), _cast(grad_weight, weight.dtype), None if grad_bias is None else grad_bias.to(bias.dtype),
+            None, None, None, None, None,
         )
-        return grad_x, grad_weight, grad_bias, None, None, None, None, None
 
 
 class _BatchNorm2dFunction(Function):

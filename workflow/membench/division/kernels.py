@@ -18,12 +18,14 @@ _log = logging.getLogger(__name__)
 class Kernels:
     """The six kernels of one implementation, called as methods (``ops.pack_mask(mask)``).
 
-    ``name`` is ``"torch"`` or ``"extension"``; ``cuda`` says whether the extension holds CUDA kernels.
+    ``name`` is ``"torch"`` or ``"extension"``; ``cuda`` says whether the extension holds CUDA kernels;
+    ``fallback_reason`` says why ``auto`` fell back to the pure-torch kernels (``None`` otherwise).
     """
 
-    def __init__(self, name: str, module: ModuleType, cuda: bool) -> None:
+    def __init__(self, name: str, module: ModuleType, cuda: bool, fallback_reason: str | None = None) -> None:
         self.name = name
         self.cuda = cuda
+        self.fallback_reason = fallback_reason
         for kernel in KERNEL_NAMES:
             setattr(self, kernel, getattr(module, kernel))
 
@@ -54,11 +56,11 @@ def select_kernels(choice: str, manifest_path: str | os.PathLike | None, device_
         if choice == "extension":
             raise InputError(manifest_path, f"the built kernels cannot be loaded ({exc})") from None
         _log.warning("using the pure-torch kernels: %s", exc)
-        return TORCH_KERNELS
+        return Kernels("torch", compress, cuda=True, fallback_reason=str(exc))
     kernels = Kernels("extension", module, cuda=bool(module.has_cuda_kernels()))
     if not kernels.supports(device_type):
         if choice == "extension":
             raise InputError(manifest_path, f"the build has no CUDA kernels but the job runs on {device_type}", "key 'cuda'")
         _log.warning("using the pure-torch kernels: the build has no CUDA kernels")
-        return TORCH_KERNELS
+        return Kernels("torch", compress, cuda=True, fallback_reason="the build has no CUDA kernels")
     return kernels

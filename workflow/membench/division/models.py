@@ -8,6 +8,9 @@ Inputs are float32 (N, 3, H, W); outputs are logits (N, num_classes).
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -20,18 +23,45 @@ class Block(nn.Module):
     """A unit that gradient checkpointing recomputes as a whole (a residual block, a dense layer).
 
     With ``recompute_in_backward`` set, training keeps only the block's input (saved by the
-    reentrant checkpoint through ``save_for_backward``) and recomputes the rest in backward.
+    reentrant checkpoint through ``save_for_backward``) and recomputes the rest in backward. The
+    recomputation normalises with the batch statistics as the forward pass did but leaves the
+    batch-norm running statistics alone: updating them a second time would apply the momentum
+    twice per step and give other evaluation results than the vanilla model.
     """
 
     recompute_in_backward = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recompute_in_backward and self.training and torch.is_grad_enabled() and x.requires_grad:
-            return checkpoint(self.block_forward, x, use_reentrant=True)
+            calls = 0
+
+            def run(inputs: torch.Tensor) -> torch.Tensor:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    return self.block_forward(inputs)
+                with _running_statistics_frozen(self):
+                    return self.block_forward(inputs)
+
+            return checkpoint(run, x, use_reentrant=True)
         return self.block_forward(x)
 
     def block_forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+
+@contextlib.contextmanager
+def _running_statistics_frozen(module: nn.Module) -> Iterator[None]:
+    """Batch norms under ``module`` normalise with batch statistics without updating their running
+    statistics or batch counter (``track_running_stats`` off in training mode does exactly that)."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    for norm in norms:
+        norm.track_running_stats = False
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.track_running_stats = True
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> list[nn.Module]:

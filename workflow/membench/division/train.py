@@ -18,6 +18,7 @@ from membench.core.distributed import SINGLE_PROCESS, Ranks, data_parallel, per_
 from membench.core.meter import Meter
 from membench.division.bench import make_optimizer, training_step
 from membench.division.functions import CompressionContext
+from membench.division.precision import Precision
 
 _log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class TrainSpec:
     weight_decay: float = 5e-4
     num_workers: int = 0
     seed: int = 0
+    amp: str = "none"
 
 
 def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks: Ranks = SINGLE_PROCESS) -> DataLoader:
@@ -55,7 +57,7 @@ def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[float, float]:
-    """``(accuracy in %, mean cross-entropy)`` of ``model`` in eval mode over ``loader``."""
+    """``(accuracy as a fraction, mean cross-entropy)`` of ``model`` in eval mode over ``loader``."""
     model.eval()
     correct, total, loss_sum = 0, 0, 0.0
     for inputs, targets in loader:
@@ -64,7 +66,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tupl
         loss_sum += float(nn.functional.cross_entropy(logits, targets, reduction="sum"))
         correct += int((logits.argmax(1) == targets).sum())
         total += targets.numel()
-    return 100.0 * correct / max(total, 1), loss_sum / max(total, 1)
+    return correct / max(total, 1), loss_sum / max(total, 1)
 
 
 def train_model(
@@ -94,6 +96,7 @@ def train_model(
     """
     torch.manual_seed(spec.seed)
     optimizer = make_optimizer(model, spec.lr, spec.momentum, spec.weight_decay)
+    precision = Precision(spec.amp, device)
     trained = data_parallel(model, ranks, device)
     steps_per_epoch = len(_loader(train_set, spec, shuffle=True, epoch=0, ranks=ranks))
     if steps_per_epoch == 0:
@@ -113,6 +116,8 @@ def train_model(
         scheduler.load_state_dict(state["scheduler"])
         if context is not None:
             context.load_state_dict(state["compression"])
+        if precision.scaler is not None and state.get("grad_scaler"):
+            precision.scaler.load_state_dict(state["grad_scaler"])
         torch.set_rng_state(state["torch_rng"])
         history = [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
         start_epoch = int(state["epoch"])
@@ -124,8 +129,8 @@ def train_model(
         loss_sum, steps = 0.0, 0
         with meter.phase("train") as phase:
             before_s = phase.wall_s
-            for inputs, targets in _loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks):
-                loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter)
+            for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
+                loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter, precision)
                 scheduler.step()
                 steps += 1
         epoch_s = phase.wall_s - before_s
@@ -144,6 +149,7 @@ def train_model(
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "compression": {} if context is None else context.state_dict(),
+            "grad_scaler": {} if precision.scaler is None else precision.scaler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "epoch": epoch + 1,
             "run_identity": run_identity,

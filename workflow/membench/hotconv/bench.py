@@ -1,27 +1,37 @@
-"""The memory benchmark sweep: every variant at every (batch size, max_len) point, side by side.
+"""The memory benchmark: one variant at one (batch size, max_len) point, one point per process.
+
+A sweep is one job per point (the workflow's ``hotconv_sweep_point``), so the CUDA context,
+cuBLAS/cuDNN handles and lazily loaded kernels are charged the same way to every variant whatever
+the order, a point that crashes loses no other, and a rerun measures only the missing points;
+:func:`sweep_table` then gathers the points.
 
 Each point builds the model (seeded), a batch of random bytes filling ``max_len`` (the worst case:
 no padding), and runs under the core meter:
 
 ``step`` phase
-    one forward and backward pass with the live-tensor tracer and the saved-activation counter on:
-    ``step_peak_tensor_mib`` is the peak of tensor storages the gradient computation creates (the
-    input batch is made before the phase; a variant that copies it to the device pays for the copy),
-    ``activation_mib`` what autograd holds for backward.
+    one forward and backward pass with the allocator, live-tensor and saved-activation tracers on:
+    ``step_alloc_peak_mib`` is the allocator's peak above the phase start, kernel workspaces
+    included (the figure that compares variants), ``step_peak_tensor_mib`` the peak of tensor
+    storages the gradient computation creates on the job's device (the input batch is made before
+    the phase; a variant that copies it to the device pays for the copy), ``activation_mib`` what
+    autograd holds for backward.
 ``optimizer`` phase
     the AdamW step after it (its state is created here on the first step), traced the same way.
 ``timed`` phase
-    ``steps`` further full training steps without tracers: ``step_ms`` is their median.
+    ``steps`` further full training steps without tracers, under a second meter whose NVML baseline
+    is read after ``empty_cache``: ``step_ms`` is their median.
 
-A GPU out-of-memory error is a result (``status`` = ``oom``), not a crash.
+Out of memory, whatever raised it, is a result (``status`` ``oom`` with ``status_message``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import pandas as pd
 import torch
@@ -30,6 +40,8 @@ import torch.nn.functional as F
 from membench.core.device import time_calls
 from membench.core.meter import Meter
 from membench.core.metrics import job_record
+from membench.core.oom import is_out_of_memory, oom_fields
+from membench.core.tables import metrics_table
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
 from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
 
@@ -41,11 +53,8 @@ REFERENCE_VARIANT = "hotconv_eco"
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The grid and the model of a sweep (model keys as :class:`~membench.hotconv.models.ModelSpec`)."""
+    """The model and the training step of a sweep (model keys as :class:`~membench.hotconv.models.ModelSpec`)."""
 
-    variants: tuple[str, ...] = VARIANTS
-    batch_sizes: tuple[int, ...] = (16,)
-    max_lens: tuple[int, ...] = (2097152,)
     num_filters: int = 256
     window_size: int = 512
     stride: int = 512
@@ -74,6 +83,7 @@ def measure_point(
     device: torch.device,
     *,
     sample_interval_s: float = 0.05,
+    trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
 ) -> dict[str, object]:
     """Measure one grid point; returns a flat record (metrics contract fields plus the sweep's)."""
@@ -84,14 +94,18 @@ def measure_point(
     record = job_record("hotconv", variant, SWEEP_DATASET, device, sweep.seed, batch_size)
     record.update(
         max_len=max_len, num_filters=sweep.num_filters, window_size=sweep.window_size, stride=sweep.stride,
-        fp_slice_size=sweep.fp_slice_size, fp2_slice_size=sweep.fp2_slice_size, status="ok", step_ms=None,
+        fp_slice_size=sweep.fp_slice_size, fp2_slice_size=sweep.fp2_slice_size, status="ok", status_message=None,
+        step_ms=None,
     )
     start = time.perf_counter()
     try:
-        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh))
-    except torch.OutOfMemoryError as exc:
-        log.warning("%s batch %d max_len %d: out of memory (%s)", variant, batch_size, max_len, str(exc).splitlines()[0])
-        record["status"] = "oom"
+        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator,
+                               grid_intensity_g_per_kwh))
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        record.update(oom_fields(exc))
+        log.warning("%s batch %d max_len %d: out of memory (%s)", variant, batch_size, max_len, record["status_message"])
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -99,14 +113,14 @@ def measure_point(
     return record
 
 
-def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_intensity_g_per_kwh) -> dict:
+def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh) -> dict:
     torch.manual_seed(sweep.seed)
     model = MalConvNet(spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
     tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
     labels = labels.to(device)
     not_activations = [*model.parameters(), tokens]
-    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True,
+    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True, trace_allocator=trace_allocator,
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as traced:
         with traced.phase("step"):
             with traced.saved_activations(not_activations):
@@ -131,42 +145,33 @@ def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, grid_i
         step_ms=statistics.median(step_s) * 1000,
         timed_wall_s=timed_fields["timed_wall_s"],
         timed_nvml_peak_mib=timed_fields["nvml_peak_mib"],
+        timed_nvml_process_peak_mib=timed_fields["nvml_process_peak_mib"],
         timed_cuda_peak_allocated_mib=timed_fields["cuda_peak_allocated_mib"],
+        timed_alloc_peak_mib=timed_fields["alloc_peak_mib"],
         energy_per_step_j=None if timed_fields["energy_j"] is None else timed_fields["energy_j"] / sweep.steps,
         co2e_per_step_g=None if timed_fields["co2e_g"] is None else timed_fields["co2e_g"] / sweep.steps,
     )
     return fields
 
 
-def run_sweep(
-    sweep: SweepSpec,
-    device: torch.device,
-    *,
-    sample_interval_s: float = 0.05,
-    grid_intensity_g_per_kwh: float = 475.0,
-) -> pd.DataFrame:
-    """All grid points, one row each, in one process (so ratios compare like with like).
+RATIO_COLUMNS = {
+    "alloc_vs_hotconv_eco": "step_alloc_peak_mib",
+    "peak_tensor_vs_hotconv_eco": "step_peak_tensor_mib",
+    "activation_vs_hotconv_eco": "activation_mib",
+}
 
-    Adds ``peak_tensor_vs_hotconv_eco`` and ``activation_vs_hotconv_eco``: the variant's
-    ``step_peak_tensor_mib`` / ``activation_mib`` over HotConv-Eco's at the same point (when measured).
-    """
-    rows = []
-    for max_len in sweep.max_lens:
-        for batch_size in sweep.batch_sizes:
-            for variant in sweep.variants:
-                log.info("measuring %s batch %d max_len %d", variant, batch_size, max_len)
-                row = measure_point(
-                    sweep, variant, batch_size, max_len, device,
-                    sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
-                )
-                log.info(
-                    "%s batch %d max_len %d: %s, step peak %s MiB, activations %s MiB, step %s ms",
-                    variant, batch_size, max_len, row["status"], _fmt(row.get("step_peak_tensor_mib")),
-                    _fmt(row.get("activation_mib")), _fmt(row.get("step_ms")),
-                )
-                rows.append(row)
-    frame = pd.DataFrame.from_records(rows)
-    for column, source in (("peak_tensor_vs_hotconv_eco", "step_peak_tensor_mib"), ("activation_vs_hotconv_eco", "activation_mib")):
+
+def sweep_table(metrics_paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """The sweep's points (their ``metrics.json``), one row each, ordered by max_len, batch size and
+    variant, with each variant's step figures over HotConv-Eco's at the same point
+    (:data:`RATIO_COLUMNS`; empty where HotConv-Eco was not measured there)."""
+    frame = metrics_table(metrics_paths)
+    if frame.empty:
+        return frame
+    order = {variant: i for i, variant in enumerate(VARIANTS)}
+    frame = frame.sort_values(["max_len", "batch_size", "variant"], key=lambda c: c.map(order) if c.name == "variant" else c,
+                              kind="stable").reset_index(drop=True)
+    for column, source in RATIO_COLUMNS.items():
         frame[column] = [_ratio(frame, row, source) for _, row in frame.iterrows()]
     return frame
 
@@ -182,7 +187,3 @@ def _ratio(frame: pd.DataFrame, row: pd.Series, column: str) -> float | None:
     if reference.empty or reference.iloc[0] <= 0:
         return None
     return float(row[column] / reference.iloc[0])
-
-
-def _fmt(value) -> str:
-    return "-" if value is None or pd.isna(value) else f"{value:.2f}"

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_meter_options
+from membench.core.meter import add_allocator_option, add_meter_options
 from membench.hotconv.models import VARIANTS
 
 
@@ -49,19 +49,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
+    add_allocator_option(train, default=False)
     _add_model_options(train, {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256})
     _add_job_options(train)
 
-    bench = steps.add_parser("bench", help="memory sweep: every variant at every batch size x max_len point")
-    bench.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
-    # Lists accept "--max-lens 1 2" and repeated "--max-lens 1 --max-lens 2" (as the rules write them).
-    bench.add_argument("--variants", nargs="+", action="extend", choices=VARIANTS, help="default: all four")
-    bench.add_argument("--batch-sizes", nargs="+", action="extend", type=int, help="default: 16")
-    bench.add_argument("--max-lens", nargs="+", action="extend", type=int, help="bytes; default: 2097152")
-    bench.add_argument("--steps", type=int, default=2, help="timed training steps per point (median)")
+    bench = steps.add_parser("bench", help="memory benchmark of one variant at one batch size x max_len point; write metrics.json")
+    bench.add_argument("--outdir", required=True, help="directory for metrics.json")
+    bench.add_argument("--variant", required=True, choices=VARIANTS)
+    bench.add_argument("--batch-size", type=int, required=True)
+    bench.add_argument("--max-len", type=int, required=True, help="bytes")
+    bench.add_argument("--steps", type=int, default=2, help="timed training steps (median)")
     bench.add_argument("--learning-rate", type=float, default=1e-4)
+    add_allocator_option(bench)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
     _add_job_options(bench)
+
+    sweep_table = steps.add_parser("sweep-table", help="gather the points' metrics.json into the sweep table")
+    sweep_table.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
+    sweep_table.add_argument("metrics", nargs="+", help="metrics.json of each point")
 
     plot = steps.add_parser("plot", help="per-variant figure (memory, activations, time, CO2e, accuracy)")
     plot.add_argument("--table", required=True, help="results/tables/hotconv.csv")
@@ -79,6 +84,8 @@ def run(args: argparse.Namespace) -> None:
         _train(args)
     elif args.step == "bench":
         _bench(args)
+    elif args.step == "sweep-table":
+        _sweep_table(args)
     else:
         _plot(args)
 
@@ -105,7 +112,7 @@ def _train(args: argparse.Namespace) -> None:
     path = train_job(
         files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,
         sample_interval_s=args.sample_interval_s, trace_live_tensors=args.trace_live_tensors,
-        trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+        trace_allocator=args.trace_allocator, trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info("wrote %s", path)
 
@@ -113,27 +120,33 @@ def _train(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from membench.core.device import resolve_device
     from membench.core.errors import InputError
-    from membench.core.tables import parquet_path_for, write_table
-    from membench.hotconv.bench import SweepSpec, run_sweep
+    from membench.core.metrics import write_job_outputs
+    from membench.hotconv.bench import SweepSpec, measure_point
 
-    args.variants = args.variants or list(VARIANTS)
-    args.batch_sizes = args.batch_sizes or [16]
-    args.max_lens = args.max_lens or [2097152]
-    for option in ("batch_sizes", "max_lens"):
-        if any(value < 1 for value in getattr(args, option)):
-            raise InputError(None, f"{option} must be positive integers, got {getattr(args, option)}", f"--{option.replace('_', '-')}")
-    if args.steps < 1:
-        raise InputError(None, f"steps must be at least 1, got {args.steps}", "--steps")
+    for option in ("batch_size", "max_len", "steps"):
+        if getattr(args, option) < 1:
+            raise InputError(None, f"must be at least 1, got {getattr(args, option)}", f"option --{option.replace('_', '-')}")
     sweep = SweepSpec(
-        variants=tuple(args.variants), batch_sizes=tuple(args.batch_sizes), max_lens=tuple(args.max_lens),
         num_filters=args.num_filters, window_size=args.window_size, stride=args.stride,
         fp_slice_size=args.fp_slice_size, fp2_slice_size=args.fp2_slice_size,
         learning_rate=args.learning_rate, steps=args.steps, seed=args.seed,
     )
-    for variant in sweep.variants:  # a bad model setting fails before any point is measured
-        _model_spec(args, variant, sweep.num_classes)
-    frame = run_sweep(sweep, resolve_device(args.device), sample_interval_s=args.sample_interval_s,
-                      grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    _model_spec(args, args.variant, sweep.num_classes)  # a bad model setting fails before measuring
+    record = measure_point(sweep, args.variant, args.batch_size, args.max_len, resolve_device(args.device),
+                           sample_interval_s=args.sample_interval_s, trace_allocator=args.trace_allocator,
+                           grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    path = write_job_outputs(args.outdir, record)
+    logging.info("%s batch %d max_len %d: %s, step allocator peak %s MiB, step tensor peak %s MiB, activations %s MiB, "
+                 "step %s ms -> %s", args.variant, args.batch_size, args.max_len, record["status"],
+                 record.get("step_alloc_peak_mib"), record.get("step_peak_tensor_mib"), record.get("activation_mib"),
+                 record.get("step_ms"), path)
+
+
+def _sweep_table(args: argparse.Namespace) -> None:
+    from membench.core.tables import parquet_path_for, write_table
+    from membench.hotconv.bench import sweep_table
+
+    frame = sweep_table(args.metrics)
     write_table(frame, args.out, parquet_path_for(args.out))
     logging.info("wrote %s (%d points)", args.out, len(frame))
 
@@ -148,8 +161,8 @@ def _plot(args: argparse.Namespace) -> None:
         table = pd.read_csv(args.table)
     except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
         raise InputError(args.table, f"not a readable table ({exc})") from None
-    required = ("variant", "status", "max_len", "batch_size", "step_peak_tensor_mib", "step_ms") if args.step == "plot-sweep" \
-        else ("variant", "accuracy")
+    required = ("variant", "status", "max_len", "batch_size", "step_alloc_peak_mib", "step_ms") if args.step == "plot-sweep" \
+        else ("variant", "test_accuracy")
     missing = [c for c in required if c not in table]
     if missing:
         raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")

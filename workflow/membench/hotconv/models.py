@@ -19,8 +19,10 @@ activations and their gradients:
     in chunks of ``fp2_slice_size // window_size`` filters, so device memory stays tiny.
 
 Tokens are ``byte + 1`` with 0 as padding, any integer dtype (the loader gives int16), shape (B, L)
-with L >= ``window_size``. ``malconv`` and ``malconv2`` move the whole token batch to the model's
-device; ``hotconv`` and ``hotconv_eco`` leave it where it is (the host) and move one slice at a time.
+with L >= ``window_size``. ``malconv`` moves the whole token batch to the model's device (the dense
+model needs all of it there); ``malconv2``, ``hotconv`` and ``hotconv_eco`` leave it where it is
+(the host) and move one slice, and then the B x F winning windows, at a time, so their device
+memory does not grow with the file length.
 """
 
 from __future__ import annotations
@@ -167,14 +169,16 @@ def chunked_pool(model: MalConvNet, tokens: torch.Tensor) -> torch.Tensor:
     candidate is a real window and its own winner is among them).
     """
     spec = model.spec
-    tokens = tokens.to(model.device)
     with torch.no_grad():
         winners = sliced_search(
             tokens, model.embed.weight, model.conv1.weight, model.conv1.bias,
             model.conv2.weight, model.conv2.bias, spec.stride, spec.fp_slice_size,
         ).window
     batch, filters = winners.shape
-    hot = gather_windows(tokens, winners, spec.window_size, spec.stride).to(torch.long)
+    # Candidates in window order, so an exact tie between two windows goes to the earlier one, as
+    # in the dense max-pool (filter order would hand it to whichever filter came first).
+    winners = winners.sort(dim=1).values.to(tokens.device)
+    hot = gather_windows(tokens, winners, spec.window_size, spec.stride).to(model.device, torch.long)
     x = model.embed(hot).permute(0, 3, 1, 2).reshape(batch, EMBED_DIM, filters * spec.window_size)
     a = F.conv1d(x, model.conv1.weight, model.conv1.bias, stride=spec.window_size)
     g = F.conv1d(x, model.conv2.weight, model.conv2.bias, stride=spec.window_size)
@@ -203,12 +207,14 @@ def sliced_search(
 ) -> SearchResult:
     """Find each (sample, filter)'s maximum gated activation slice by slice, without a graph.
 
-    tokens (B, L) integer on any device; weights on the compute device. A slice holds
+    tokens (B, L) integer on any device (slices are copied to the weights' device one at a time,
+    through pinned memory from a host); weights on the compute device. A slice holds
     ``slice_size // stride`` consecutive windows and reads ``slice_size - stride + window`` bytes,
     so windows that straddle slice boundaries are seen exactly once. Memory: one slice's embedding
     and activations plus four (B, F) tensors, independent of L. Ties keep the earliest window.
     """
     device = w1.device
+    stage = device.type == "cuda" and tokens.device.type == "cpu"
     batch, length = tokens.shape
     filters, _, window_size = w1.shape
     windows = num_windows(length, window_size, stride)
@@ -219,7 +225,7 @@ def sliced_search(
     conv2 = torch.zeros((batch, filters), dtype=w1.dtype, device=device)
     for first in range(0, windows, per_slice):
         last = min(windows, first + per_slice)
-        chunk = tokens[:, first * stride : (last - 1) * stride + window_size].to(device, torch.long)
+        chunk = _to_device(tokens[:, first * stride : (last - 1) * stride + window_size], device, stage).to(torch.long)
         x = F.embedding(chunk, embed_weight, padding_idx=0).transpose(1, 2)
         a = F.conv1d(x, w1, b1, stride=stride)
         g = F.conv1d(x, w2, b2, stride=stride)
@@ -274,15 +280,22 @@ class _HotWindowPool(torch.autograd.Function):
         grad_embed = torch.zeros_like(embed_weight) if ctx.needs_input_grad[1] else None
         eco = spec.variant == "hotconv_eco"
         chunk = spec.filters_per_chunk if eco else spec.num_filters
-        host_embed = embed_weight.detach().to(tokens.device) if eco else None
+        host = tokens.device
+        # One copy of the winners to the host (the only synchronisation of this backward); the
+        # hot windows are gathered there, where the tokens are.
+        window = window.to(host)
+        host_embed = embed_weight.detach().to(host) if eco else None
+        stage = device.type == "cuda" and host.type == "cpu"
         for first in range(0, spec.num_filters, chunk):
             part = slice(first, min(spec.num_filters, first + chunk))
-            hot = gather_windows(tokens, window[:, part], spec.window_size, spec.stride)  # (B, f, W)
+            host_hot = gather_windows(tokens, window[:, part], spec.window_size, spec.stride)  # (B, f, W)
+            hot = _to_device(host_hot, device, stage)
             if eco:
-                # Built where the tokens live (the host), then one chunk of filters goes to the device.
-                x = F.embedding(hot.to(torch.long), host_embed, padding_idx=0).to(device)
+                # Built on the host, then one chunk of filters goes to the device, from pinned
+                # memory and without waiting: the next chunk is built while this one computes.
+                x = _to_device(_host_embedding(host_hot, host_embed, stage), device, stage)
             else:
-                x = F.embedding(hot.to(device, torch.long), embed_weight, padding_idx=0)
+                x = F.embedding(hot.to(torch.long), embed_weight, padding_idx=0)
             grad_w1[part] = torch.einsum("bf,bfwc->fcw", grad_a[:, part], x)
             grad_w2[part] = torch.einsum("bf,bfwc->fcw", grad_g[:, part], x)
             del x
@@ -293,7 +306,27 @@ class _HotWindowPool(torch.autograd.Function):
                     torch.stack((grad_a[:, part], grad_g[:, part])),
                     torch.stack((w1[part], w2[part])),
                 )
-                grad_embed.index_add_(0, hot.to(device, torch.long).reshape(-1), grad_x.reshape(-1, EMBED_DIM))
+                grad_embed.index_add_(0, hot.reshape(-1).to(torch.long), grad_x.reshape(-1, EMBED_DIM))
         if grad_embed is not None:
             grad_embed[0] = 0  # the padding token's embedding stays zero, as nn.Embedding(padding_idx=0)
         return None, grad_embed, grad_w1, grad_a.sum(0), grad_w2, grad_g.sum(0), None
+
+
+def _host_embedding(hot: torch.Tensor, host_embed: torch.Tensor, pinned: bool) -> torch.Tensor:
+    """Embeddings (B, f, W, 8) of hot-window tokens (B, f, W), built on the host (in pinned memory
+    when ``pinned``, so the copy to the device can run asynchronously)."""
+    out = torch.empty((*hot.shape, EMBED_DIM), dtype=host_embed.dtype, pin_memory=pinned)
+    torch.index_select(host_embed, 0, hot.reshape(-1).to(torch.long), out=out.view(-1, EMBED_DIM))
+    return out
+
+
+def _to_device(host_tensor: torch.Tensor, device: torch.device, stage: bool) -> torch.Tensor:
+    """``host_tensor`` on ``device``; with ``stage`` (a host tensor bound for a CUDA device) it goes
+    through pinned memory and is copied without synchronising the host. Torch's pinned-memory
+    cache reuses a buffer only after the copy out of it has finished."""
+    if not stage:
+        return host_tensor.to(device)
+    if not host_tensor.is_pinned():
+        pinned = torch.empty(host_tensor.shape, dtype=host_tensor.dtype, pin_memory=True)
+        host_tensor = pinned.copy_(host_tensor)
+    return host_tensor.to(device, non_blocking=True)

@@ -11,11 +11,11 @@ from membench.hotconv.models import VARIANTS
 
 # (column, axis label) per panel of the variants figure; the first present column of a tuple is drawn.
 _VARIANT_PANELS = (
-    (("nvml_peak_mib", "peak_tensor_mib"), "peak memory (MiB)"),
+    (("alloc_peak_mib", "nvml_peak_mib", "peak_tensor_mib"), "allocator peak (MiB)"),
     (("activation_mib",), "saved activations, one step (MiB)"),
     (("time_per_epoch_s",), "time per epoch (s)"),
     (("co2e_g",), "CO2e (g)"),
-    (("accuracy",), "test accuracy"),
+    (("test_accuracy",), "test accuracy"),
 )
 
 
@@ -37,22 +37,26 @@ def plot_variants(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         ax.bar(range(len(variants)), means, yerr=[low, high], capsize=3, color="tab:blue")
         ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right")
         ax.set_title(label if column == columns[0] else f"{label.split(' (')[0]} ({column})", fontsize=9)
-        if column == "accuracy" and "majority_accuracy" in table:
+        if column == "test_accuracy" and "majority_accuracy" in table:
             ax.axhline(pd.to_numeric(table["majority_accuracy"]).mean(), color="gray", ls="--", label="majority class")
             ax.legend(fontsize=7, loc="lower right")
     save_figure(fig, png_path)
 
 
 def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """Step peak memory and step time against max_len, one line per variant and batch size."""
+    """Step allocator peak (the live-tensor peak where the allocator was not traced) and step time
+    against max_len, one line per variant and batch size."""
     fig, (ax_memory, ax_time) = new_figure(ncols=2, width_in=11, height_in=4)
     measured = table[table["status"] == "ok"]
+    traced = pd.to_numeric(measured["step_alloc_peak_mib"], errors="coerce").notna().all()
+    memory_column, memory_label = (("step_alloc_peak_mib", "step allocator peak (MiB)") if traced
+                                   else ("step_peak_tensor_mib", "step live-tensor peak (MiB)"))
     for (variant, batch_size), rows in measured.groupby(["variant", "batch_size"], sort=False):
         rows = rows.sort_values("max_len")
         label = f"{variant}, batch {batch_size}"
-        ax_memory.plot(rows["max_len"] / 2**10, rows["step_peak_tensor_mib"], marker="o", label=label)
+        ax_memory.plot(rows["max_len"] / 2**10, rows[memory_column], marker="o", label=label)
         ax_time.plot(rows["max_len"] / 2**10, rows["step_ms"], marker="o", label=label)
-    for ax, ylabel in ((ax_memory, "step live-tensor peak (MiB)"), (ax_time, "step time, median (ms)")):
+    for ax, ylabel in ((ax_memory, memory_label), (ax_time, "step time, median (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("max_len (KiB)")

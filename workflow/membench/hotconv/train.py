@@ -108,7 +108,7 @@ def train_epoch(model, loader, optimizer, weights, device, meter: Meter, probe_s
         if limit == 0:
             continue
         with meter.phase(phase):
-            for step, (tokens, labels) in enumerate(batches):
+            for step, (tokens, labels) in enumerate(meter.batches(batches)):
                 labels = labels.to(device)
                 with meter.saved_activations([*model.parameters(), tokens]):
                     loss = F.cross_entropy(model(tokens), labels, weight=weights)
@@ -153,7 +153,7 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray, num_classes: i
         roc_auc = float(roc_auc_score(labels, probs, multi_class="ovr", average="macro", labels=classes))
     majority = np.bincount(labels, minlength=num_classes).max() / max(len(labels), 1)
     return {
-        "accuracy": float(accuracy_score(labels, predicted)),
+        "test_accuracy": float(accuracy_score(labels, predicted)),
         "f1_weighted": float(f1_score(labels, predicted, average="weighted", labels=classes, zero_division=0)),
         "roc_auc": roc_auc,
         "majority_accuracy": float(majority),
@@ -172,6 +172,7 @@ def train_job(
     *,
     sample_interval_s: float = 0.05,
     trace_live_tensors: bool = False,
+    trace_allocator: bool = False,
     trace_saved_activations: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
 ) -> Path:
@@ -205,7 +206,7 @@ def train_job(
         )
 
     with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=trace_live_tensors,
-               trace_saved_activations=trace_saved_activations,
+               trace_allocator=trace_allocator, trace_saved_activations=trace_saved_activations,
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
         while state["epoch"] < train_spec.epochs and not state["stopped_early"]:
             epoch = state["epoch"] + 1

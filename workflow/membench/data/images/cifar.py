@@ -81,13 +81,7 @@ def _png(image: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_dir: str | os.PathLike) -> Path:
-    """Convert the ``split`` (``train`` or ``test``) batches of CIFAR ``variant`` (``cifar10`` or
-    ``cifar100``, fine labels) in ``batch_dir`` to an image LMDB at ``out_dir``."""
-    if variant not in CIFAR_FILES:
-        raise InputError(None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant")
-    if split not in ("train", "test"):
-        raise InputError(None, f"split must be train or test, got {split!r}", "option --split")
+def _read_split(batch_dir, variant: str, split: str) -> tuple[list[tuple[np.ndarray, list[int]]], list[str]]:
     batch_dir = Path(batch_dir)
     files = CIFAR_FILES[variant]
     meta_path = batch_dir / files["meta"]
@@ -98,6 +92,29 @@ def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_di
     for name in files[split]:
         path = batch_dir / name
         parts.append(_images_and_labels(load_cifar_batch(path), label_key, len(classes), path))
+    return parts, classes
+
+
+def cifar_arrays(batch_dir: str | os.PathLike, variant: str, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The ``split`` (``train`` or ``test``) of CIFAR ``variant`` in ``batch_dir`` as arrays:
+    images ``(N, 32, 32, 3)`` uint8, labels ``(N,)`` int64, and the class names."""
+    if variant not in CIFAR_FILES:
+        raise InputError(None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant")
+    parts, classes = _read_split(batch_dir, variant, split)
+    images = np.concatenate([images for images, _ in parts])
+    labels = np.concatenate([np.asarray(labels, dtype=np.int64) for _, labels in parts])
+    return images, labels, classes
+
+
+def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_dir: str | os.PathLike) -> Path:
+    """Convert the ``split`` (``train`` or ``test``) batches of CIFAR ``variant`` (``cifar10`` or
+    ``cifar100``, fine labels) in ``batch_dir`` to an image LMDB at ``out_dir``."""
+    if variant not in CIFAR_FILES:
+        raise InputError(None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant")
+    if split not in ("train", "test"):
+        raise InputError(None, f"split must be train or test, got {split!r}", "option --split")
+    parts, classes = _read_split(batch_dir, variant, split)
     count = sum(len(labels) for _, labels in parts)
     records = ((label, _png(image)) for images, labels in parts for image, label in zip(images, labels))
-    return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb")
+    inputs = [meta_path] + [batch_dir / name for name in files[split]]
+    return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb", inputs=inputs)

@@ -1,4 +1,4 @@
-"""``membench images <step>``: generate the default image folder, build image LMDBs, describe them."""
+"""``membench images <step>``: generate the default image folder, build image LMDBs, check them."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     cifar.add_argument("--variant", required=True, choices=("cifar10", "cifar100"))
     cifar.add_argument("--split", required=True, choices=("train", "test"))
     cifar.add_argument("--out", required=True)
+
+    check = steps.add_parser("check", help="read and decode every record of an image LMDB (in a child process)")
+    check.add_argument("--lmdb", required=True, help="LMDB directory")
+    check.add_argument("--timeout-s", type=float, default=3600.0)
     return parser
 
 
@@ -50,3 +54,7 @@ def run(args: argparse.Namespace) -> None:
         from membench.data.images.cifar import cifar_to_lmdb
 
         logging.info("wrote %s", cifar_to_lmdb(args.batches, args.variant, args.split, args.out))
+    elif args.step == "check":
+        from membench.data.images.lmdb_store import check_lmdb
+
+        logging.info("%s: %d records read and decoded", args.lmdb, check_lmdb(args.lmdb, args.timeout_s))

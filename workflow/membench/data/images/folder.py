@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
-
 from membench.core.errors import InputError
 from membench.core.validate import readable_nonempty_file
 from membench.data.images.lmdb_store import write_lmdb
+from membench.data.images.transforms import decode_image
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".tif", ".tiff", ".webp")
 
@@ -40,11 +39,8 @@ def _checked_bytes(file: Path, verify: bool) -> bytes:
     readable_nonempty_file(file, file, "image file")
     data = file.read_bytes()
     if verify:
-        try:
-            with Image.open(file) as image:
-                image.verify()
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
-            raise InputError(file, f"not a readable image ({exc})") from None
+        # Decoding every pixel (not PIL's header-only verify()) is what catches a truncated JPEG.
+        decode_image(data, file, problem="the image file's bytes")
     return data
 
 
@@ -54,7 +50,8 @@ def folder_to_lmdb(root: str | os.PathLike, split: str, out_dir: str | os.PathLi
     The encoded image bytes are stored as they are on disk (no re-encoding); ``verify`` checks
     that each file parses as an image first, naming the file that does not.
     """
-    items, classes = scan_image_folder(Path(root) / split)
+    split_dir = Path(root) / split
+    items, classes = scan_image_folder(split_dir)
     total_bytes = sum(f.stat().st_size for f, _ in items)
     records = ((label, _checked_bytes(f, verify)) for f, label in items)
-    return write_lmdb(out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb")
+    return write_lmdb(out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb", inputs=[split_dir])

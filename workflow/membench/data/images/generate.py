@@ -13,6 +13,8 @@ from PIL import Image
 from membench.core import atomic
 from membench.core.errors import InputError
 
+OUTPUT_KIND = "digits-image-folder"
+
 
 @dataclass(frozen=True)
 class DigitsSpec:
@@ -65,14 +67,20 @@ def draw_digit(digit: np.ndarray, spec: DigitsSpec, rng: np.random.Generator) ->
 def generate_digits_folder(outdir: str | os.PathLike, spec: DigitsSpec) -> dict[str, int]:
     """Write ``outdir/{train,val}/<digit>/<index>.png``; return images per split.
 
-    Depends only on ``spec`` (seeded); each PNG is written atomically.
+    Depends only on ``spec`` (seeded). The folder is written whole into a temporary directory and
+    renamed onto ``outdir``; an existing ``outdir`` that is not a previous digits folder is refused.
     """
     from sklearn.datasets import load_digits
 
     rng = np.random.default_rng(spec.seed)
     digits = load_digits()
-    outdir = Path(outdir)
     counts = {"train": 0, "val": 0}
+    with atomic.atomic_directory(outdir, OUTPUT_KIND) as tmp_dir:
+        _draw_all(tmp_dir, digits, spec, rng, counts)
+    return counts
+
+
+def _draw_all(outdir: Path, digits, spec: DigitsSpec, rng: np.random.Generator, counts: dict[str, int]) -> None:
     for label in range(10):
         indices = np.flatnonzero(digits.target == label)
         rng.shuffle(indices)
@@ -83,6 +91,7 @@ def generate_digits_folder(outdir: str | os.PathLike, spec: DigitsSpec) -> dict[
             split = "val" if rank < val_count else "train"
             buffer = io.BytesIO()
             Image.fromarray(draw_digit(digits.images[index], spec, rng)).save(buffer, format="PNG")
-            atomic.write_bytes(outdir / split / str(label) / f"{index:05d}.png", buffer.getvalue())
+            path = outdir / split / str(label) / f"{index:05d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(buffer.getvalue())
             counts[split] += 1
-    return counts

@@ -15,6 +15,7 @@ Layout of an LMDB written here:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import struct
 from pathlib import Path
@@ -28,10 +29,20 @@ from membench.core import atomic
 from membench.core.errors import InputError
 
 FORMAT = {"format": "membench-image-lmdb", "version": 1}
+OUTPUT_KIND = "image-lmdb"
 LABEL = struct.Struct("<q")
 KEY_DIGITS = 10
 _MIN_MAP_BYTES = 64 * 2**20
 _PAGE_BYTES = 4096
+# liblmdb's meta page layout (64-bit builds): a 16-byte page header, then magic, version, ...,
+# the free-list database (whose pad field holds the page size), the main database, the last page
+# number and the transaction id.
+_LMDB_MAGIC = 0xBEEFC0DE
+_PAGE_HEADER_BYTES = 16
+_META_PAGE_SIZE_OFFSET = 24
+_META_LAST_PAGE_OFFSET = 120
+_PAGE_SIZES = {2**k for k in range(9, 17)}
+_META_READ_BYTES = 2 * 2**16 + 256
 
 
 def record_key(index: int) -> bytes:
@@ -62,15 +73,18 @@ def write_lmdb(
     classes: list[str],
     estimated_bytes: int,
     description: str = "lmdb",
+    inputs: Iterable[str | os.PathLike] = (),
 ) -> Path:
     """Write ``count`` ``(label, image bytes)`` records to a new LMDB directory ``out_dir``.
 
     The environment is built in a temporary directory beside ``out_dir`` and renamed onto it at the
     end (a replaced ``out_dir`` is removed only then), so a killed build leaves no half LMDB.
+    An existing ``out_dir`` that is not a previous image LMDB, or that is or holds one of
+    ``inputs``, is refused (:class:`InputError`) and left untouched.
     ``estimated_bytes`` (total image bytes) sizes the memory map.
     """
     out_dir = Path(out_dir)
-    with atomic.atomic_directory(out_dir) as tmp_dir:
+    with atomic.atomic_directory(out_dir, OUTPUT_KIND, inputs) as tmp_dir:
         map_bytes = 2 * (estimated_bytes + count * 2 * _PAGE_BYTES) + _MIN_MAP_BYTES
         env = lmdb.open(str(tmp_dir), map_size=map_bytes, subdir=True, meminit=False, map_async=True)
         written = 0
@@ -92,18 +106,98 @@ def write_lmdb(
     return out_dir
 
 
+def _check_data_file(data_file: Path) -> None:
+    """Check the two meta pages of ``data.mdb`` and that the file holds every page they name.
+
+    liblmdb maps the file and trusts it: a truncated file ends in SIGBUS, not an error. This cheap
+    check turns the common damage (truncation, overwritten header) into :class:`InputError`.
+    """
+    with open(data_file, "rb") as handle:
+        head = handle.read(_META_READ_BYTES)
+    # Meta page 0 starts the file, meta page 1 starts one page in (the page size is not known yet).
+    metas = [meta for offset in (0, *sorted(_PAGE_SIZES)) if (meta := _meta_page(head, offset))
+             and (offset == 0 or offset == meta[0])]
+    if not metas:
+        raise InputError(data_file, "not an LMDB data file or its header is damaged (no valid meta page)")
+    page_bytes, last_page, _ = max(metas, key=lambda meta: meta[2])
+    needed = (last_page + 1) * page_bytes
+    size = data_file.stat().st_size
+    if size < needed:
+        raise InputError(data_file, f"truncated: {size} bytes, the LMDB header names {needed}")
+
+
+def _meta_page(head: bytes, offset: int) -> tuple[int, int, int] | None:
+    """``(page bytes, last page number, transaction id)`` of a valid meta page at ``offset``."""
+    if len(head) < offset + _PAGE_HEADER_BYTES + _META_LAST_PAGE_OFFSET + 16:
+        return None
+    base = offset + _PAGE_HEADER_BYTES
+    magic, version = struct.unpack_from("<II", head, base)
+    (page_bytes,) = struct.unpack_from("<I", head, base + _META_PAGE_SIZE_OFFSET)
+    last_page, txn_id = struct.unpack_from("<QQ", head, base + _META_LAST_PAGE_OFFSET)
+    if magic != _LMDB_MAGIC or version != 1 or page_bytes not in _PAGE_SIZES:
+        return None
+    return page_bytes, last_page, txn_id
+
+
+def check_lmdb(path: str | os.PathLike, timeout_s: float = 3600.0) -> int:
+    """Read and decode every record of the LMDB at ``path`` in a child process; return the count.
+
+    LMDB keeps no checksums, so a ``data.mdb`` damaged inside its pages can crash liblmdb itself
+    (a segmentation fault) instead of raising. The child absorbs that: a crash, a timeout or a bad
+    record becomes :class:`InputError` naming the LMDB.
+    """
+    path = Path(path)
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_read_every_record, args=(path, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        ready = receiver.poll(timeout_s)
+        outcome = receiver.recv() if ready else None
+    except EOFError:
+        outcome = None
+    finally:
+        child.join(1 if outcome is not None else 0)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receiver.close()
+    if outcome is None:
+        if child.exitcode is not None and child.exitcode < 0:
+            raise InputError(path / "data.mdb", f"the LMDB reader crashed (signal {-child.exitcode}): the file is damaged")
+        raise InputError(path, f"reading every record took more than {timeout_s:g} s")
+    kind, value = outcome
+    if kind == "error":
+        raise InputError(path, value)
+    return value
+
+
+def _read_every_record(path: Path, sender) -> None:
+    try:
+        dataset = ImageLMDB(path)
+        for index in range(len(dataset)):
+            dataset[index]
+        sender.send(("ok", len(dataset)))
+    except InputError as exc:
+        sender.send(("error", str(exc)))
+
+
 def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     """``(number of records, class names)`` of an LMDB written by :func:`write_lmdb`."""
     path = Path(path)
     if not (path / "data.mdb").is_file():
         raise InputError(path, "not an LMDB directory (no data.mdb)")
+    _check_data_file(path / "data.mdb")
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)
     except lmdb.Error as exc:
-        raise InputError(path, f"cannot open the LMDB ({exc})") from None
+        raise InputError(path / "data.mdb", f"cannot open the LMDB, the file is damaged or not an LMDB ({exc})") from None
     try:
         with env.begin() as txn:
             raw = {key: txn.get(key) for key in (b"__format__", b"__len__", b"__classes__")}
+    except lmdb.Error as exc:
+        raise InputError(path / "data.mdb", f"the LMDB is damaged ({exc})", "metadata") from None
     finally:
         env.close()
     values = {}
@@ -117,7 +211,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     if values[b"__format__"] != FORMAT:
         raise InputError(path, f"unsupported format {values[b'__format__']!r}, expected {FORMAT!r}", "key '__format__'")
     length, classes = values[b"__len__"], values[b"__classes__"]
-    if not isinstance(length, int) or length < 0:
+    if type(length) is not int or length < 0:  # JSON true is a Python bool, an int subclass
         raise InputError(path, f"expected a non-negative integer, got {length!r}", "key '__len__'")
     if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
         raise InputError(path, "expected a non-empty JSON list of class names", "key '__classes__'")
@@ -150,7 +244,10 @@ class ImageLMDB(torch.utils.data.Dataset):
 
     def _environment(self) -> lmdb.Environment:
         if self._env is None or self._pid != os.getpid():
-            self._env = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+            try:
+                self._env = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+            except lmdb.Error as exc:
+                raise InputError(self.path / "data.mdb", f"cannot open the LMDB ({exc})") from None
             self._pid = os.getpid()
         return self._env
 
@@ -159,8 +256,11 @@ class ImageLMDB(torch.utils.data.Dataset):
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} outside 0..{self.length - 1}")
         key = record_key(index)
-        with self._environment().begin() as txn:
-            value = txn.get(key)
+        try:
+            with self._environment().begin() as txn:
+                value = txn.get(key)
+        except lmdb.Error as exc:
+            raise InputError(self.path / "data.mdb", f"the LMDB is damaged ({exc})", f"key {key.decode()!r}") from None
         if value is None:
             raise InputError(self.path, "record missing", f"key {key.decode()!r}")
         return decode_record(value, self.path, key, len(self.classes))

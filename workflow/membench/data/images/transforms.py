@@ -7,22 +7,32 @@ its own (explicitly seeded) generator; with ``num_workers=0`` the job seeds it a
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from membench.core.errors import InputError
 
 
-def decode_image(image_bytes: bytes, path, where: str) -> Image.Image:
-    """Decode encoded image bytes to an RGB PIL image; raise :class:`InputError` if they are not one."""
+def decode_image(image_bytes: bytes, path, where: str | None = None, problem: str = "corrupt record: image bytes") -> Image.Image:
+    """Decode encoded image bytes to an RGB PIL image (every pixel read, so a truncated file fails).
+
+    Raises :class:`InputError` naming ``path`` and ``where`` when the bytes are not an image, are
+    truncated, or declare more pixels than PIL's decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``).
+    """
     try:
-        with Image.open(io.BytesIO(image_bytes)) as image:
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise InputError(path, f"corrupt record: image bytes do not decode ({exc})", where) from None
+        with warnings.catch_warnings():
+            # PIL only warns between MAX_IMAGE_PIXELS and twice that; both are refused here.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(image_bytes)) as image:
+                return image.convert("RGB")
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise InputError(path, f"{problem} declare too many pixels ({exc})", where) from None
+    except Exception as exc:  # PIL raises many types (OSError, SyntaxError, struct.error, ...) on bad bytes
+        raise InputError(path, f"{problem} do not decode as an image ({type(exc).__name__}: {exc})", where) from None
 
 
 def to_tensor(image: Image.Image) -> torch.Tensor:

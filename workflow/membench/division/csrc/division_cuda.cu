@@ -1,9 +1,17 @@
 // CUDA kernels of the activation compressors; same layouts and arithmetic as division_ops.cpp.
 // Built only when torch has CUDA and nvcc is present. Multiplications and additions use the
 // _rn intrinsics so that nvcc does not contract them into FMAs, which would change the rounding.
+// Only ATen's tensor and per-operator headers and c10/cuda's stream, guard and exception headers
+// are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA toolkit
+// lacks, and torch/extension.h (Python bindings, in division_ops.cpp) would only slow nvcc down.
+// Every launch runs on the inputs' device (a device guard) and its current stream.
 
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <vector>
 
@@ -12,6 +20,8 @@ namespace {
 constexpr int kThreads = 256;
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
+
+cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 __global__ void quantize_pack_kernel(const float* x, const float* minimum, const float* scale, const float* noise,
                                      uint8_t* out, int64_t rows, int64_t length, int64_t row_bytes, int bits) {
@@ -93,70 +103,76 @@ __global__ void maxpool_backward_kernel(const float* grad_out, const int8_t* ind
 
 }  // namespace
 
-torch::Tensor quantize_pack_cuda(torch::Tensor x, torch::Tensor minimum, torch::Tensor scale, torch::Tensor noise, int64_t bits) {
+at::Tensor quantize_pack_cuda(at::Tensor x, at::Tensor minimum, at::Tensor scale, at::Tensor noise, int64_t bits) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t rows = x.size(0), length = x.size(1), per_byte = 8 / bits;
   const int64_t row_bytes = (length + per_byte - 1) / per_byte;
-  auto packed = torch::empty({rows, row_bytes}, x.options().dtype(torch::kUInt8));
+  auto packed = at::empty({rows, row_bytes}, x.options().dtype(at::kByte));
   const int64_t n = rows * row_bytes;
   if (n == 0) return packed;
-  quantize_pack_kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  quantize_pack_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
       x.data_ptr<float>(), minimum.data_ptr<float>(), scale.data_ptr<float>(), noise.data_ptr<float>(),
       packed.data_ptr<uint8_t>(), rows, length, row_bytes, static_cast<int>(bits));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return packed;
 }
 
-torch::Tensor unpack_dequantize_cuda(torch::Tensor packed, torch::Tensor minimum, torch::Tensor scale, int64_t bits, int64_t length) {
+at::Tensor unpack_dequantize_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t bits, int64_t length) {
+  const c10::cuda::CUDAGuard device_guard(packed.device());
   const int64_t rows = packed.size(0), row_bytes = packed.size(1);
-  auto x = torch::empty({rows, length}, minimum.options());
+  auto x = at::empty({rows, length}, minimum.options());
   const int64_t n = rows * length;
   if (n == 0) return x;
-  unpack_dequantize_kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  unpack_dequantize_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
       packed.data_ptr<uint8_t>(), minimum.data_ptr<float>(), scale.data_ptr<float>(), x.data_ptr<float>(), rows,
       length, row_bytes, static_cast<int>(bits));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return x;
 }
 
-torch::Tensor pack_mask_cuda(torch::Tensor mask) {
+at::Tensor pack_mask_cuda(at::Tensor mask) {
+  const c10::cuda::CUDAGuard device_guard(mask.device());
   const int64_t numel = mask.numel(), bytes = (numel + 7) / 8;
-  auto packed = torch::empty({bytes}, mask.options().dtype(torch::kUInt8));
+  auto packed = at::empty({bytes}, mask.options().dtype(at::kByte));
   if (bytes == 0) return packed;
-  pack_mask_kernel<<<blocks_for(bytes), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  pack_mask_kernel<<<blocks_for(bytes), kThreads, 0, stream()>>>(
       mask.data_ptr<bool>(), packed.data_ptr<uint8_t>(), numel, bytes);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return packed;
 }
 
-torch::Tensor unpack_mask_cuda(torch::Tensor packed, int64_t numel) {
-  auto mask = torch::empty({numel}, packed.options().dtype(torch::kBool));
+at::Tensor unpack_mask_cuda(at::Tensor packed, int64_t numel) {
+  const c10::cuda::CUDAGuard device_guard(packed.device());
+  auto mask = at::empty({numel}, packed.options().dtype(at::kBool));
   if (numel == 0) return mask;
-  unpack_mask_kernel<<<blocks_for(numel), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  unpack_mask_kernel<<<blocks_for(numel), kThreads, 0, stream()>>>(
       packed.data_ptr<uint8_t>(), mask.data_ptr<bool>(), numel);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return mask;
 }
 
-std::vector<torch::Tensor> maxpool2d_forward_cuda(torch::Tensor x, int64_t kernel, int64_t stride, int64_t padding) {
+std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int64_t stride, int64_t padding) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t planes = x.size(0) * x.size(1), height = x.size(2), width = x.size(3);
   const int64_t out_h = (height + 2 * padding - kernel) / stride + 1, out_w = (width + 2 * padding - kernel) / stride + 1;
-  auto out = torch::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
-  auto index = torch::empty({x.size(0), x.size(1), out_h, out_w}, x.options().dtype(torch::kInt8));
+  auto out = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options());
+  auto index = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options().dtype(at::kChar));
   const int64_t n = planes * out_h * out_w;
   if (n == 0) return {out, index};
-  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
       x.data_ptr<float>(), out.data_ptr<float>(), index.data_ptr<int8_t>(), planes, height, width, out_h, out_w,
       static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {out, index};
 }
 
-torch::Tensor maxpool2d_backward_cuda(torch::Tensor grad_out, torch::Tensor index, int64_t height, int64_t width, int64_t kernel, int64_t stride, int64_t padding) {
+at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_t height, int64_t width, int64_t kernel, int64_t stride, int64_t padding) {
+  const c10::cuda::CUDAGuard device_guard(grad_out.device());
   const int64_t planes = grad_out.size(0) * grad_out.size(1), out_h = grad_out.size(2), out_w = grad_out.size(3);
-  auto grad_in = torch::zeros({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
+  auto grad_in = at::zeros({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
   const int64_t n = planes * out_h * out_w;
   if (n == 0) return grad_in;
-  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
       grad_out.data_ptr<float>(), index.data_ptr<int8_t>(), grad_in.data_ptr<float>(), planes, height, width, out_h,
       out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,0 +1,95 @@
+"""The GPUMemNet-format reader: the published CSVs load, bad rows name file, line and column."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from membench.core.errors import InputError
+from membench.memnet.dataset import DEFAULT_BINS, filename_tokens, load_jobs
+
+HEADER = ("Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+          "Batch Size,Max GPU Memory (MiB)\n")
+GOOD_ROW = 'input:4_output:2_arch:uniform.out,2,"[(\'linear\', 3, 15), (\'ReLU\', 3, 0), (\'linear\', 2, 8)]",ReLU,8,23,16,1500\n'
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "jobs.csv"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["mlp_data_step1.csv", "mlp_data_step2.csv"])
+def test_published_mlp_data_loads_with_published_class_counts(shared_data, name):
+    jobs = load_jobs(shared_data / "gpumemnet" / name, "mlp")
+    assert len(jobs) == 3000
+    assert (jobs.frame["memory_mib"] > 1000).all() and jobs.frame["layers"].map(len).min() >= 2
+    assert {"uniform", "pyramid", "bottleneck"} <= set(jobs.frame["group"])
+
+
+def test_published_class_counts(shared_data):
+    jobs = load_jobs(shared_data / "gpumemnet" / "mlp_data_step2.csv", "mlp")
+    labels = DEFAULT_BINS["mlp"].label(jobs.frame["memory_mib"])
+    # PROVENANCE.txt: 2552 / 347 / 72 / 29 jobs in the 1 GB classes from 1000 MiB
+    assert np.bincount(labels).tolist()[:4] == [2552, 347, 72, 29]
+    first = jobs.frame.iloc[0]
+    assert first["layers"][0] == ("linear", 1173, 2753031) and first["input_elements"] == 2346
+    assert first["batchnorm_layers"] == 2 and first["group"] == "pyramid"
+
+
+def test_good_row_and_filename_tokens(tmp_path):
+    jobs = load_jobs(_write(tmp_path, HEADER + GOOD_ROW), "mlp")
+    row = jobs.frame.iloc[0]
+    assert row["batch_size"] == 16 and row["memory_mib"] == 1500 and row["input_elements"] == 4
+    assert row["group"] == "uniform" and not row["oom"]
+    assert filename_tokens("a:1_arch:inverted_pyramid_b:x.out") == {"a": "1", "arch": "inverted_pyramid", "b": "x"}
+
+
+def test_missing_column_is_named(tmp_path):
+    path = _write(tmp_path, HEADER.replace(",Batch Size", "") + GOOD_ROW.replace(",16,", ","))
+    with pytest.raises(InputError, match=r"jobs.csv, line 1: missing column\(s\) Batch Size"):
+        load_jobs(path, "mlp")
+
+
+def test_non_literal_layer_list_names_line_and_column(tmp_path):
+    bad = GOOD_ROW.replace("[(\'linear\', 3, 15)", "[__import__(\'os\').getcwd()")
+    with pytest.raises(InputError, match=r"jobs.csv, line 3, column Activations-Params: not a Python literal"):
+        load_jobs(_write(tmp_path, HEADER + GOOD_ROW + bad), "mlp")
+
+
+def test_layer_list_of_wrong_shape_is_refused(tmp_path):
+    bad = GOOD_ROW.replace("(\'linear\', 2, 8)", "(\'linear\', -2, 8)")
+    with pytest.raises(InputError, match=r"line 2, column Activations-Params: expected a list of"):
+        load_jobs(_write(tmp_path, HEADER + bad), "mlp")
+
+
+def test_negative_memory_names_line_and_column(tmp_path):
+    bad = GOOD_ROW.replace(",1500", ",-3")
+    with pytest.raises(InputError, match=r"line 3, column Max GPU Memory \(MiB\): -3(\.0)? MiB is negative"):
+        load_jobs(_write(tmp_path, HEADER + GOOD_ROW + bad), "mlp")
+
+
+def test_non_integer_batch_and_unknown_status_are_named(tmp_path):
+    with pytest.raises(InputError, match=r"jobs.csv, line 2: column Batch Size: 'x' is not an integer"):
+        load_jobs(_write(tmp_path, HEADER + GOOD_ROW.replace(",16,", ",x,")), "mlp")
+    header = HEADER.replace("\n", ",Status\n")
+    with pytest.raises(InputError, match=r"line 2, column Status: 'CRASHED'"):
+        load_jobs(_write(tmp_path, header + GOOD_ROW.replace("\n", ",CRASHED\n")), "mlp")
+
+
+def test_oom_rows_are_kept_and_zero_mib_successes_dropped(tmp_path):
+    header = HEADER.replace("\n", ",Status\n")
+    rows = [GOOD_ROW.replace("\n", ",SUCCESSFUL\n"), GOOD_ROW.replace(",1500", ",0").replace("\n", ",OOM_CRASH\n"),
+            GOOD_ROW.replace(",1500", ",0").replace("\n", ",SUCCESSFUL\n")]
+    jobs = load_jobs(_write(tmp_path, header + "".join(rows)), "mlp")
+    assert len(jobs) == 2 and jobs.dropped_failed == 1
+    assert jobs.frame["oom"].tolist() == [False, True]
+
+
+def test_transformer_file_without_its_columns_fails_clearly(tmp_path):
+    frame = pd.DataFrame({"Batch Size": [4], "Depth": [2], "Total Activations": [10], "Total Parameters": [5],
+                          "Max GPU Memory (MiB)": [100], "Status": ["SUCCESSFUL"]})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(InputError, match="missing column.*Seq Length"):
+        load_jobs(tmp_path / "t.csv", "transformer")

@@ -1,0 +1,79 @@
+"""Measurement: one process per configuration, killed half-way and rerun gives the same table."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from membench.memnet.dataset import load_jobs
+from membench.memnet.generate import generate
+
+REPO = Path(__file__).resolve().parents[2]
+RANGES = {"input": (4, 16), "output": (2, 4), "depth": (1, 2), "batch": (2, 8)}
+STABLE = ["config_id", "status", "total_activations", "total_parameters", "layers", "activation_mib", "memory_mib"]
+
+
+def _measure(configs: Path, records: Path, out: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    command = [sys.executable, "-m", "membench.cli", "memnet", "measure", "--configs", str(configs), "--family", "mlp",
+               "--records-dir", str(records), "--out", str(out), "--device", "cpu", "--steps", "1", "--threads", "1",
+               "--sample-interval-s", "0"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_generator_is_seeded():
+    first, again = generate("mlp", 5, 3, RANGES), generate("mlp", 5, 3, RANGES)
+    assert first.equals(again) and not first.equals(generate("mlp", 5, 4, RANGES))
+    assert first["input"].between(4, 16).all() and first["batch"].between(2, 8).all()
+
+
+def test_killed_half_way_and_rerun_gives_the_same_table(tmp_path):
+    configs = tmp_path / "configs.csv"
+    generate("mlp", 3, 0, RANGES).to_csv(configs, index=False)
+    full = _measure(configs, tmp_path / "full", tmp_path / "full.csv")
+    assert full.wait(timeout=600) == 0
+
+    killed = _measure(configs, tmp_path / "resumed", tmp_path / "resumed.csv")
+    first = tmp_path / "resumed" / "mlp00000.json"
+    deadline = time.monotonic() + 600
+    while not first.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert first.exists() and not (tmp_path / "resumed.csv").exists()
+    written = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "resumed").glob("*.json")}
+    assert 1 <= len(written) < 3
+
+    assert _measure(configs, tmp_path / "resumed", tmp_path / "resumed.csv").wait(timeout=600) == 0
+    assert all((tmp_path / "resumed" / name).stat().st_mtime_ns == mtime for name, mtime in written.items())
+    full_table, resumed_table = pd.read_csv(tmp_path / "full.csv"), pd.read_csv(tmp_path / "resumed.csv")
+    assert full_table[STABLE].equals(resumed_table[STABLE])
+    record = json.loads(first.read_text())
+    assert record["status"] == "SUCCESSFUL" and record["memory_source"] == "train_alloc_peak_mib"
+    assert record["memory_mib"] > 0 and record["torch_version"] and record["device_name"]
+
+
+def test_cleaned_measurements_load_through_the_published_reader(tmp_path):
+    configs = tmp_path / "configs.csv"
+    generate("mlp", 2, 1, RANGES).to_csv(configs, index=False)
+    assert _measure(configs, tmp_path / "records", tmp_path / "measured.csv").wait(timeout=600) == 0
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    subprocess.run([sys.executable, "-m", "membench.cli", "memnet", "clean", "--configs", str(configs),
+                    "--measurements", str(tmp_path / "measured.csv"), "--family", "mlp", "--out",
+                    str(tmp_path / "mlp.csv")], env=env, check=True, capture_output=True)
+    jobs = load_jobs(tmp_path / "mlp.csv", "mlp")
+    assert len(jobs) == 2 and (jobs.frame["memory_mib"] > 0).all()
+    assert (jobs.frame["total_activations"] == jobs.frame["layers"].map(lambda ls: sum(a for _, a, _ in ls))).all()
+
+
+def test_target_is_nvml_on_a_gpu_with_a_fallback_and_the_allocator_on_a_cpu():
+    from membench.memnet.measure import target_source
+
+    assert target_source({"nvml_peak_mib": 900.0, "cuda_peak_reserved_mib": 800.0}, True) == "nvml_peak_mib"
+    assert target_source({"nvml_peak_mib": None, "cuda_peak_reserved_mib": 800.0}, True) == "cuda_peak_reserved_mib"
+    assert target_source({"nvml_peak_mib": None, "train_alloc_peak_mib": 3.0}, False) == "train_alloc_peak_mib"

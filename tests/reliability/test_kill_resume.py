@@ -1,0 +1,106 @@
+"""kill -9 at seeded random points of every long job type, then rerun: the job resumes or restarts,
+its final metrics equal an uninterrupted run's (timings aside), and no partial output is ever left
+under an output's name."""
+
+from __future__ import annotations
+
+import faults
+import lmdb
+
+from membench.core.metrics import read_metrics
+from membench.data.images.lmdb_store import check_lmdb, read_metadata
+
+JOB_FILES = ("metrics.json", "memlog.csv", "checkpoint.pt", "history.csv", "summary.csv", "beliefs.npy", "summary.parquet")
+
+
+def _hotconv_train(fold, outdir):
+    return faults.membench(
+        "hotconv", "train", "--variant", "hotconv_eco", "--dataset", "tiny", "--fold", "1",
+        "--train", fold["train"], "--val", fold["val"], "--test", fold["test"], "--classes", fold["classes"],
+        "--binaries", fold["binaries"], "--outdir", outdir, "--epochs", "4", "--batch-size", "8", "--max-len", "4096",
+        "--learning-rate", "0.01", "--early-stopping-patience", "10", "--memory-probe-steps", "1",
+        "--num-filters", "8", "--window-size", "16", "--stride", "16", "--fp-slice-size", "256", "--fp2-slice-size", "32",
+        "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")
+
+
+def _division_train(digits, outdir):
+    return faults.membench(
+        "division", "train", "--outdir", outdir, "--method", "division", "--width", "4", "--image-size", "16",
+        "--train-lmdb", digits["train"], "--val-lmdb", digits["val"], "--dataset", "digits", "--epochs", "2",
+        "--batch-size", "16", "--num-workers", "0", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
+
+
+def _division_point(outdir):
+    return faults.membench(
+        "division", "memory", "--outdir", outdir, "--method", "division", "--width", "4", "--batch-size", "4",
+        "--image-size", "16", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
+
+
+def _appclass_bench(graphs, outdir):
+    return faults.membench(
+        "appclass", "bench", *graphs, "--dataset", "rmat7/induced5", "--outdir", outdir, "--implementation", "torch",
+        "--threads", "1", "--repeats", "1", "--device", "cpu", "--sample-interval-s", "0")
+
+
+def _kill_job_and_compare(tmp_path, make_command, job, seed, started_file=None):
+    reference = faults.run(make_command(tmp_path / "clean"))
+    expected = faults.comparable(read_metrics(tmp_path / "clean" / "metrics.json"))
+    outdir = tmp_path / "killed"
+
+    def after_kill():
+        faults.assert_metrics_absent_or_complete(outdir)
+        faults.assert_no_visible_partial_files(outdir, JOB_FILES)
+
+    started = (lambda: (outdir / started_file).exists()) if started_file else None
+    span = reference.wall_s * (0.5 if started_file else 1.0)
+    delays = faults.kill_delays(seed, faults.KILLS_PER_JOB, span, low=0.0 if started_file else 0.15)
+    outcome = faults.kill_and_rerun(make_command(outdir), delays, after_kill, started=started, job=job)
+    assert outcome.kills_injected >= 1, "no kill landed while the job ran"
+    assert faults.comparable(read_metrics(outdir / "metrics.json")) == expected
+    faults.record_survived()
+    return read_metrics(outdir / "metrics.json")
+
+
+def test_hotconv_train_resumes_after_kill_9(bodmas_fold, tmp_path):
+    record = _kill_job_and_compare(tmp_path, lambda out: _hotconv_train(bodmas_fold, out), "hotconv train", 11,
+                                   started_file="checkpoint.pt")
+    assert record["epochs_run"] == 4
+
+
+def test_division_train_resumes_after_kill_9(digits, tmp_path):
+    _kill_job_and_compare(tmp_path, lambda out: _division_train(digits, out), "division train", 12,
+                          started_file="checkpoint.pt")
+
+
+def test_division_sweep_point_restarts_after_kill_9(tmp_path):
+    _kill_job_and_compare(tmp_path, _division_point, "division memory point", 13)
+
+
+def test_appclass_bench_restarts_after_kill_9(graphs, tmp_path):
+    _kill_job_and_compare(tmp_path, lambda out: _appclass_bench(graphs, out), "appclass bench", 14)
+
+
+def _records(path):
+    with lmdb.open(str(path), readonly=True, lock=False) as env, env.begin() as txn:
+        return list(txn.cursor())
+
+
+def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, tmp_path):
+    command = lambda out: faults.membench("images", "lmdb", "--root", all_digits_folder, "--split", "train", "--out", out)  # noqa: E731
+    reference = faults.run(command(tmp_path / "clean"))
+    outdir = tmp_path / "killed"
+
+    def after_kill():
+        if outdir.exists():  # only ever the complete LMDB
+            assert read_metadata(outdir)[0] == read_metadata(tmp_path / "clean")[0]
+            assert check_lmdb(outdir) == read_metadata(outdir)[0]
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) in (["clean"], ["clean", "killed"])
+
+    # Kill while the LMDB is being written (its hidden temporary exists), at a seeded random point.
+    writing = lambda: any(p.name.startswith(".killed.") for p in tmp_path.iterdir())  # noqa: E731
+    delays = faults.kill_delays(15, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.3)
+    outcome = faults.kill_and_rerun(command(outdir), delays, after_kill, started=writing, job="images lmdb")
+    assert outcome.kills_injected >= 1
+    assert _records(outdir) == _records(tmp_path / "clean")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "killed"]  # the killed builds' temporaries removed
+    faults.record_survived()

@@ -1,0 +1,59 @@
+"""Kill the whole workflow (Snakemake and its jobs) with SIGKILL mid-run: a plain ``snakemake``
+again completes, with the same tables as an uninterrupted run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import faults
+import pytest
+import yaml
+
+pytestmark = pytest.mark.workflow
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_CONFIG = REPO / "tests" / "workflow" / "config.yaml"
+TABLES = ("results/tables/datasets.csv", "results/tables/appclass.csv")
+
+
+def _snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(configfile), "--cores", "2", *args]
+
+
+def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    reference = faults.run(_snakemake(clean, *TABLES), timeout_s=900)
+    # Kill once a job has finished (the lock is held and some outputs exist), at a seeded random time.
+    first_output = killed / "results" / "data" / "bodmas" / "tiny" / "metadata.csv"
+    delays = faults.kill_delays(21, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.5)
+
+    locks_left = []
+
+    def after_kill():
+        locks = killed / ".snakemake" / "locks"
+        locks_left.append(locks.is_dir() and any(locks.iterdir()))
+        for table in TABLES:
+            if (killed / table).exists():
+                faults.comparable_table(killed / table)  # a table present is a whole one
+
+    outcome = faults.kill_and_rerun(_snakemake(killed, *TABLES), delays, after_kill, started=first_output.exists,
+                                    job="snakemake (whole workflow)")
+    assert outcome.kills_injected >= 1 and any(locks_left), "no kill left Snakemake's lock behind"
+    if locks_left[-1]:
+        assert "removed the lock" in outcome.final.output
+    for table in TABLES:
+        assert faults.comparable_table(killed / table).equals(faults.comparable_table(clean / table)), table
+    faults.record_survived()
+
+
+@pytest.mark.parametrize("kernels,builds", [("torch", False), ("auto", True)])
+def test_division_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, kernels, builds):
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    config["division"]["kernels"] = kernels
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    dry = faults.run(_snakemake(tmp_path / "work", "-n", configfile=configfile))
+    assert ("division_build" in dry.output) == builds
+    assert "division_memory" in dry.output

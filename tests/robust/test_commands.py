@@ -1,0 +1,166 @@
+"""``membench robust``: a run killed with SIGKILL resumes where it stopped and ends as an
+uninterrupted run does; a killed trainer leaves no producer behind; bad options and files give a
+one-line error; the table and figures are drawn from run metrics."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from membench.cli import main
+from membench.robust.plan import plan_runs
+from membench.robust.scaling import scaling_table
+
+QUICK = ["--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--steps", "2", "--batch-size", "32",
+         "--eval-steps", "3", "--eval-restarts", "1", "--guard-steps", "2", "--guard-samples", "32",
+         "--sample-interval-s", "0", "--device", "cpu"]
+
+
+def _membench(*args, **kwargs):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([sys.executable, "-m", "membench.cli", "robust", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for(path, process, timeout_s=120.0):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
+    args = ["train", "--epochs", "5", *QUICK]
+    whole = _membench(*args, "--outdir", str(tmp_path / "whole"))
+    killed = _membench(*args, "--outdir", str(tmp_path / "killed"))
+    _wait_for(tmp_path / "killed" / "checkpoint.pt", killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    assert not (tmp_path / "killed" / "metrics.json").exists()
+    rerun = _membench(*args, "--outdir", str(tmp_path / "killed"))
+    assert rerun.wait(timeout=300) == 0, rerun.communicate()[1][-2000:]
+    assert whole.wait(timeout=300) == 0, whole.communicate()[1][-2000:]
+    resumed = json.loads((tmp_path / "killed" / "metrics.json").read_text())
+    reference = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    assert 1 <= resumed["resumed_from_epoch"] < 5 and resumed["epochs_done"] == 5
+    for key in ("clean_accuracy", "robust_accuracy", "staleness_max"):
+        assert resumed[key] == reference[key]
+    history = pd.read_csv(tmp_path / "killed" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3, 4, 5]
+    assert history["train_loss"].tolist() == pd.read_csv(tmp_path / "whole" / "history.csv")["train_loss"].tolist()
+
+
+def test_sigkill_of_the_trainer_leaves_no_producer(tmp_path):
+    run = _membench("train", "--mode", "parallel", "--producers", "2", "--epochs", "50", *QUICK,
+                    "--outdir", str(tmp_path / "par"))
+    _wait_for(tmp_path / "par" / "checkpoint.pt", run)
+    run.send_signal(signal.SIGKILL)
+    _, stderr = run.communicate(timeout=30)
+    pids = [int(pid) for pid in re.findall(r"producer \d pid (\d+)", stderr)]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 15
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                 open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] not in ("Z", "X")]
+        time.sleep(0.1)
+    assert not alive, f"orphaned producers {alive}"
+
+
+def test_sigterm_stops_a_parallel_run_cleanly(tmp_path):
+    run = _membench("train", "--mode", "parallel", "--producers", "1", "--epochs", "50", *QUICK,
+                    "--outdir", str(tmp_path / "par"))
+    _wait_for(tmp_path / "par" / "checkpoint.pt", run)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130
+    assert "interrupted; producers stopped" in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--eps", "1.5", "option --eps: inputs live in [0, 1]"),
+    ("--publish-every", "8", "option --max-staleness: must be at least publish_every - 1 = 7"),
+    ("--producers", "0", "option --producers: must be a positive integer"),
+])
+def test_bad_options_give_one_line_errors(tmp_path, capsys, option, value, message):
+    extra = ["--max-staleness", "4"] if option == "--publish-every" else []
+    code = main(["robust", "train", "--outdir", str(tmp_path), option, value, *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_data_file_gives_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "mnist").mkdir()
+    code = main(["robust", "train", "--outdir", str(tmp_path / "out"), "--source", "mnist", "--root",
+                 str(tmp_path / "mnist")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "train-images-idx3-ubyte: MNIST file not found" in err
+
+
+def _metrics(tmp_path, name, **fields):
+    record = {"system": "robust", "variant": name, "dataset": "digits", "device": "cpu", "device_name": "cpu",
+              "torch_version": "x", "seed": 0, "batch_size": 64, "wall_s": 1.0, "attack": "pgd", "eps": 0.1,
+              "epochs": 8, "clean_accuracy": 0.98, "robust_accuracy": 0.83, "samples_per_s": 1.0,
+              "staleness_mean": 0.0, "staleness_max": 0, "publish_every": None, "threads": 1, "producers": 0,
+              **{f: None for f in ("nvml_peak_mib", "cuda_peak_allocated_mib", "cuda_peak_reserved_mib",
+                                   "activation_mib", "peak_tensor_mib", "peak_rss_mib", "energy_j", "co2e_g")},
+              **fields}
+    path = tmp_path / name / "metrics.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_scaling_table_sets_runs_against_the_fastest_sequential_run_on_their_cores(tmp_path):
+    paths = [
+        _metrics(tmp_path, "seq-pgd4-t1", mode="sequential", steps=4, cores=1, train_wall_s=10.0),
+        _metrics(tmp_path, "seq-pgd4-t2", mode="sequential", steps=4, cores=2, train_wall_s=8.0, threads=2,
+                 robust_accuracy=0.80),
+        _metrics(tmp_path, "seq-pgd2-t1", mode="sequential", steps=2, cores=1, train_wall_s=6.0),
+        _metrics(tmp_path, "par-pgd4-p1-k1", mode="parallel", steps=4, cores=2, producers=1, publish_every=1,
+                 train_wall_s=4.0, robust_accuracy=0.82),
+        _metrics(tmp_path, "par-pgd4-p2-k1", mode="parallel", steps=4, cores=3, producers=2, publish_every=1,
+                 train_wall_s=2.0),
+        _metrics(tmp_path, "par-pgd2-p1-k1", mode="parallel", steps=2, cores=2, producers=1, publish_every=1,
+                 train_wall_s=3.0),
+    ]
+    table = scaling_table(paths, strong_steps=4, weak_base_steps=2)
+    rows = {(r.variant, r.scaling): r for r in table.itertuples()}
+    assert rows[("par-pgd4-p1-k1", "strong")].speedup == pytest.approx(2.0)
+    assert rows[("par-pgd4-p1-k1", "strong")].baseline_variant == "seq-pgd4-t2"
+    assert rows[("par-pgd4-p1-k1", "strong")].robust_accuracy_delta == pytest.approx(0.02)
+    assert rows[("par-pgd4-p2-k1", "weak")].speedup == pytest.approx(4.0)  # weak: 2 x 2 steps
+    assert ("par-pgd4-p2-k1", "strong") in rows and ("par-pgd2-p1-k1", "weak") in rows
+    assert rows[("seq-pgd4-t1", "sequential")].speedup == pytest.approx(1.0)  # only itself on one core
+    assert list(table.columns[:11]) == ["mode", "attack", "producers", "eps", "epochs", "clean_accuracy",
+                                        "robust_accuracy", "samples_per_s", "wall_s", "staleness_mean",
+                                        "staleness_max"]
+    out = tmp_path / "robust.csv"
+    table.to_csv(out, index=False)
+    assert main(["robust", "plot-scaling", "--table", str(out), "--out", str(tmp_path / "s.png")]) == 0
+    assert main(["robust", "plot-staleness", "--table", str(out), "--out", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_names_baselines_for_strong_and_weak_scaling():
+    import yaml
+    from pathlib import Path
+
+    config = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["robust"]
+    config |= {"root": None, "test_fraction": 0.2, "train_limit": None, "test_limit": None, "momentum": 0.9,
+               "weight_decay": 0.0, "timeout_s": 300, "queue_size": None,
+               "guard": {"steps": 10, "samples": 256, "drop": 0.5, "action": "shrink", "shrink": 0.5}}
+    runs = plan_runs(config)
+    names = {name.split("/", 2)[2] for name in runs if "/eps0.1/" in name}
+    assert {"seq-pgd10-t1", "seq-pgd10-t2", "seq-pgd5-t1", "seq-pgd5-t2", "par-pgd10-p1-k1", "par-pgd10-p2-k4",
+            "par-pgd5-p1-k1", "seq-fgsm-t1"} <= names
+    assert "par-pgd5-p2-k1" not in names  # weak scaling at P = 2 runs PGD-10, already in the strong series
+    assert "digits/eps0.2/seq-pgd10-t2" in runs

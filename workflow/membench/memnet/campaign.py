@@ -1,0 +1,127 @@
+"""The whole chain in one command, for a GPU machine without Snakemake: generate configurations at
+GPUMemNet's ranges, measure each (NVML on a GPU), clean, evaluate every estimator, train them, then
+measure real timm models and compare the measurement with every estimator's ``predict``.
+
+Everything lands under ``--outdir``; a rerun resumes (measured configurations are not measured again).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from membench.core.tables import write_table
+from membench.memnet.clean import clean_records
+from membench.memnet.dataset import DEFAULT_BINS, load_jobs
+from membench.memnet.estimators import new_estimator, save_estimators
+from membench.memnet.evaluate import evaluate
+from membench.memnet.generate import generate
+from membench.memnet.measure import config_of, measure_configs, run_isolated, train_steps
+from membench.memnet.predict import family_of, make_input, predict_model
+
+LOG = logging.getLogger(__name__)
+FAMILIES = ("mlp", "cnn", "transformer")
+LEARNED = ("gpumemnet_mlp", "gpumemnet_transformer", "membench")
+
+
+def run_campaign(args) -> None:
+    """See the module docstring; ``args`` are ``membench memnet campaign``'s options.
+
+    Every measurement (configurations, then timm models) is forked before this process runs any
+    torch operation itself (evaluation, training, predictions), so no child inherits a used
+    OpenMP thread pool.
+    """
+    out = Path(args.outdir)
+    measured = {}
+    for family, count in zip(FAMILIES, args.count):
+        configs_path = out / family / "configs.csv"
+        if configs_path.is_file():
+            configs = pd.read_csv(configs_path, keep_default_na=False)
+        else:
+            configs = generate(family, count, args.seed)
+            write_table(configs, configs_path)
+        records = measure_configs(configs, family, out / family / "records", device=args.device, steps=args.steps,
+                                  sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+        measured[family] = (configs, records)
+    timm_records = _measure_timm(args, out) if args.timm_models else []
+
+    trained: dict[str, list] = {}
+    evaluations = []
+    for family, (configs, records) in measured.items():
+        base = out / family
+        typed = pd.DataFrame([{"config_id": r["config_id"], **config_of(r, family)} for r in configs.to_dict("records")])
+        frame, skipped = clean_records(records, typed, family)
+        LOG.info("%s: %d jobs measured, %d failed or timed out", family, len(frame), skipped)
+        if len(frame) < 2 * args.folds:
+            LOG.warning("%s: too few jobs to evaluate", family)
+            continue
+        write_table(frame, base / "gpumemnet.csv")
+        jobs = load_jobs(base / "gpumemnet.csv", family)
+        bins = DEFAULT_BINS[family]
+        table, predictions = evaluate(jobs, bins, folds=args.folds, seed=args.seed)
+        table.insert(0, "family", family)
+        table.insert(1, "jobs", len(jobs))
+        write_table(table, base / "evaluation.csv")
+        write_table(predictions, base / "predictions.csv")
+        evaluations.append(table)
+        estimators = [new_estimator(name, bins, seed=args.seed) for name in LEARNED]
+        for estimator in estimators:
+            estimator.fit(jobs)
+        save_estimators(base / "estimators", family, bins, estimators)
+        trained[family] = estimators
+    if evaluations:
+        write_table(pd.concat(evaluations, ignore_index=True), out / "evaluation.csv")
+    if timm_records:
+        write_table(_timm_table(args, timm_records, trained), out / "timm.csv")
+
+
+def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
+    """Each timm model x batch size trained ``steps`` steps in its own process: (name, batch, record)."""
+    import timm
+
+    shape = (3, args.image_size, args.image_size)
+    jobs, specs = [], []
+    for name in args.timm_models:
+        for batch in args.timm_batch_sizes:
+            identity = {"config_id": f"{name}_b{batch}", "filename": name, "family": "timm", "batch_size": batch}
+
+            def job(device, steps, optimizer, interval, name=name, batch=batch):
+                return train_steps(lambda: timm.create_model(name, pretrained=False),
+                                   lambda dev, gen: (make_input(shape, "float32", batch, device=dev, generator=gen),
+                                                     torch.randint(0, 1000, (batch,), generator=gen).to(dev)),
+                                   device, steps, optimizer, interval)
+
+            jobs.append((identity, job))
+            specs.append((name, batch))
+    records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.steps,
+                           sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+    return [(name, batch, record) for (name, batch), record in zip(specs, records)]
+
+
+def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[str, list]) -> pd.DataFrame:
+    """Every estimator's prediction for each measured timm job, beside the measurement."""
+    import timm
+
+    shape = (3, args.image_size, args.image_size)
+    rows = []
+    for name, batch, record in timm_records:
+        family = family_of(timm.create_model(name, pretrained=False))
+        estimators = trained.get(family, [])
+        bins = estimators[0].bins if estimators else DEFAULT_BINS[family]
+        predicted = predict_model(timm.create_model, {"model_name": name, "pretrained": False}, shape, "float32",
+                                  batch, "adam", estimators, family, bins, name)
+        measured = record.get("memory_mib")
+        true_bin = bins.count - 1 if record["status"] == "OOM_CRASH" else (
+            int(bins.label(np.array([measured]))[0]) if measured is not None else -1)
+        predicted["status"] = record["status"]
+        predicted["measured_mib"] = measured
+        predicted["true_bin"] = true_bin
+        predicted["under"] = predicted["bin"] < true_bin
+        predicted["estimate_over_measured"] = predicted["mib"] / measured if measured else np.nan
+        predicted["device_name"] = record.get("device_name")
+        rows.append(predicted)
+    return pd.concat(rows, ignore_index=True)

@@ -1,0 +1,231 @@
+"""GPUMemNet-format CSVs (MLP, CNN, Transformer): one reader, validated at the boundary.
+
+The published data and the tables membench measures load through :func:`load_jobs`, which checks
+every column it uses and returns a :class:`Jobs` frame with one name per concept (``batch_size``,
+``total_parameters``, ``memory_mib``, ...). Literal columns are parsed with ``ast.literal_eval`` only.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from membench.core.errors import InputError
+from membench.core.validate import csv_line, int_column, read_csv_columns
+
+FAMILIES = ("mlp", "cnn", "transformer")
+MEMORY_COLUMN = "Max GPU Memory (MiB)"
+STATUS_OK, STATUS_OOM = "SUCCESSFUL", "OOM_CRASH"
+
+# Columns every family's file must hold, in GPUMemNet's spelling.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "mlp": ("Filename", "Depth", "Activations-Params", "Activation Function", "Total Activations",
+            "Total Parameters", "Batch Size", MEMORY_COLUMN),
+    "cnn": ("Filename", "Depth", "Activations-Params", "Activation Function", "Total Activations",
+            "Total Parameters", "Batch Size", "Conv2d Count", "BatchNorm2d Count", "Dropout Count",
+            "AdaptiveAvgPool2d Count", "Linear Count", MEMORY_COLUMN, "Status"),
+    "transformer": ("Batch Size", "Seq Length", "Embedding Size", "Num Layers", "Num Heads", "Depth",
+                    "Total Activations", "Total Parameters", MEMORY_COLUMN, "Status"),
+}
+# Integer count columns read when present (0 when absent), named as in the Jobs frame.
+COUNT_COLUMNS = {
+    "Batch Normalization Layers": "batchnorm_layers",
+    "Dropout Layers": "dropout_layers",
+    "Conv2d Count": "conv2d_count",
+    "BatchNorm2d Count": "batchnorm2d_count",
+    "Dropout Count": "dropout_count",
+    "AdaptiveAvgPool2d Count": "adaptiveavgpool2d_count",
+    "Linear Count": "linear_count",
+    "LayerNorm Count": "layernorm_count",
+    "NonDynamicallyQuantizableLinear Count": "mha_linear_count",
+    "Seq Length": "seq_length",
+    "Embedding Size": "embedding_size",
+    "Num Layers": "num_layers",
+    "Num Heads": "num_heads",
+}
+ACTIVATIONS = ("ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU", "ReLU", "SELU", "SiLU", "Softplus", "Tanh")
+
+
+@dataclass(frozen=True)
+class Bins:
+    """Memory classes: bin ``k`` holds ``[start + k*width, start + (k+1)*width)`` MiB; the first bin
+    also takes everything below, the last everything above, and OOM jobs fall in the last."""
+
+    start_mib: float
+    width_mib: float
+    count: int
+
+    def label(self, memory_mib: np.ndarray) -> np.ndarray:
+        k = np.floor((np.asarray(memory_mib, dtype=float) - self.start_mib) / self.width_mib)
+        return np.clip(k, 0, self.count - 1).astype(np.int64)
+
+    def upper_mib(self, label: np.ndarray) -> np.ndarray:
+        """The MiB a job of class ``label`` may be given (the bin's upper edge)."""
+        return self.start_mib + (np.asarray(label) + 1) * self.width_mib
+
+
+DEFAULT_BINS = {
+    "mlp": Bins(1000.0, 1000.0, 5),
+    "cnn": Bins(0.0, 8000.0, 6),
+    "transformer": Bins(0.0, 8000.0, 6),
+}
+
+
+@dataclass
+class Jobs:
+    """Validated jobs of one family: ``frame`` has one row per job, columns
+
+    ``filename, group, depth, batch_size, total_activations, total_parameters, input_elements,
+    activation, layers`` (list of (name, activations per sample, parameters)), the count columns of
+    :data:`COUNT_COLUMNS` (0 where the file has none), ``oom`` (bool) and ``memory_mib``.
+    """
+
+    family: str
+    frame: pd.DataFrame
+    path: str
+    dropped_failed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def subset(self, index: np.ndarray) -> "Jobs":
+        return Jobs(self.family, self.frame.iloc[index].reset_index(drop=True), self.path)
+
+
+def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
+    """Read and validate a GPUMemNet-format CSV of ``family`` (``mlp``, ``cnn`` or ``transformer``).
+
+    Raises :class:`InputError` naming the file, line and column of the first bad value: missing
+    columns, non-integer counts, a layer list that is not a Python literal list of
+    ``(name, activations, parameters)``, negative or non-numeric memory, an unknown status.
+    Successful rows with 0 MiB are failed measurements and are dropped (``Jobs.dropped_failed``).
+    """
+    if family not in FAMILIES:
+        raise InputError(path, f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}")
+    path = Path(path)
+    header = _header(path)
+    raw = read_csv_columns(path, REQUIRED[family], optional=header)
+    n = len(raw)
+    if n == 0:
+        raise InputError(path, "no data rows")
+    frame = pd.DataFrame(index=range(n))
+    frame["filename"] = raw["Filename"] if "Filename" in raw else [f"row{i + 2}" for i in range(n)]
+    for column, name in (("Depth", "depth"), ("Total Activations", "total_activations"),
+                         ("Total Parameters", "total_parameters")):
+        frame[name] = int_column(raw, column, path, minimum=0).to_numpy()
+    frame["batch_size"] = int_column(raw, "Batch Size", path, minimum=1).to_numpy()
+    for column, name in COUNT_COLUMNS.items():
+        frame[name] = int_column(raw, column, path, minimum=0).to_numpy() if column in raw else 0
+    frame["memory_mib"] = _memory_column(raw, path).to_numpy()
+    status = raw["Status"].str.strip() if "Status" in raw else pd.Series([STATUS_OK] * n)
+    bad = ~status.isin([STATUS_OK, STATUS_OOM])
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        raise InputError(path, f"{status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}",
+                         f"{csv_line(i)}, column Status")
+    frame["oom"] = (status == STATUS_OOM).to_numpy()
+    frame["activation"] = raw["Activation Function"].str.strip().to_numpy() if "Activation Function" in raw else ""
+    frame["layers"] = _layer_lists(raw, path) if "Activations-Params" in raw else [[] for _ in range(n)]
+    tokens = [filename_tokens(name) for name in frame["filename"]]
+    frame["group"] = [_group(family, t, raw, i) for i, t in enumerate(tokens)]
+    frame["input_elements"] = [_input_elements(family, t, layers, frame.loc[i])
+                               for i, (t, layers) in enumerate(zip(tokens, frame["layers"]))]
+    failed = (~frame["oom"]) & (frame["memory_mib"] <= 0)
+    frame = frame[~failed].reset_index(drop=True)
+    return Jobs(family, frame, str(path), dropped_failed=int(failed.sum()))
+
+
+def filename_tokens(filename: str) -> dict[str, str]:
+    """``input:2346_output:197_depth:2_arch:pyramid...out`` -> ``{"input": "2346", ...}``.
+
+    Tokens are ``key:value`` joined by ``_``; a value may hold ``_`` (it runs to the next key).
+    """
+    stem = filename[:-4] if filename.endswith(".out") else filename
+    tokens: dict[str, str] = {}
+    key = None
+    for part in stem.split("_"):
+        if ":" in part:
+            key, value = part.split(":", 1)
+            tokens[key] = value
+        elif key is not None:
+            tokens[key] += "_" + part
+    return tokens
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        return [str(c).strip() for c in pd.read_csv(path, nrows=0).columns]
+    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+        return []  # read_csv_columns reports what is wrong with the file
+
+
+def _memory_column(raw: pd.DataFrame, path) -> pd.Series:
+    values = pd.to_numeric(raw[MEMORY_COLUMN], errors="coerce")
+    where_bad = values.isna() | ~np.isfinite(values)
+    if where_bad.any():
+        i = int(where_bad.to_numpy().argmax())
+        raise InputError(path, f"{raw[MEMORY_COLUMN].iloc[i]!r} is not a number of MiB",
+                         f"{csv_line(i)}, column {MEMORY_COLUMN}")
+    negative = values < 0
+    if negative.any():
+        i = int(negative.to_numpy().argmax())
+        raise InputError(path, f"{values.iloc[i]} MiB is negative", f"{csv_line(i)}, column {MEMORY_COLUMN}")
+    return values.astype(float)
+
+
+def _layer_lists(raw: pd.DataFrame, path) -> list[list[tuple[str, int, int]]]:
+    lists = []
+    for i, text in enumerate(raw["Activations-Params"]):
+        where = f"{csv_line(i)}, column Activations-Params"
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            raise InputError(path, f"not a Python literal list: {text[:60]!r}", where) from None
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, (list, tuple)) and len(v) == 3 and isinstance(v[0], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v[1:])
+            for v in value
+        ):
+            raise InputError(path, "expected a list of (layer name, activations, parameters) with "
+                                   "non-negative integer counts", where)
+        lists.append([(str(a), int(b), int(c)) for a, b, c in value])
+    return lists
+
+
+def _group(family: str, tokens: dict[str, str], raw: pd.DataFrame, i: int) -> str:
+    """The architecture a job belongs to, for the grouped split."""
+    if "arch" in tokens:
+        return tokens["arch"]
+    if "architecture" in raw:
+        return str(raw["architecture"].iloc[i])
+    if family == "transformer":
+        return f"heads{raw['Num Heads'].iloc[i]}"
+    return "all"
+
+
+def _input_elements(family: str, tokens: dict[str, str], layers, row) -> int:
+    """Elements of one input sample: the first linear layer's fan-in (MLP), channels x size^2
+    (CNN, from the file name), the sequence length (Transformer); 0 where unknown."""
+    if family == "mlp" and layers and layers[0][0] == "linear" and layers[0][1] > 0:
+        return max(0, layers[0][2] // layers[0][1] - 1)
+    if family == "cnn" and "input" in tokens:
+        try:
+            return int(tokens.get("channels", "3")) * int(tokens["input"]) ** 2
+        except ValueError:
+            return 0
+    if family == "transformer":
+        return int(row["seq_length"])
+    return 0
+
+
+def activation_code(names) -> np.ndarray:
+    """GPUMemNet's encoding of the activation function: a point (sin, cos) on a half circle."""
+    index = {a.lower(): i for i, a in enumerate(ACTIVATIONS)}
+    angles = np.array([index.get(str(n).lower(), len(ACTIVATIONS)) * math.pi / len(ACTIVATIONS) for n in names])
+    return np.column_stack([np.sin(angles), np.cos(angles)])

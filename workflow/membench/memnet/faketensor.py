@@ -1,0 +1,98 @@
+"""Tensor bytes of one training step counted under ``FakeTensorMode``: no memory, no GPU needed.
+
+The step runs on fake tensors (shapes and dtypes only). Live storages are counted by their storage
+identity: parameters, their gradients and the optimizer's state after the step, and the peak of
+tensors saved for backward during the forward pass (``saved_tensors_hooks``, parameters excluded),
+the same definition as the meter's ``activation_mib``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from membench.core.meter import MIB
+
+OPTIMIZERS: dict[str, Callable] = {
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3),
+    "sgd": lambda params: torch.optim.SGD(params, lr=1e-2, momentum=0.9),
+}
+
+
+@dataclass
+class StepBytes:
+    """Bytes one training step holds, by kind."""
+
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
+
+    @property
+    def total_mib(self) -> float:
+        return self.total_bytes / MIB
+
+
+def _storage_bytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            storage = t.untyped_storage()
+            seen[storage._cdata] = storage.nbytes()
+    return sum(seen.values())
+
+
+class _SavedPeak:
+    """Peak bytes of unique storages saved for backward (excluded storages not counted)."""
+
+    def __init__(self, excluded: set[int]) -> None:
+        self.excluded = excluded
+        self.live: dict[int, int] = {}
+        self.peak_bytes = 0
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage._cdata not in self.excluded and storage._cdata not in self.live:
+            self.live[storage._cdata] = storage.nbytes()
+            self.peak_bytes = max(self.peak_bytes, sum(self.live.values()))
+        return tensor
+
+
+def step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str = "adam") -> StepBytes:
+    """Count one training step (forward, cross-entropy, backward, optimizer step) of ``build()`` on
+    ``make_batch()`` under ``FakeTensorMode``.
+
+    The model is built on the meta device (no memory, no initialisation; module copies such as an
+    encoder's layer clones stay outside the fake mode), then given fake CPU storages; ``make_batch``
+    runs inside the mode.
+    """
+    with torch.device("meta"):
+        meta_model = build()
+    # Non-fake inputs are allowed only so that ``to_empty`` can turn the meta storages into fake ones.
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        model = meta_model.to_empty(device="cpu")
+        x, y = make_batch()
+        params = list(model.parameters())
+        excluded = {p.untyped_storage()._cdata for p in params} | {b.untyped_storage()._cdata for b in model.buffers()}
+        saved = _SavedPeak(excluded)
+        with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out.float(), y)
+        loss.backward()
+        opt = OPTIMIZERS[optimizer](params)
+        opt.step()
+        state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        return StepBytes(
+            parameter_bytes=_storage_bytes(params),
+            gradient_bytes=_storage_bytes(p.grad for p in params if p.grad is not None),
+            optimizer_bytes=_storage_bytes(state),
+            activation_bytes=saved.peak_bytes,
+        )

@@ -1,0 +1,165 @@
+"""Measure each configuration's training memory under the meter, one fresh process per configuration.
+
+The parent imports torch but never initialises CUDA; it forks one child per configuration, so each
+child starts with torch loaded (no interpreter start, no import) and a clean device: the CUDA
+context, cuBLAS/cuDNN handles and the allocator's cache are charged to every configuration alike,
+and an out-of-memory or a crash loses no other configuration. Each child writes
+``<config_id>.json`` atomically as it finishes; a rerun measures only the configurations without one.
+
+The measured target (``memory_mib``, see :func:`target_source`): on a GPU the NVML peak minus the
+baseline (``nvml_peak_mib``), the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the
+allocator-level peak of the training steps (``train_alloc_peak_mib``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+
+from membench.core import atomic
+from membench.core.device import device_name, resolve_device
+from membench.core.meter import Meter
+from membench.core.oom import is_out_of_memory
+from membench.memnet.faketensor import OPTIMIZERS
+from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
+
+LOG = logging.getLogger(__name__)
+STATUS_OK, STATUS_OOM, STATUS_FAILED, STATUS_TIMEOUT = "SUCCESSFUL", "OOM_CRASH", "FAILED", "TIMEOUT"
+
+
+def config_of(row: dict, family: str) -> dict:
+    """The configuration dict of a generator-table row (typed as ``models.CONFIG_KEYS``)."""
+    config = {}
+    for key, kind in CONFIG_KEYS[family].items():
+        value = row[key]
+        config[key] = (str(value) == "True") if kind is bool else kind(value)
+    return config
+
+
+def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, device: torch.device, steps: int,
+                optimizer: str, sample_interval_s: float) -> dict:
+    """Build ``build()`` on ``device`` and train it ``steps`` steps (cross-entropy on
+    ``make_batch(device, generator)``) under the meter.
+
+    Returns the record: the layer summary (per-layer activations and parameters), module counts,
+    the meter's summary and ``memory_mib`` (the target), with ``status`` SUCCESSFUL or OOM_CRASH.
+    """
+    torch.manual_seed(0)
+    record: dict[str, object] = {"device": str(device), "device_name": device_name(device),
+                                 "torch_version": torch.__version__, "steps": steps, "optimizer": optimizer}
+    model = build()
+    x_cpu, _ = make_batch(torch.device("cpu"), torch.Generator().manual_seed(0))
+    layers = layer_summary(model, x_cpu[:2])
+    record.update({
+        "layers": [list(layer) for layer in layers],
+        "total_activations": sum(acts for _, acts, _ in layers),
+        "total_parameters": sum(p.numel() for p in model.parameters()),
+        "module_counts": module_counts(model),
+    })
+    del x_cpu
+    on_cuda = device.type == "cuda"
+    generator = torch.Generator().manual_seed(0)
+    try:
+        with Meter(device, sample_interval_s=sample_interval_s, trace_allocator=not on_cuda) as meter:
+            with meter.phase("train"):
+                model.to(device)
+                opt = OPTIMIZERS[optimizer](list(model.parameters()))
+                for _ in range(steps):
+                    x, y = make_batch(device, generator)
+                    with meter.saved_activations(model):
+                        loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    del x, y, loss
+    except Exception as exc:  # noqa: BLE001 - out of memory is a result, anything else is re-raised
+        if not is_out_of_memory(exc):
+            raise
+        record.update({"status": STATUS_OOM, "status_message": str(exc).splitlines()[0][:500], "memory_mib": None})
+        return record
+    summary = meter.summary()
+    record.update(summary)
+    source = target_source(summary, on_cuda)
+    record.update({"status": STATUS_OK, "memory_mib": summary[source], "memory_source": source})
+    return record
+
+
+def target_source(summary: dict, on_cuda: bool) -> str:
+    """The meter field a configuration's memory is learned from: NVML's peak on a GPU (the
+    allocator's reserved peak where NVML cannot be read), the training steps' allocator peak on a CPU."""
+    if not on_cuda:
+        return "train_alloc_peak_mib"
+    return "nvml_peak_mib" if summary.get("nvml_peak_mib") is not None else "cuda_peak_reserved_mib"
+
+
+def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, float], dict]:
+    """The measurement of one generator-table row, as a function of (device, steps, optimizer, interval)."""
+    config = config_of(row, family)
+
+    def job(device, steps, optimizer, sample_interval_s):
+        return train_steps(lambda: build_model(family, config),
+                           lambda dev, gen: example_batch(family, config, dev, gen),
+                           device, steps, optimizer, sample_interval_s)
+
+    return job
+
+
+def _child(path: Path, identity: dict, job: Callable, device: str, steps: int, optimizer: str,
+           sample_interval_s: float, threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    record = dict(identity)
+    record.update(job(resolve_device(device), steps, optimizer, sample_interval_s))
+    record["wall_s"] = time.perf_counter() - start
+    atomic.write_json(path, record)
+
+
+def run_isolated(jobs: list[tuple[dict, Callable]], outdir: str | os.PathLike, device: str = "auto",
+                 steps: int = 2, optimizer: str = "adam", sample_interval_s: float = 0.02,
+                 timeout_s: float = 600.0, threads: int | None = None) -> list[dict]:
+    """Run each ``(identity, job)`` without a ``<identity["config_id"]>.json`` in ``outdir`` in its
+    own forked child; returns every job's record (``identity`` plus the job's record), in order.
+
+    A child that dies or outlives ``timeout_s`` is recorded as FAILED or TIMEOUT with its exit code.
+    """
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    context = multiprocessing.get_context("fork")
+    todo = [(identity, job) for identity, job in jobs if not (outdir / f"{identity['config_id']}.json").is_file()]
+    LOG.info("%d of %d jobs to measure", len(todo), len(jobs))
+    for i, (identity, job) in enumerate(todo):
+        path = outdir / f"{identity['config_id']}.json"
+        child = context.Process(target=_child, args=(path, identity, job, device, steps, optimizer,
+                                                      sample_interval_s, threads))
+        start = time.perf_counter()
+        child.start()
+        child.join(timeout_s)
+        status = None
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+            child.join()
+            status = STATUS_TIMEOUT
+        elif not path.is_file():
+            status = STATUS_FAILED
+        if status is not None:
+            atomic.write_json(path, {**identity, "status": status, "exit_code": child.exitcode, "memory_mib": None,
+                                     "wall_s": time.perf_counter() - start})
+        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), identity["config_id"], json.loads(path.read_text())["status"])
+    return [json.loads((outdir / f"{identity['config_id']}.json").read_text()) for identity, _ in jobs]
+
+
+def measure_configs(configs: pd.DataFrame, family: str, outdir: str | os.PathLike, **options) -> list[dict]:
+    """Measure the generator table's configurations (see :func:`run_isolated` for ``options``)."""
+    jobs = [({"config_id": row["config_id"], "filename": row["filename"], "family": family}, config_job(family, row))
+            for row in configs.to_dict("records")]
+    return run_isolated(jobs, outdir, **options)

@@ -1,0 +1,118 @@
+"""``membench robust <step>``: adversarial training runs (sequential or with parallel adversary
+generation), the scaling table with speed-ups over the best sequential run, and its figures."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from membench.core.device import DEVICE_CHOICES
+from membench.core.meter import add_meter_options
+from membench.robust.attacks import ATTACKS
+from membench.robust.data import SOURCES
+from membench.robust.models import MODELS
+from membench.robust.train import GUARD_ACTIONS, LR_SCHEDULES, OPTIMIZERS
+
+SYSTEM = "robust"
+MODES = ("sequential", "parallel")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    train = steps.add_parser("train", help="one adversarial training run, evaluated with a fresh PGD attack")
+    train.add_argument("--outdir", required=True, help="job directory: metrics.json, memlog.csv, history.csv, checkpoint")
+    train.add_argument("--mode", default="sequential", choices=MODES)
+    train.add_argument("--source", default="digits", choices=SOURCES, help="dataset")
+    train.add_argument("--root", default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
+    train.add_argument("--test-fraction", type=float, default=0.2, help="digits: share held out for testing")
+    train.add_argument("--train-limit", type=int, default=None, help="keep the first N training samples")
+    train.add_argument("--test-limit", type=int, default=None, help="keep the first N test samples")
+    train.add_argument("--model", default="mlp", choices=MODELS)
+    train.add_argument("--hidden-units", type=int, default=256, help="MLP hidden width")
+    train.add_argument("--attack", default="pgd", choices=ATTACKS, help="training attack (fgsm: FGSM-RS)")
+    train.add_argument("--eps", type=float, default=0.1, help="L-inf radius on [0, 1] inputs")
+    train.add_argument("--steps", type=int, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
+    train.add_argument("--alpha", type=float, default=None,
+                       help="training attack step; default 2.5 eps / steps (PGD), 1.25 eps (FGSM-RS)")
+    train.add_argument("--epochs", type=int, default=10)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--learning-rate", type=float, default=0.01, help="(peak) learning rate")
+    train.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
+    train.add_argument("--lr-schedule", default="cyclic", choices=LR_SCHEDULES)
+    train.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    train.add_argument("--weight-decay", type=float, default=0.0)
+    train.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and of each producer)")
+    train.add_argument("--producers", type=int, default=1, help="parallel: adversary-generating processes P")
+    train.add_argument("--publish-every", type=int, default=1, help="parallel: trainer steps between weight publications k")
+    train.add_argument("--max-staleness", type=int, default=16,
+                       help="parallel: a batch staler than this is attacked again on current weights")
+    train.add_argument("--queue-size", type=int, default=None, help="parallel: attacked batches in flight (default 2 P)")
+    train.add_argument("--timeout-s", type=float, default=300.0, help="parallel: longest wait for any process")
+    train.add_argument("--eval-steps", type=int, default=40, help="PGD steps of the final evaluation")
+    train.add_argument("--eval-restarts", type=int, default=5, help="random restarts of the final evaluation")
+    train.add_argument("--eval-samples", type=int, default=None, help="evaluate the first N test samples")
+    train.add_argument("--guard-steps", type=int, default=10, help="PGD steps of the per-epoch overfitting check")
+    train.add_argument("--guard-samples", type=int, default=256, help="training samples the check attacks")
+    train.add_argument("--guard-drop", type=float, default=0.5,
+                       help="relative fall of the check's robust accuracy below its best that triggers the guard")
+    train.add_argument("--guard-action", default="shrink", choices=GUARD_ACTIONS)
+    train.add_argument("--guard-shrink", type=float, default=0.5, help="factor on alpha when the guard shrinks it")
+    train.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    train.add_argument("--seed", type=int, default=0)
+    add_meter_options(parser=train)
+
+    table = steps.add_parser("table", help="scaling table: one row per run and scaling series, with speed-ups")
+    table.add_argument("--out", required=True, help="CSV path (the Parquet twin is written beside it)")
+    table.add_argument("--strong-steps", type=int, required=True, help="attack steps of the strong-scaling series")
+    table.add_argument("--weak-base-steps", type=int, required=True, help="weak scaling: steps = this x producers")
+    table.add_argument("metrics", nargs="+", help="metrics.json of the runs")
+
+    scaling = steps.add_parser("plot-scaling", help="speed-up and robust accuracy against producers")
+    scaling.add_argument("--table", required=True)
+    scaling.add_argument("--out", required=True)
+
+    staleness = steps.add_parser("plot-staleness", help="staleness against producers and k")
+    staleness.add_argument("--table", required=True)
+    staleness.add_argument("--out", required=True)
+    return parser
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.step == "train":
+        from membench.robust.job import run_training_job
+        from membench.robust.parallel import ProducerFailed
+
+        # SIGTERM (Slurm, snakemake) unwinds like Ctrl-C, so the producers are always stopped.
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        try:
+            run_training_job(args)
+        except ProducerFailed as exc:
+            print(f"membench robust: error: {exc}", file=sys.stderr)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            print("membench robust: interrupted; producers stopped, last finished epoch checkpointed",
+                  file=sys.stderr)
+            sys.exit(130)
+    elif args.step == "table":
+        from membench.core.tables import parquet_path_for, write_table
+        from membench.robust.scaling import scaling_table
+
+        started = time.perf_counter()
+        frame = scaling_table(args.metrics, args.strong_steps, args.weak_base_steps)
+        write_table(frame, args.out, parquet_path_for(args.out))
+        print(f"{len(frame)} rows -> {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    else:
+        from membench.robust.plots import plot_scaling, plot_staleness
+        from membench.robust.scaling import read_scaling_table
+
+        frame = read_scaling_table(Path(args.table))
+        (plot_scaling if args.step == "plot-scaling" else plot_staleness)(frame, args.out)

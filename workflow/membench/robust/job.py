@@ -1,0 +1,126 @@
+"""One training job of ``membench robust train``: options checked, data loaded, the run measured
+under the meter, evaluated with a fresh PGD attack, and its outputs written atomically."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from membench.core import atomic
+from membench.core.device import resolve_device
+from membench.core.errors import InputError
+from membench.core.meter import Meter
+from membench.core.metrics import job_record, write_job_outputs
+from membench.robust.attacks import evaluate
+from membench.robust.data import load_dataset
+from membench.robust.models import build_model
+from membench.robust.parallel import ModelSpec, ParallelSource
+from membench.robust.train import SequentialSource, TrainSettings, train
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    positive = ("steps", "epochs", "batch_size", "threads", "producers", "publish_every", "eval_steps",
+                "eval_restarts", "guard_steps", "guard_samples", "hidden_units")
+    for name in positive:
+        if getattr(args, name) < 1:
+            raise InputError(None, f"must be a positive integer, got {getattr(args, name)}", f"option --{name.replace('_', '-')}")
+    for name in ("eps", "learning_rate", "timeout_s"):
+        if not getattr(args, name) > 0:
+            raise InputError(None, f"must be positive, got {getattr(args, name)}", f"option --{name.replace('_', '-')}")
+    if not args.eps <= 1:
+        raise InputError(None, f"inputs live in [0, 1], so eps must be at most 1, got {args.eps}", "option --eps")
+    if args.attack == "fgsm" and args.steps != 1:
+        raise InputError(None, f"FGSM-RS takes one step, got --steps {args.steps}", "option --steps")
+    if args.max_staleness < args.publish_every - 1:
+        raise InputError(None, f"must be at least publish_every - 1 = {args.publish_every - 1} (weights are only "
+                         f"that fresh), got {args.max_staleness}", "option --max-staleness")
+    if not 0 < args.guard_drop <= 1:
+        raise InputError(None, f"must lie in (0, 1], got {args.guard_drop}", "option --guard-drop")
+    if not 0 < args.guard_shrink < 1:
+        raise InputError(None, f"must lie in (0, 1), got {args.guard_shrink}", "option --guard-shrink")
+
+
+def variant_name(args: argparse.Namespace) -> str:
+    """``seq-pgd10-t2``, ``par-pgd10-p2-k4``, ``seq-fgsm-t1``: mode, attack, and its parallelism."""
+    attack = "fgsm" if args.attack == "fgsm" else f"pgd{args.steps}"
+    if args.mode == "sequential":
+        return f"seq-{attack}-t{args.threads}"
+    return f"par-{attack}-p{args.producers}-k{args.publish_every}"
+
+
+def run_training_job(args: argparse.Namespace) -> Path:
+    """Run the job ``args`` describe; returns the path of its ``metrics.json``."""
+    started = time.perf_counter()
+    _check_options(args)
+    if args.alpha is None:
+        args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.steps
+    outdir = Path(args.outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    data = load_dataset(args.source, args.root, test_fraction=args.test_fraction, seed=args.seed,
+                        train_limit=args.train_limit, test_limit=args.test_limit)
+    spec = ModelSpec(args.model, data.input_shape, data.num_classes, args.hidden_units)
+    model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, args.seed).to(device)
+    parallel = args.mode == "parallel"
+    settings = TrainSettings(
+        attack=args.attack, eps=args.eps, steps=args.steps, alpha=args.alpha, epochs=args.epochs,
+        batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
+        lr_schedule=args.lr_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+        guard_steps=args.guard_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
+        guard_action=args.guard_action, guard_shrink=args.guard_shrink,
+        max_staleness=args.max_staleness if parallel else None,
+    )
+    variant = variant_name(args)
+    record = job_record("robust", variant, args.source, device, args.seed, args.batch_size)
+    if parallel:
+        source = ParallelSource(spec, data.x_train, data.y_train, settings, args.producers, args.publish_every,
+                                args.queue_size or 2 * args.producers, args.timeout_s, device=str(device),
+                                threads_per_producer=args.threads)
+    else:
+        source = SequentialSource(data.x_train, data.y_train, settings, device)
+    with Meter(device, sample_interval_s=args.sample_interval_s,
+               grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh) as meter, contextlib.ExitStack() as producers:
+        if parallel:
+            with meter.phase("startup"):
+                producers.enter_context(source)
+        with meter.phase("train"):
+            result = train(model, data.x_train, data.y_train, settings, source, outdir / CHECKPOINT, device)
+        producers.close()
+        with meter.phase("evaluate"):
+            x_test, y_test = data.x_test[: args.eval_samples], data.y_test[: args.eval_samples]
+            clean_accuracy, robust_accuracy = evaluate(model, x_test, y_test, args.eps, args.eval_steps,
+                                                       args.eval_restarts, seed=args.seed + 1)
+    staleness = result.staleness
+    record.update(meter.summary())
+    record.update({
+        "mode": args.mode, "attack": args.attack, "steps": args.steps, "alpha": args.alpha,
+        "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,
+        "resumed_from_epoch": result.resumed_from_epoch, "model": args.model, "threads": args.threads,
+        "producers": args.producers if parallel else 0, "publish_every": args.publish_every if parallel else None,
+        "max_staleness": settings.max_staleness, "cores": args.threads * (args.producers + 1 if parallel else 1),
+        "learning_rate": args.learning_rate, "optimizer": args.optimizer, "lr_schedule": args.lr_schedule,
+        "train_samples": len(data.x_train), "test_samples": len(x_test),
+        "clean_accuracy": clean_accuracy, "robust_accuracy": robust_accuracy,
+        "eval_attack": f"pgd{args.eval_steps}x{args.eval_restarts}",
+        "train_wall_s": result.train_wall_s,
+        "samples_per_s": result.trained_samples / result.train_wall_s if result.train_wall_s else None,
+        "startup_s": source.startup_s if parallel else 0.0,
+        "trainer_wait_s": source.wait_s if parallel else 0.0,
+        "staleness_mean": sum(staleness) / len(staleness) if staleness else None,
+        "staleness_max": max(staleness) if staleness else None,
+        "regenerated_batches": result.regenerated_batches,
+        "guard_events": result.guard_events, "guard_stopped": result.guard_stopped,
+        "producer_memory_measured": False if parallel else None,
+        "wall_s": time.perf_counter() - started,
+    })
+    atomic.write_csv(outdir / "history.csv", pd.DataFrame(result.history))
+    atomic.write_csv(outdir / "staleness.csv", pd.DataFrame({"batch": range(len(staleness)), "staleness": staleness}))
+    return write_job_outputs(outdir, record, meter.memlog())

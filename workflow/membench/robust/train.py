@@ -1,0 +1,262 @@
+"""Adversarial training: the epoch loop shared by the sequential and the parallel trainers.
+
+The loop draws adversarial batches from a *batch source* (sequential: the trainer attacks each
+batch itself on its current weights; parallel: producer processes attack on possibly stale weights,
+see :mod:`membench.robust.parallel`), takes one optimiser step per batch, records per-batch
+staleness (trainer step minus the weight version the batch was made with), runs the
+catastrophic-overfitting guard at the end of every epoch and checkpoints, so a killed run resumes
+at the last finished epoch with the same result.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from membench.core.checkpoint import load_checkpoint, save_checkpoint
+from membench.core.errors import InputError
+from membench.robust.attacks import attack, evaluate
+
+OPTIMIZERS = ("adam", "sgd")
+LR_SCHEDULES = ("constant", "cyclic")
+GUARD_ACTIONS = ("shrink", "stop")
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What a training run does; stored in its checkpoint so a resume must match it.
+
+    ``alpha`` is the training attack's step size, ``steps`` its number of steps (1 for FGSM-RS).
+    The guard attacks the first ``guard_samples`` training samples with PGD-``guard_steps`` after
+    every epoch; a fall of its robust accuracy below ``(1 - guard_drop)`` times the best so far (the
+    cliff of catastrophic overfitting, not the noise of early epochs) restores the last good weights
+    and then shrinks ``alpha`` by ``guard_shrink`` or stops.
+    ``max_staleness`` (parallel runs) bounds trainer step minus weight version: an older batch is
+    attacked again by the trainer on current weights.
+    """
+
+    attack: str
+    eps: float
+    steps: int
+    alpha: float
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    optimizer: str = "adam"
+    lr_schedule: str = "cyclic"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    guard_steps: int = 10
+    guard_samples: int = 256
+    guard_drop: float = 0.5
+    guard_action: str = "shrink"
+    guard_shrink: float = 0.5
+    max_staleness: int | None = None
+
+
+@dataclass
+class AdversarialBatch:
+    """One attacked batch: its index in the epoch, images, labels, and the weight version used
+    (``None``: made on the trainer's current weights)."""
+
+    batch: int
+    x_adv: torch.Tensor
+    y: torch.Tensor
+    version: int | None = None
+    producer: int = -1
+
+
+class BatchSource(Protocol):
+    def start(self, model: nn.Module, step: int, alpha: float) -> None: ...
+
+    def epoch(self, epoch: int, batches: list[torch.Tensor], model: nn.Module) -> Iterator[AdversarialBatch]: ...
+
+    def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None: ...
+
+
+@dataclass
+class TrainResult:
+    """What the loop did: one row per epoch, one staleness value per trained batch."""
+
+    history: list[dict] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)
+    train_wall_s: float = 0.0
+    trained_samples: int = 0
+    regenerated_batches: int = 0
+    guard_events: int = 0
+    guard_stopped: bool = False
+    alpha: float = 0.0
+    epochs_done: int = 0
+    resumed_from_epoch: int = 0
+
+
+def epoch_batches(num_samples: int, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
+    """Sample indices of each batch of ``epoch``: a seeded permutation cut into batches."""
+    generator = torch.Generator().manual_seed(seed * 7919 + epoch)
+    return list(torch.randperm(num_samples, generator=generator).split(batch_size))
+
+
+def batch_generator(seed: int, epoch: int, batch: int) -> torch.Generator:
+    """The random stream of one batch's attack, the same whichever process attacks it."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch * 10_007 + batch)
+
+
+class SequentialSource:
+    """The trainer attacks each batch itself, on its current weights (staleness 0)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings, device: torch.device) -> None:
+        self.x, self.y, self.settings, self.device = x, y, settings, device
+        self.alpha = settings.alpha
+
+    def start(self, model: nn.Module, step: int, alpha: float) -> None:
+        self.alpha = alpha
+
+    def epoch(self, epoch: int, batches: list[torch.Tensor], model: nn.Module) -> Iterator[AdversarialBatch]:
+        s = self.settings
+        for b, idx in enumerate(batches):
+            x, y = self.x[idx].to(self.device), self.y[idx].to(self.device)
+            x_adv = attack(s.attack, model, x, y, s.eps, self.alpha, s.steps, batch_generator(s.seed, epoch, b))
+            yield AdversarialBatch(b, x_adv, y)
+
+    def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None:
+        self.alpha = alpha
+
+
+def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: int):
+    """Optimiser and per-step learning-rate schedule (``cyclic``: linear 0 -> lr over the first 2/5
+    of the steps, then back to 0, as Wong et al.)."""
+    if settings.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum,
+                                    weight_decay=settings.weight_decay)
+    total = max(1, settings.epochs * steps_per_epoch)
+    peak = 0.4 * total
+
+    def factor(step: int) -> float:
+        if settings.lr_schedule == "constant":
+            return 1.0
+        return step / peak if step < peak else max(0.0, (total - step) / (total - peak))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _settings_record(settings: TrainSettings) -> dict:
+    return {k: ("" if v is None else v) for k, v in asdict(settings).items()}
+
+
+def train(
+    model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor, settings: TrainSettings,
+    source: BatchSource, checkpoint_path: str | os.PathLike, device: torch.device,
+) -> TrainResult:
+    """Train ``model`` adversarially for ``settings.epochs`` epochs on batches from ``source``.
+
+    Resumes from ``checkpoint_path`` when it holds a finished epoch of the same settings; writes it
+    after every epoch. Every batch of an epoch is trained on exactly once (checked).
+    """
+    s = settings
+    steps_per_epoch = math.ceil(len(x_train) / s.batch_size)
+    optimizer, scheduler = make_optimizer(model, s, steps_per_epoch)
+    result = TrainResult(alpha=s.alpha)
+    step, guard_best = 0, -1.0
+    good_state = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
+    state = load_checkpoint(checkpoint_path)
+    if state is not None:
+        if state.get("settings") != _settings_record(s):
+            raise InputError(checkpoint_path, "checkpoint was written by a run with other settings; "
+                             "remove it or use another --outdir")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        good_state = {"model": state["good_model"], "optimizer": state["good_optimizer"]}
+        step, guard_best = state["step"], state["guard_best"]
+        result = TrainResult(history=state["history"], staleness=state["staleness"].tolist(),
+                             train_wall_s=state["train_wall_s"], trained_samples=state["trained_samples"],
+                             regenerated_batches=state["regenerated_batches"], guard_events=state["guard_events"],
+                             guard_stopped=state["guard_stopped"], alpha=state["alpha"], epochs_done=state["epochs_done"],
+                             resumed_from_epoch=state["epochs_done"])
+    x_guard, y_guard = x_train[: s.guard_samples], y_train[: s.guard_samples]
+    model.train()
+    source.start(model, step, result.alpha)
+    epochs = range(result.epochs_done, 0 if result.guard_stopped else s.epochs)
+    for epoch in tqdm(epochs, desc="epochs", file=sys.stderr, disable=None):
+        start = time.perf_counter()
+        batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
+        seen = [False] * len(batches)
+        loss_sum = correct = 0.0
+        epoch_staleness = []
+        for item in source.epoch(epoch, batches, model):
+            if seen[item.batch]:
+                raise RuntimeError(f"epoch {epoch}: batch {item.batch} arrived twice")
+            seen[item.batch] = True
+            staleness = 0 if item.version is None else step - item.version
+            x_adv, y = item.x_adv.to(device), item.y.to(device)
+            if s.max_staleness is not None and staleness > s.max_staleness:
+                x_adv = attack(s.attack, model, x_train[batches[item.batch]].to(device), y, s.eps, result.alpha,
+                               s.steps, batch_generator(s.seed, epoch, item.batch))
+                result.regenerated_batches += 1
+                staleness = 0
+            epoch_staleness.append(staleness)
+            logits = model(x_adv)
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            loss_sum += loss.item() * len(y)
+            correct += float((logits.argmax(1) == y).sum())
+            source.after_step(model, step, result.alpha)
+        if not all(seen):
+            raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
+        epoch_wall_s = time.perf_counter() - start
+        result.train_wall_s += epoch_wall_s
+        result.trained_samples += len(x_train)
+        result.staleness.extend(epoch_staleness)
+        result.epochs_done = epoch + 1
+        # The guard's attack and its decision are not training time.
+        _, guard_accuracy = evaluate(model, x_guard.to(device), y_guard.to(device), s.eps, s.guard_steps, 1,
+                                     seed=s.seed + epoch)
+        event = ""
+        if guard_accuracy < (1 - s.guard_drop) * guard_best:
+            result.guard_events += 1
+            event = s.guard_action
+            model.load_state_dict(good_state["model"])
+            optimizer.load_state_dict(good_state["optimizer"])
+            if s.guard_action == "shrink":
+                result.alpha *= s.guard_shrink
+            else:
+                result.guard_stopped = True
+            source.after_step(model, step, result.alpha, force=True)
+        else:
+            guard_best = max(guard_best, guard_accuracy)
+            good_state = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
+        result.history.append({
+            "epoch": epoch + 1, "train_loss": loss_sum / len(x_train), "train_adv_accuracy": correct / len(x_train),
+            "guard_robust_accuracy": guard_accuracy, "guard_event": event, "alpha": result.alpha,
+            "epoch_wall_s": epoch_wall_s,
+            "staleness_mean": sum(epoch_staleness) / len(epoch_staleness), "staleness_max": max(epoch_staleness),
+        })
+        save_checkpoint(checkpoint_path, {
+            "settings": _settings_record(s), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "good_model": good_state["model"],
+            "good_optimizer": good_state["optimizer"], "step": step, "guard_best": guard_best,
+            "history": result.history, "staleness": torch.tensor(result.staleness, dtype=torch.int64),
+            "train_wall_s": result.train_wall_s, "trained_samples": result.trained_samples,
+            "regenerated_batches": result.regenerated_batches, "guard_events": result.guard_events,
+            "guard_stopped": result.guard_stopped, "alpha": result.alpha, "epochs_done": result.epochs_done,
+        })
+        if result.guard_stopped:
+            break
+    return result
