@@ -6,6 +6,7 @@ import os
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
+from membench import workflow_support
 from membench.core.config import check_config, load_schema
 from membench.core.errors import InputError
 
@@ -24,8 +25,11 @@ if not workflow.overwrite_configfiles:
 try:
     check_config(
         config,
-        load_schema(os.path.join(workflow.basedir, "config", "schema.yaml")),
-        source=", ".join(map(str, workflow.overwrite_configfiles or ["config/config.yaml"])) + " and --config",
+        load_schema(workflow.source_path("config/schema.yaml")),
+        source=", ".join(
+            map(str, workflow.overwrite_configfiles or ["config/config.yaml"])
+        )
+        + " and --config",
     )
 except InputError as error:
     raise WorkflowError(f"membench: {error}") from None
@@ -48,6 +52,16 @@ include: "rules/memnet.smk"
 
 
 check_dataset_paths()
+
+# A local run lets at most one GPU job per GPU present run at once (NVML and energy readings cover
+# the whole device), unless the command line says otherwise (--resources gpu=N). Cluster runs get
+# GPUs of their own from the scheduler.
+if (
+    workflow.is_main_process
+    and workflow.resource_settings.nodes is None
+    and "gpu" not in workflow.global_resources
+):
+    workflow.register_resource("gpu", workflow_support.local_gpu_slots())
 
 
 rule all:

@@ -5,8 +5,9 @@
 
 rule appclass_build:
     input:
-        # The kernels' source, so that editing it rebuilds (path from the checkout, not the working directory).
-        f"{workflow.basedir}/workflow/membench/appclass/csrc/appclass_ops.cpp",
+        # The kernels' source, so that editing it rebuilds (path from this checkout, also when the
+        # workflow is used as a module of another).
+        workflow.source_path("../workflow/membench/appclass/csrc/appclass_ops.cpp"),
     output:
         manifest=APPCLASS_BUILD_MANIFEST,
     log:
@@ -91,8 +92,8 @@ rule appclass_reference:
         pattern=alternatives(appclass_patterns()),
     conda:
         ENV
-    # Timing jobs take every core so that no other job runs beside them.
-    threads: workflow.cores
+    # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
+    threads: appclass_threads(APPCLASS_REFERENCE_VARIANT)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
@@ -122,8 +123,8 @@ rule appclass_bench:
         variant=alternatives(APPCLASS_TORCH_VARIANTS),
     conda:
         ENV
-    # Timing jobs take every core so that no other job runs beside them; torch uses the variant's threads.
-    threads: workflow.cores
+    # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
+    threads: lambda wildcards: appclass_threads(wildcards.variant)
     resources:
         mem_mb=appclass_mem_mb,
         runtime=60,
@@ -151,6 +152,7 @@ rule appclass_table:
         log_path("appclass_table"),
     benchmark:
         benchmark_path("appclass_table")
+    localrule: True
     conda:
         ENV
     resources:
@@ -206,6 +208,7 @@ rule appclass_plots:
         log_path("appclass_plots"),
     benchmark:
         benchmark_path("appclass_plots")
+    localrule: True
     conda:
         ENV
     resources:

@@ -3,25 +3,31 @@
 
 rule division_build:
     input:
-        # The kernels' sources, so that editing them rebuilds (paths from the checkout, not the
-        # working directory).
+        # The kernels' sources, so that editing them rebuilds (paths from this checkout, also
+        # when the workflow is used as a module of another).
         sources=[
-            f"{workflow.basedir}/workflow/membench/division/csrc/division_ops.cpp",
-            f"{workflow.basedir}/workflow/membench/division/csrc/division_cuda.cu",
+            workflow.source_path(
+                "../workflow/membench/division/csrc/division_ops.cpp"
+            ),
+            workflow.source_path(
+                "../workflow/membench/division/csrc/division_cuda.cu"
+            ),
         ],
     output:
         manifest=DIVISION_BUILD_MANIFEST,
-    params:
-        cuda=DIVISION["cuda"],
     log:
         log_path("division_build"),
     benchmark:
         benchmark_path("division_build")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=4000,
         runtime=30,
-    conda:
-        ENV
+        # Built where the GPU jobs run, so that torch sees the GPU's architecture.
+        gpu=division_build_gpus(),
+    params:
+        cuda=DIVISION["cuda"],
     shell:
         "membench division build --outdir results/build/division --cuda {params.cuda} > {log} 2>&1"

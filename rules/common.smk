@@ -6,6 +6,8 @@ import re
 import shlex
 
 from snakemake.exceptions import WorkflowError
+
+from membench import workflow_support
 from snakemake.logging import logger
 
 ENV = "../envs/membench.yaml"
@@ -58,6 +60,20 @@ def cli_options(options):
 def alternatives(names):
     """A wildcard regex matching exactly ``names`` (and nothing when there are none)."""
     return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
+
+
+def local_cores():
+    """Cores of a local run; None on a cluster (the executor submits jobs to nodes)."""
+    return (
+        workflow.resource_settings.cores
+        if workflow.resource_settings.nodes is None
+        else None
+    )
+
+
+def memnet_measure_threads():
+    # The measured children run torch on the job's CPUs; on a cluster two of its own suffice.
+    return workflow_support.timing_job_threads(2, local_cores())
 
 
 def gpu_count():
@@ -217,17 +233,17 @@ APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
 
 
 def appclass_variant_name(variant):
-    """The variant name bench jobs record (membench.appclass.bench.BenchSpec.variant)."""
-    name = f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
-    kernels = variant.get("kernels", "auto")
-    return name if kernels == "auto" else f"{name}-kernels_{kernels}"
+    return workflow_support.appclass_variant_name(variant)
 
 
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
         reference_part = {k: v for k, v in variant.items() if k != "kernels"}
-        if variant["implementation"] == "reference" and reference_part != APPCLASS_REFERENCE:
+        if (
+            variant["implementation"] == "reference"
+            and reference_part != APPCLASS_REFERENCE
+        ):
             raise WorkflowError(
                 f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
             )
@@ -363,37 +379,15 @@ def appclass_stats_inputs():
     ]
 
 
-def _pnnl_rows(path, unreadable=2**21):
-    """Rows named in the first line of a PNNL text file; ``unreadable`` (a large guess) when the
-    header cannot be read: the job itself reports a bad file, the estimate only sizes the request.
-    """
-    try:
-        with open(path) as handle:
-            return int(handle.readline().split()[0])
-    except (OSError, ValueError, IndexError):
-        return unreadable
-
-
 def appclass_mem_mb(wildcards):
-    """Host memory of a job on graph/pattern: SPEC's dominant arrays (3 of data edges x pattern
-    edges and 3 of data nodes x pattern edges, float64), three times over for temporaries and the
-    input, over a 1 GB base."""
-    graph = APPCLASS["graphs"][wildcards.graph]
-    pattern = APPCLASS["patterns"][wildcards.pattern]
-    if graph["source"] == "rmat":
-        nodes, edges = (
-            2 ** graph["scale"] + 1,
-            graph["edge_factor"] * 2 ** graph["scale"],
-        )
-    else:
-        nodes, edges = _pnnl_rows(graph["vertices"]), _pnnl_rows(graph["edges"])
-    if pattern["source"] == "files":
-        pattern_edges = _pnnl_rows(pattern["edges"], unreadable=64)
-    else:
-        size = pattern["max_pattern_nodes"]
-        pattern_edges = min(size * (size - 1), 4 * size)
-    array_mib = 8 * 3 * (edges + nodes) * pattern_edges / 2**20
-    return int(1000 + 3 * array_mib)
+    return workflow_support.appclass_mem_mb(
+        APPCLASS["graphs"][wildcards.graph], APPCLASS["patterns"][wildcards.pattern]
+    )
+
+
+def appclass_threads(variant_name):
+    threads = APPCLASS_VARIANTS[variant_name]["threads"]
+    return workflow_support.timing_job_threads(threads, local_cores())
 
 
 def appclass_variant_gpus(variant_name):
@@ -452,25 +446,13 @@ def hotconv_metrics_files():
 
 
 def hotconv_train_mem_mb():
-    """Host memory of a training job: batches of int16 tokens in flight (two per loader worker and
-    two in the trainer) over a 2 GB base; on a CPU, also MalConv's dense activations."""
-    batch_mib = HOTCONV["batch_size"] * HOTCONV["max_len"] * 2 / 2**20
-    in_flight = 2 + 2 * HOTCONV["num_workers"]
-    mem_mib = 2000 + batch_mib * in_flight
-    if config["device"] == "cpu":
-        windows = HOTCONV["max_len"] // HOTCONV["stride"]
-        # embedding (8 floats a byte) plus about six (B, F, windows) float maps for autograd
-        mem_mib += (
-            batch_mib * 16
-            + HOTCONV["batch_size"] * HOTCONV["num_filters"] * windows * 4 * 6 / 2**20
-        )
-    return int(mem_mib)
+    return workflow_support.hotconv_train_mem_mb(
+        HOTCONV, on_cpu=config["device"] == "cpu"
+    )
 
 
 def hotconv_train_runtime():
-    """Minutes: the paper's setting took 40-52 min per BODMAS epoch at max_len 2 MiB on a GPU."""
-    per_epoch = max(1, round(60 * HOTCONV["max_len"] / 2**21))
-    return 30 + HOTCONV["epochs"] * per_epoch
+    return workflow_support.hotconv_train_runtime_min(HOTCONV)
 
 
 def hotconv_train_options():
@@ -616,17 +598,14 @@ def division_job_options(section):
 
 
 def division_job_mem_mb(section):
-    """Host memory of a memory or speed job: on a CPU the activations live in host memory (about
-    5 KiB per image pixel for ResNet-18 without compression), on a GPU only the model and batch.
-    """
-    image_pixels = DIVISION[section]["image_size"] ** 2
+    image_size = DIVISION[section]["image_size"]
+    return lambda wildcards: workflow_support.division_job_mem_mb(
+        image_size, int(wildcards.division_batch), on_gpu=gpu_count() > 0
+    )
 
-    def mem_mb(wildcards):
-        if gpu_count():
-            return 8000
-        return int(2000 + 0.005 * int(wildcards.division_batch) * image_pixels)
 
-    return mem_mb
+def division_build_gpus():
+    return 0 if DIVISION["cuda"] == "no" else gpu_count()
 
 
 def division_benchmark_files(section):
@@ -687,35 +666,22 @@ def division_train_options():
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
+# Threads of a training job: CPUs for each node's processes (data loading, the host side of the step).
+DIVISION_TRAIN_THREADS = 2
+
+
 def division_train_launcher():
-    """What starts a training job: membench itself, or torchrun with one process per GPU, on one
-    node or (under Slurm) on every node of the allocation."""
     spec = DIVISION["accuracy"]
-    gpus, nodes = spec["gpus"], spec["nodes"]
-    if gpus == 1 and nodes == 1:
-        return "membench"
-    if nodes == 1:
-        return f"torchrun --standalone --nproc-per-node {gpus} -m membench.cli"
-    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
-    return (
-        f"srun --ntasks-per-node 1 torchrun --nnodes {nodes} --nproc-per-node {gpus} --rdzv-backend c10d"
-        f' --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint {head}:29500 -m membench.cli'
+    return workflow_support.division_train_launcher(
+        spec["gpus"], spec["nodes"], DIVISION_TRAIN_THREADS
     )
 
 
 def division_train_resources():
-    """Scheduler requests of a training job: GPUs per job on one node, per node (GRES) on several."""
     spec = DIVISION["accuracy"]
-    if gpu_count() == 0:
-        return {"gpu": 0, "gres": "", "nodes": 1, "slurm_extra": ""}
-    if spec["nodes"] == 1:
-        return {"gpu": spec["gpus"], "gres": "", "nodes": 1, "slurm_extra": ""}
-    return {
-        "gpu": 0,
-        "gres": f"gpu:{spec['gpus']}",
-        "nodes": spec["nodes"],
-        "slurm_extra": "--ntasks-per-node=1",
-    }
+    return workflow_support.division_train_resources(
+        spec["gpus"], spec["nodes"], on_gpu=gpu_count() > 0
+    )
 
 
 def division_accuracy_lmdbs(wildcards):
@@ -773,6 +739,8 @@ def robust_run_minutes(run):
 
 wildcard_constraints:
     robust_run=alternatives(list(ROBUST_RUNS)),
+
+
 # -- memnet ----------------------------------------------------------------------------------------
 MEMNET = config["memnet"]
 MEMNET_FAMILIES = [

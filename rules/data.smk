@@ -6,19 +6,19 @@ rule bodmas_synthetic:
     output:
         metadata="results/data/bodmas/{dataset}/metadata.csv",
         binaries=directory("results/data/bodmas/{dataset}/binaries"),
-    wildcard_constraints:
-        dataset=alternatives(bodmas_datasets("synthetic")),
-    params:
-        options=lambda wildcards: bodmas_synthetic_options(wildcards.dataset),
     log:
         log_path("bodmas_synthetic", "{dataset}"),
     benchmark:
         benchmark_path("bodmas_synthetic", "{dataset}")
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets("synthetic")),
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=30,
-    conda:
-        ENV
+    params:
+        options=lambda wildcards: bodmas_synthetic_options(wildcards.dataset),
     shell:
         "membench bodmas synthetic --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
 
@@ -27,19 +27,19 @@ rule bodmas_elf:
     output:
         metadata="results/data/bodmas/{dataset}/metadata.csv",
         binaries=directory("results/data/bodmas/{dataset}/binaries"),
-    wildcard_constraints:
-        dataset=alternatives(bodmas_datasets("elf")),
-    params:
-        options=lambda wildcards: bodmas_elf_options(wildcards.dataset),
     log:
         log_path("bodmas_elf", "{dataset}"),
     benchmark:
         benchmark_path("bodmas_elf", "{dataset}")
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets("elf")),
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=30,
-    conda:
-        ENV
+    params:
+        options=lambda wildcards: bodmas_elf_options(wildcards.dataset),
     shell:
         "membench bodmas elf --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
 
@@ -52,20 +52,20 @@ rule bodmas_fold:
         train="results/data/bodmas/{dataset}/folds/train_{dataset}_fold_{fold}.csv",
         val="results/data/bodmas/{dataset}/folds/val_{dataset}_fold_{fold}.csv",
         test="results/data/bodmas/{dataset}/folds/test_{dataset}_fold_{fold}.csv",
-    wildcard_constraints:
-        dataset=alternatives(bodmas_datasets()),
-    params:
-        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
-        options=lambda wildcards: bodmas_fold_options(wildcards.dataset),
     log:
         log_path("bodmas_fold", "{dataset}/{fold}"),
     benchmark:
         benchmark_path("bodmas_fold", "{dataset}/{fold}")
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets()),
+    conda:
+        ENV
     resources:
         mem_mb=2000,
         runtime=60,
-    conda:
-        ENV
+    params:
+        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
+        options=lambda wildcards: bodmas_fold_options(wildcards.dataset),
     shell:
         "membench bodmas fold --metadata {input.metadata} --binaries {params.binaries}"
         " --dataset {wildcards.dataset} --fold {wildcards.fold}"
@@ -77,20 +77,20 @@ rule bodmas_classes:
         metadata=bodmas_metadata,
     output:
         "results/data/bodmas/{dataset}/folds/classes.csv",
-    wildcard_constraints:
-        dataset=alternatives(bodmas_datasets()),
-    params:
-        label_mode=lambda wildcards: BODMAS[wildcards.dataset]["label_mode"],
-        top_families=lambda wildcards: BODMAS[wildcards.dataset]["top_families"],
     log:
         log_path("bodmas_classes", "{dataset}"),
     benchmark:
         benchmark_path("bodmas_classes", "{dataset}")
+    wildcard_constraints:
+        dataset=alternatives(bodmas_datasets()),
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        label_mode=lambda wildcards: BODMAS[wildcards.dataset]["label_mode"],
+        top_families=lambda wildcards: BODMAS[wildcards.dataset]["top_families"],
     shell:
         "membench bodmas classes --metadata {input.metadata} --out {output}"
         " --label-mode {params.label_mode} --top-families {params.top_families} > {log} 2>&1"
@@ -112,11 +112,12 @@ rule dataset_table:
         log_path("dataset_table"),
     benchmark:
         benchmark_path("dataset_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench bodmas stats --out {output.csv} {input.folds} > {log} 2>&1"
 

@@ -5,19 +5,19 @@
 rule images_digits:
     output:
         directory("results/data/images/{dataset}/folder"),
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("digits")),
-    params:
-        options=lambda wildcards: digits_options(wildcards.dataset),
     log:
         log_path("images_digits", "{dataset}"),
     benchmark:
         benchmark_path("images_digits", "{dataset}")
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("digits")),
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
+    params:
+        options=lambda wildcards: digits_options(wildcards.dataset),
     shell:
         "membench images digits --outdir {output} {params.options} > {log} 2>&1"
 
@@ -27,19 +27,19 @@ rule images_lmdb:
         image_folder_input,
     output:
         directory("results/data/images/{dataset}/lmdb/{split}"),
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("digits") + image_datasets("folder")),
-    params:
-        root=lambda wildcards: image_folder(wildcards.dataset),
     log:
         log_path("images_lmdb", "{dataset}/{split}"),
     benchmark:
         benchmark_path("images_lmdb", "{dataset}/{split}")
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("digits") + image_datasets("folder")),
+    conda:
+        ENV
     resources:
         mem_mb=2000,
         runtime=600,
-    conda:
-        ENV
+    params:
+        root=lambda wildcards: image_folder(wildcards.dataset),
     shell:
         "membench images lmdb --root {params.root} --split {wildcards.split} --out {output} > {log} 2>&1"
 
@@ -47,21 +47,21 @@ rule images_lmdb:
 rule images_cifar:
     output:
         directory("results/data/images/{dataset}/lmdb/{split}"),
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("cifar10") + image_datasets("cifar100")),
-        split="train|test",
-    params:
-        root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
-        variant=lambda wildcards: IMAGES[wildcards.dataset]["source"],
     log:
         log_path("images_cifar", "{dataset}/{split}"),
     benchmark:
         benchmark_path("images_cifar", "{dataset}/{split}")
+    wildcard_constraints:
+        dataset=alternatives(image_datasets("cifar10") + image_datasets("cifar100")),
+        split="train|test",
+    conda:
+        ENV
     resources:
         mem_mb=2000,
         runtime=60,
-    conda:
-        ENV
+    params:
+        root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
+        variant=lambda wildcards: IMAGES[wildcards.dataset]["source"],
     shell:
         "membench images cifar --batches {params.root} --variant {params.variant} --split {wildcards.split}"
         " --out {output} > {log} 2>&1"
@@ -73,22 +73,28 @@ rule division_memory:
     output:
         metrics="results/division/memory/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/memory/{division_model}/{division_method}/b{division_batch}/memlog.csv",
-    params:
-        outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("memory"),
-        trace=cli_options({"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}),
-        trace_allocator=trace_allocator_option(),
     log:
-        log_path("division_memory", "{division_model}/{division_method}/b{division_batch}"),
+        log_path(
+            "division_memory", "{division_model}/{division_method}/b{division_batch}"
+        ),
     benchmark:
-        benchmark_path("division_memory", "{division_model}/{division_method}/b{division_batch}")
+        benchmark_path(
+            "division_memory", "{division_model}/{division_method}/b{division_batch}"
+        )
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=division_job_mem_mb("memory"),
         runtime=60,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("memory"),
+        trace=cli_options(
+            {"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}
+        ),
+        trace_allocator=trace_allocator_option(),
     shell:
         "membench division memory --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
@@ -101,21 +107,25 @@ rule division_speed:
     output:
         metrics="results/division/speed/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/speed/{division_model}/{division_method}/b{division_batch}/memlog.csv",
-    params:
-        outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("speed"),
-        timing=cli_options({k: DIVISION["speed"][k] for k in ("iterations", "warmup")}),
     log:
-        log_path("division_speed", "{division_model}/{division_method}/b{division_batch}"),
+        log_path(
+            "division_speed", "{division_model}/{division_method}/b{division_batch}"
+        ),
     benchmark:
-        benchmark_path("division_speed", "{division_model}/{division_method}/b{division_batch}")
+        benchmark_path(
+            "division_speed", "{division_model}/{division_method}/b{division_batch}"
+        )
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=division_job_mem_mb("speed"),
         runtime=60,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("speed"),
+        timing=cli_options({k: DIVISION["speed"][k] for k in ("iterations", "warmup")}),
     shell:
         "membench division speed --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
@@ -127,21 +137,21 @@ rule division_max_batch:
         manifest=division_build_input(),
     output:
         metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
-    params:
-        outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("max_batch"),
-        search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
     log:
         log_path("division_max_batch", "{division_model}/{division_method}"),
     benchmark:
         benchmark_path("division_max_batch", "{division_model}/{division_method}")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=8000,
         runtime=120,
-        gpu=1,
-    conda:
-        ENV
+        gpu=gpu_count(),
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=division_job_options("max_batch"),
+        search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
     shell:
         "membench division maxbatch --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} {params.search} {params.options} > {log} 2>&1"
@@ -154,24 +164,23 @@ rule division_train:
     output:
         metrics="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/metrics.json",
         history="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/history.csv",
+    log:
+        log_path("division_train", "{image_dataset}/{division_model}/{division_method}"),
+    benchmark:
+        benchmark_path(
+            "division_train", "{image_dataset}/{division_model}/{division_method}"
+        )
+    conda:
+        ENV
+    threads: DIVISION_TRAIN_THREADS
+    resources:
+        **division_train_resources(),
+        mem_mb=4000,
+        runtime=600,
     params:
         outdir=subpath(output.metrics, parent=True),
         options=division_train_options(),
         launcher=division_train_launcher(),
-    log:
-        log_path("division_train", "{image_dataset}/{division_model}/{division_method}"),
-    benchmark:
-        benchmark_path("division_train", "{image_dataset}/{division_model}/{division_method}")
-    threads: 2
-    resources:
-        mem_mb=4000,
-        runtime=600,
-        gpu=division_train_resources()["gpu"],
-        gres=division_train_resources()["gres"],
-        nodes=division_train_resources()["nodes"],
-        slurm_extra=division_train_resources()["slurm_extra"],
-    conda:
-        ENV
     shell:
         "{params.launcher} division train --outdir {params.outdir} --model {wildcards.division_model}"
         " --method {wildcards.division_method} --dataset {wildcards.image_dataset}"
@@ -211,11 +220,12 @@ rule division_table:
         log_path("division_table"),
     benchmark:
         benchmark_path("division_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "(membench table metrics --out {output.memory} {input.memory}"
         " && membench table metrics --out {output.speed} {input.speed}"
@@ -237,11 +247,12 @@ rule division_max_batch_table:
         log_path("division_max_batch_table"),
     benchmark:
         benchmark_path("division_max_batch_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
@@ -260,11 +271,12 @@ rule division_plot_memory:
         log_path("division_plot_memory"),
     benchmark:
         benchmark_path("division_plot_memory")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench division plot-memory --table {input} --out {output} > {log} 2>&1"
 
@@ -283,11 +295,12 @@ rule division_plot_speed:
         log_path("division_plot_speed"),
     benchmark:
         benchmark_path("division_plot_speed")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench division plot-speed --table {input} --out {output} > {log} 2>&1"
 

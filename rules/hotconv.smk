@@ -14,24 +14,26 @@ rule hotconv_train:
     output:
         metrics="results/hotconv/{dataset}/{variant}/fold_{fold}/metrics.json",
         memlog="results/hotconv/{dataset}/{variant}/fold_{fold}/memlog.csv",
-    wildcard_constraints:
-        dataset=alternatives(HOTCONV["datasets"]),
-        variant=alternatives(HOTCONV["variants"]),
-    params:
-        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
-        outdir=lambda wildcards: hotconv_job_dir(wildcards.dataset, wildcards.variant, wildcards.fold),
-        options=hotconv_train_options(),
     log:
         log_path("hotconv_train", "{dataset}/{variant}/fold_{fold}"),
     benchmark:
         benchmark_path("hotconv_train", "{dataset}/{variant}/fold_{fold}")
+    wildcard_constraints:
+        dataset=alternatives(HOTCONV["datasets"]),
+        variant=alternatives(HOTCONV["variants"]),
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=hotconv_train_mem_mb(),
         runtime=hotconv_train_runtime(),
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
+        outdir=lambda wildcards: hotconv_job_dir(
+            wildcards.dataset, wildcards.variant, wildcards.fold
+        ),
+        options=hotconv_train_options(),
     shell:
         "membench hotconv train --variant {wildcards.variant} --dataset {wildcards.dataset} --fold {wildcards.fold}"
         " --train {input.train} --val {input.val} --test {input.test} --classes {input.classes}"
@@ -53,11 +55,12 @@ rule hotconv_table:
         log_path("hotconv_table"),
     benchmark:
         benchmark_path("hotconv_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 
@@ -68,25 +71,27 @@ rule hotconv_table:
 rule hotconv_sweep_point:
     output:
         metrics="results/hotconv/sweeps/{sweep}/{variant}/b{batch_size}_l{max_len}/metrics.json",
+    log:
+        log_path("hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"),
+    benchmark:
+        benchmark_path(
+            "hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"
+        )
     wildcard_constraints:
         sweep="sweep|bench",
         variant=alternatives(HOTCONV_SWEEP_VARIANTS),
         batch_size=r"\d+",
         max_len=r"\d+",
-    params:
-        outdir=subpath(output.metrics, parent=True),
-        options=lambda wildcards: hotconv_sweep_options(wildcards.sweep),
-    log:
-        log_path("hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"),
-    benchmark:
-        benchmark_path("hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=lambda wildcards: hotconv_sweep_point_mem_mb(wildcards.sweep),
         runtime=lambda wildcards: 30 if wildcards.sweep == "sweep" else 60,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=lambda wildcards: hotconv_sweep_options(wildcards.sweep),
     shell:
         "membench hotconv bench --outdir {params.outdir} --variant {wildcards.variant}"
         " --batch-size {wildcards.batch_size} --max-len {wildcards.max_len} {params.options} > {log} 2>&1"
@@ -107,11 +112,12 @@ rule hotconv_sweep:
         log_path("hotconv_sweep"),
     benchmark:
         benchmark_path("hotconv_sweep")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
 
@@ -128,11 +134,11 @@ rule hotconv_bench:
         log_path("hotconv_bench"),
     benchmark:
         benchmark_path("hotconv_bench")
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
 
@@ -151,11 +157,12 @@ rule plot_hotconv_variants:
         log_path("plot_hotconv_variants"),
     benchmark:
         benchmark_path("plot_hotconv_variants")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench hotconv plot --table {input} --out {output} > {log} 2>&1"
 
@@ -174,11 +181,12 @@ rule plot_hotconv_sweep:
         log_path("plot_hotconv_sweep"),
     benchmark:
         benchmark_path("plot_hotconv_sweep")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench hotconv plot-sweep --table {input} --out {output} > {log} 2>&1"
 

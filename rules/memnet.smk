@@ -34,8 +34,8 @@ rule memnet_measure:
         benchmark_path("memnet_measure", "{memnet_family}")
     conda:
         ENV
-    # Memory jobs take every core so that no other job runs beside them.
-    threads: workflow.cores
+    # Memory jobs claim every core of a local run (no job runs beside them), two CPUs of their own on a cluster.
+    threads: memnet_measure_threads()
     resources:
         mem_mb=8000,
         runtime=memnet_measure_runtime(),
@@ -130,6 +130,7 @@ rule memnet_table:
         log_path("memnet_table"),
     benchmark:
         benchmark_path("memnet_table")
+    localrule: True
     conda:
         ENV
     resources:
@@ -166,6 +167,7 @@ rule memnet_plots:
         log_path("memnet_plots"),
     benchmark:
         benchmark_path("memnet_plots")
+    localrule: True
     conda:
         ENV
     resources:

@@ -5,21 +5,21 @@ rule meter_check:
     output:
         metrics="results/meter/check/metrics.json",
         memlog="results/meter/check/memlog.csv",
-    params:
-        device=config["device"],
-        options=f'{cli_options(config["meter_check"])} {meter_options()}',
-        seed=config["seed"],
     log:
         log_path("meter_check"),
     benchmark:
         benchmark_path("meter_check")
+    conda:
+        ENV
     threads: 2
     resources:
         mem_mb=2000,
         runtime=15,
         gpu=gpu_count(),
-    conda:
-        ENV
+    params:
+        device=config["device"],
+        options=f'{cli_options(config["meter_check"])} {meter_options()}',
+        seed=config["seed"],
     shell:
         "membench meter check --outdir results/meter/check --device {params.device}"
         " --seed {params.seed} {params.options} > {log} 2>&1"
@@ -40,11 +40,12 @@ rule meter_table:
         log_path("meter_table"),
     benchmark:
         benchmark_path("meter_table")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=500,
         runtime=5,
-    conda:
-        ENV
     shell:
         "membench table metrics --out {output.csv} {input} > {log} 2>&1"
 

@@ -15,11 +15,12 @@ rule plot_bodmas_sizes:
         log_path("plot_bodmas_sizes"),
     benchmark:
         benchmark_path("plot_bodmas_sizes")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench bodmas plot-sizes --out {output} {input} > {log} 2>&1"
 
@@ -38,11 +39,12 @@ rule plot_meter_memlog:
         log_path("plot_meter_memlog"),
     benchmark:
         benchmark_path("plot_meter_memlog")
+    localrule: True
+    conda:
+        ENV
     resources:
         mem_mb=1000,
         runtime=10,
-    conda:
-        ENV
     shell:
         "membench meter plot --memlog {input} --out {output} > {log} 2>&1"
 

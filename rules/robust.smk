@@ -3,12 +3,6 @@
 # with speed-ups over the best sequential run on the same cores, and its figures.
 
 
-localrules:
-    robust_table,
-    robust_plot_scaling,
-    robust_plot_staleness,
-
-
 rule robust_train:
     output:
         metrics="results/robust/{robust_run}/metrics.json",
@@ -49,6 +43,7 @@ rule robust_table:
         log_path("robust_table"),
     benchmark:
         benchmark_path("robust_table")
+    localrule: True
     conda:
         ENV
     resources:
@@ -76,6 +71,7 @@ rule robust_plot_scaling:
         log_path("robust_plot_scaling"),
     benchmark:
         benchmark_path("robust_plot_scaling")
+    localrule: True
     conda:
         ENV
     resources:
@@ -99,6 +95,7 @@ rule robust_plot_staleness:
         log_path("robust_plot_staleness"),
     benchmark:
         benchmark_path("robust_plot_staleness")
+    localrule: True
     conda:
         ENV
     resources:
