@@ -135,9 +135,12 @@ def test_cpu_allocator_tracker_sees_the_convolution_workspace_the_tensor_tracker
     gradient_bytes = (filters * channels * window + filters) * F32
     assert tracker.peak_bytes("cpu") == output_bytes + gradient_bytes + 2 * F32
     # The kernels unfold the input into a (batch, channels * window, positions) matrix, a workspace no
-    # operator returns: the allocator peak holds it on top of every tensor.
+    # operator returns: the allocator peak holds it beside the output and the weight gradient (the
+    # bias gradient and the scalars may come after it is freed, depending on the thread count).
     unfolded_bytes = batch * channels * window * positions * F32
-    assert allocator.peak_bytes >= tracker.peak_bytes("cpu") + unfolded_bytes
+    weight_gradient_bytes = filters * channels * window * F32
+    assert allocator.peak_bytes >= output_bytes + weight_gradient_bytes + unfolded_bytes
+    assert allocator.peak_bytes - tracker.peak_bytes("cpu") >= unfolded_bytes - (filters + 2) * F32
     del y
 
 

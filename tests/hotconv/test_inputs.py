@@ -108,12 +108,14 @@ def test_command_line_reports_bad_input_in_one_line(fold_copy, tmp_path, capsys)
     assert message[0].startswith("membench hotconv: error:") and fold_copy.val in message[0] and "Label" in message[0]
 
 
-def test_bench_rejects_bad_grid_and_model_before_measuring(tmp_path, capsys):
-    assert main(["hotconv", "bench", "--out", str(tmp_path / "t.csv"), "--batch-sizes", "0"]) == 2
-    assert "--batch-sizes" in capsys.readouterr().err
-    assert main(["hotconv", "bench", "--out", str(tmp_path / "t.csv"), "--stride", "1024"]) == 2
+def test_bench_rejects_a_bad_point_and_model_before_measuring(tmp_path, capsys):
+    point = ["hotconv", "bench", "--variant", "hotconv", "--max-len", "4096", "--device", "cpu",
+             "--outdir", str(tmp_path / "point")]
+    assert main([*point, "--batch-size", "0"]) == 2
+    assert "option --batch-size: must be at least 1, got 0" in capsys.readouterr().err
+    assert main([*point, "--batch-size", "2", "--stride", "1024"]) == 2
     assert "key 'stride'" in capsys.readouterr().err
-    assert not (tmp_path / "t.csv").exists()
+    assert not (tmp_path / "point").exists()
 
 
 def test_plot_rejects_a_table_without_its_columns(tmp_path, capsys):
