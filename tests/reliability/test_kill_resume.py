@@ -136,10 +136,11 @@ def _memnet_measure(configs, run_dir):
 def test_memnet_measure_resumes_after_kill_9(tmp_path):
     configs = tmp_path / "configs.csv"
     ranges = {"input": (4, 16), "output": (2, 4), "depth": (1, 2), "batch": (2, 8)}
-    generate("mlp", 4, 0, ranges).to_csv(configs, index=False)
+    table = generate("mlp", 4, 0, ranges)
+    table.to_csv(configs, index=False)
     reference = faults.run(_memnet_measure(configs, tmp_path / "clean"))
     run_dir = tmp_path / "killed"
-    expected_ids = {f"{i}.json" for i in generate("mlp", 4, 0, ranges)["config_id"]}
+    expected_ids = {f"{i}.json" for i in table["config_id"]}
 
     def after_kill():
         # The table appears only whole, after every record; each record is a complete measurement.
