@@ -30,6 +30,7 @@ from membench.data.graphs import read_graph
 from membench.data.images.cifar import cifar_to_lmdb, load_cifar_batch
 from membench.data.images.lmdb_store import FORMAT, ImageLMDB, encode_record, read_metadata as read_lmdb_metadata
 from membench.data.images.transforms import decode_image
+from membench.memnet.dataset import FAMILIES, load_jobs
 
 EXAMPLES = int(os.environ.get("MEMBENCH_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -215,6 +216,40 @@ def test_cifar_reader(meta, batch):
         (batches / "test_batch").write_bytes(batch)
         _only_input_errors(lambda: load_cifar_batch(batches / "test_batch"), "CIFAR python batches")
         _only_input_errors(lambda: cifar_to_lmdb(batches, "cifar10", "test", Path(directory, "out")), "CIFAR python batches")
+
+
+# -- GPUMemNet CSVs ------------------------------------------------------------------------------
+_GPUMEMNET = {
+    "mlp": (b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+            b"Batch Size,Max GPU Memory (MiB)\n"
+            b"input:4_output:2_arch:uniform.out,2,\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\","
+            b"ReLU,8,23,16,1500\n"
+            b"input:6_output:3_arch:pyramid.out,1,\"[('linear', 3, 21)]\",Tanh,3,21,4,0\n"),
+    "cnn": (b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,Batch Size,"
+            b"Conv2d Count,BatchNorm2d Count,Dropout Count,AdaptiveAvgPool2d Count,Linear Count,"
+            b"Max GPU Memory (MiB),Status\n"
+            b"input:32_channels:3_arch:plain.out,2,\"[('conv2d', 3072, 84), ('linear', 10, 30730)]\",ReLU,3082,"
+            b"30814,8,1,0,0,0,1,2100.5,SUCCESSFUL\n"
+            b"input:64_arch:plain.out,2,\"[('conv2d', 12288, 84)]\",GELU,12288,84,512,1,1,0,1,1,9000,OOM_CRASH\n"),
+    "transformer": (b"Batch Size,Seq Length,Embedding Size,Num Layers,Num Heads,Depth,Total Activations,"
+                    b"Total Parameters,Max GPU Memory (MiB),Status\n"
+                    b"8,128,64,2,4,2,50000,120000,3000,SUCCESSFUL\n16,256,64,2,8,2,90000,120000,7000,OOM_CRASH\n"),
+}
+
+
+@FUZZ
+@given(family=st.sampled_from(FAMILIES), data=st.data())
+def test_gpumemnet_reader(family, data):
+    content = data.draw(_file_bytes(_GPUMEMNET[family]))
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory, f"{family}_data.csv")
+        path.write_bytes(content)
+        jobs = _only_input_errors(lambda: load_jobs(path, family), "GPUMemNet CSVs")
+    if jobs is not None:
+        frame = jobs.frame
+        assert len(jobs) + jobs.dropped_failed >= 1 and (frame["batch_size"] >= 1).all()
+        assert np.isfinite(frame["memory_mib"]).all() and (frame["memory_mib"] >= 0).all()
+        assert all(count >= 0 for layers in frame["layers"] for _, *counts in layers for count in counts)
 
 
 # -- the config ----------------------------------------------------------------------------------

@@ -4,13 +4,18 @@ under an output's name."""
 
 from __future__ import annotations
 
+import json
+
 import faults
 import lmdb
+import pandas as pd
 
 from membench.core.metrics import read_metrics
 from membench.data.images.lmdb_store import check_lmdb, read_metadata
+from membench.memnet.generate import generate
 
-JOB_FILES = ("metrics.json", "memlog.csv", "checkpoint.pt", "history.csv", "summary.csv", "beliefs.npy", "summary.parquet")
+JOB_FILES = ("metrics.json", "memlog.csv", "checkpoint.pt", "history.csv", "summary.csv", "beliefs.npy", "summary.parquet",
+             "staleness.csv")
 
 
 def _hotconv_train(fold, outdir):
@@ -103,4 +108,56 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, t
     assert outcome.kills_injected >= 1
     assert _records(outdir) == _records(tmp_path / "clean")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "killed"]  # the killed builds' temporaries removed
+    faults.record_survived()
+
+
+def _robust_train(outdir):
+    return faults.membench(
+        "robust", "train", "--outdir", outdir, "--mode", "sequential", "--source", "digits", "--epochs", "3",
+        "--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--steps", "2", "--batch-size", "32",
+        "--eval-steps", "3", "--eval-restarts", "1", "--guard-steps", "2", "--guard-samples", "32",
+        "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")
+
+
+def test_robust_train_resumes_after_kill_9(tmp_path):
+    record = _kill_job_and_compare(tmp_path, _robust_train, "robust train", 16, started_file="checkpoint.pt")
+    assert record["epochs_done"] == 3
+    for name in ("history.csv", "staleness.csv"):
+        assert faults.comparable_table(tmp_path / "killed" / name).equals(faults.comparable_table(tmp_path / "clean" / name))
+
+
+def _memnet_measure(configs, run_dir):
+    return faults.membench(
+        "memnet", "measure", "--configs", configs, "--family", "mlp", "--records-dir", run_dir / "records",
+        "--out", run_dir / "measurements.csv", "--device", "cpu", "--steps", "1", "--threads", "1",
+        "--sample-interval-s", "0")
+
+
+def test_memnet_measure_resumes_after_kill_9(tmp_path):
+    configs = tmp_path / "configs.csv"
+    ranges = {"input": (4, 16), "output": (2, 4), "depth": (1, 2), "batch": (2, 8)}
+    table = generate("mlp", 4, 0, ranges)
+    table.to_csv(configs, index=False)
+    reference = faults.run(_memnet_measure(configs, tmp_path / "clean"))
+    run_dir = tmp_path / "killed"
+    expected_ids = {f"{i}.json" for i in table["config_id"]}
+
+    def after_kill():
+        # The table appears only whole, after every record; each record is a complete measurement.
+        assert not (run_dir / "measurements.csv").exists()
+        faults.assert_no_visible_partial_files(run_dir / "records", expected_ids)
+        for path in (run_dir / "records").glob("*.json"):
+            assert json.loads(path.read_text())["status"] == "SUCCESSFUL"
+
+    # The kill window opens when the records directory exists (the configurations are read).
+    started = lambda: (run_dir / "records").exists()  # noqa: E731
+    delays = faults.kill_delays(17, faults.KILLS_PER_JOB, reference.wall_s * 0.5, low=0.0)
+    outcome = faults.kill_and_rerun(_memnet_measure(configs, run_dir), delays, after_kill, started=started,
+                                    job="memnet measure")
+    assert outcome.kills_injected >= 1, "no kill landed while the job ran"
+    killed, clean = run_dir / "measurements.csv", tmp_path / "clean" / "measurements.csv"
+    assert faults.comparable_table(killed).equals(faults.comparable_table(clean))
+    # Memory is memnet's result, not a side measurement: on CPU the allocator-level peaks are exact.
+    result_columns = ["config_id", "memory_mib", "activation_mib"]
+    assert pd.read_csv(killed)[result_columns].equals(pd.read_csv(clean)[result_columns])
     faults.record_survived()
