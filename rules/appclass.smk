@@ -16,7 +16,8 @@ rule appclass_build:
         benchmark_path("appclass_build")
     conda:
         ENV
-    threads: 2
+    # One source file: one compiler process.
+    threads: 1
     resources:
         mem_mb=4000,
         runtime=30,

@@ -21,7 +21,8 @@ rule division_build:
         benchmark_path("division_build")
     conda:
         ENV
-    threads: 2
+    # One compiler process (the CUDA source compiles beside it only where CUDA is built).
+    threads: 1
     resources:
         mem_mb=4000,
         runtime=30,

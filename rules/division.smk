@@ -83,7 +83,8 @@ rule division_memory:
         )
     conda:
         ENV
-    threads: 2
+    # Memory figures are exact counts, not timings: two points may run side by side.
+    threads: 1
     resources:
         mem_mb=division_job_mem_mb("memory"),
         runtime=60,

@@ -84,7 +84,8 @@ rule hotconv_sweep_point:
         max_len=r"\d+",
     conda:
         ENV
-    threads: 2
+    # Memory figures are exact counts, not timings: two points may run side by side.
+    threads: 1
     resources:
         mem_mb=lambda wildcards: hotconv_sweep_point_mem_mb(wildcards.sweep),
         runtime=lambda wildcards: 30 if wildcards.sweep == "sweep" else 60,
