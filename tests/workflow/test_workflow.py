@@ -158,14 +158,7 @@ def test_readme_own_data_config_trains_on_the_user_dataset(tmp_path):
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Using your own data"):]
     config = yaml.safe_load(section[section.index("```yaml") + len("```yaml"):section.index("```", section.index("```yaml") + 7)])
-    for holder, key in _dataset_paths(config, []):
-        placed = tmp_path / "data" / Path(holder[key]).name
-        placed.parent.mkdir(parents=True, exist_ok=True)
-        placed.touch()
-        holder[key] = str(placed)
-    own = tmp_path / "my.yaml"
-    own.write_text(yaml.safe_dump(config))
-    planned = snakemake(tmp_path, "-n", configfile=own)
+    planned = snakemake(tmp_path, "-n", configfile=_with_data_in(tmp_path, config))
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
     trainings = [line for line in planned.stdout.splitlines() if line.startswith("hotconv_train ")]
     assert trainings and int(trainings[0].split()[-1]) == 4
@@ -188,12 +181,8 @@ def _dataset_paths(node, found):
     return found
 
 
-@pytest.mark.parametrize("paper_config", PAPER_CONFIGS, ids=lambda p: p.stem)
-def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_path):
-    result = snakemake(tmp_path, "-n", configfile=paper_config)
-    assert result.returncode != 0
-    assert "dataset path(s) named in the config do not exist" in result.stdout + result.stderr
-    config = yaml.safe_load(paper_config.read_text())
+def _with_data_in(tmp_path: Path, config: dict) -> Path:
+    """``config`` written to a file, every user data path it names replaced by an empty file in ``tmp_path``."""
     for holder, key in _dataset_paths(config, []):
         placed = tmp_path / "data" / Path(holder[key]).name
         placed.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +190,15 @@ def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_pa
         holder[key] = str(placed)
     present = tmp_path / "present.yaml"
     present.write_text(yaml.safe_dump(config))
-    planned = snakemake(tmp_path, "-n", configfile=present)
+    return present
+
+
+@pytest.mark.parametrize("paper_config", PAPER_CONFIGS, ids=lambda p: p.stem)
+def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_path):
+    result = snakemake(tmp_path, "-n", configfile=paper_config)
+    assert result.returncode != 0
+    assert "dataset path(s) named in the config do not exist" in result.stdout + result.stderr
+    planned = snakemake(tmp_path, "-n", configfile=_with_data_in(tmp_path, yaml.safe_load(paper_config.read_text())))
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
 
 
