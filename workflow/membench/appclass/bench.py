@@ -8,7 +8,6 @@ import logging
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from membench.appclass.options import AppclassOptions, formula_bytes
 from membench.core import sources
 from membench.core.meter import MIB, Meter
 from membench.core.metrics import job_record, read_metrics, write_job_outputs
+from membench.core.processes import membench_command
 from membench.core.tables import write_table
 from membench.data.graphs import read_graph_pair
 
@@ -229,10 +229,9 @@ def compare(
             jobdir = outdir / f"round{round_index}" / spec.variant
             jobdir.mkdir(parents=True, exist_ok=True)
             printed = first_output if position == 0 and round_index == 0 else jobdir / "output.txt"
-            run_command = [
-                sys.executable, "-m", "membench.cli", "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True),
-                "--build-manifest", str(build_manifest),
-            ]
+            run_command = membench_command(
+                "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True), "--build-manifest", build_manifest,
+            )
             begin = time.perf_counter()
             with open(printed, "wb") as stdout:
                 subprocess.run(run_command, check=True, stdout=stdout)
@@ -240,11 +239,10 @@ def compare(
             same_bytes = filecmp.cmp(printed, first_output, shallow=False)
             if printed != first_output:
                 printed.unlink()
-            command = [
-                sys.executable, "-m", "membench.cli", "appclass", "bench", *graph_paths,
-                "--dataset", dataset, "--outdir", str(jobdir), *_spec_arguments(spec), *extra_args,
-                "--build-manifest", str(build_manifest),
-            ]
+            command = membench_command(
+                "appclass", "bench", *graph_paths, "--dataset", dataset, "--outdir", jobdir, *_spec_arguments(spec),
+                *extra_args, "--build-manifest", build_manifest,
+            )
             if position == 0 and round_index == 0:
                 command += ["--out-npy", str(reference_npy)]
             elif position > 0:
