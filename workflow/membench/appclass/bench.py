@@ -33,9 +33,11 @@ AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
 COMPARE_COLUMNS = (
     "round", "variant", "kernels_used", "run_s", "prints_first_variant_bytes", "read_ms", "init_ms",
     "iterations_ms", "total_ms", "edge_copy_ms", "iteration_vs_copy", "algorithm_rss_mib", "peak_rss_mib",
-    "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
+    "alloc_peak_mib", "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
 )
 COPY_REPEATS = 3
+REFERENCE_ALLOC_NOTE = ("the NumPy reference allocates outside torch's allocator, so no allocator-level peak is "
+                        "recorded; algorithm_rss_mib is its memory")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def run_bench_job(
     out_npy: str | None = None,
     sample_interval_s: float = 0.02,
     trace_live_tensors: bool = False,
+    trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
     build_manifest: str | os.PathLike | None = None,
 ) -> dict[str, object]:
@@ -106,9 +109,12 @@ def run_bench_job(
     array with the same threads, the memory-bandwidth yardstick of an iteration
     (``iteration_vs_copy`` = iteration time / copy time). Memory (MiB): ``algorithm_rss_mib``
     (sampled RSS peak of init and iterations above the RSS after reading and a warm-up run),
-    ``formula_mib`` (SPEC's arrays), and with ``trace_live_tensors`` a separate traced run's
-    ``peak_tensor_mib`` (torch tensors only). ``kernels_used``: ``extension`` (the C++ kernels of
-    ``build_manifest``), ``torch`` or ``reference``.
+    ``formula_mib`` (SPEC's arrays), and ``alloc_peak_mib``: the allocator-level peak of init and
+    iterations above the level after reading, exact, every buffer of the C++ kernels included (on a
+    GPU the CUDA allocator's, on a CPU with ``trace_allocator`` from a separate traced run; for the
+    NumPy reference, which allocates outside torch, empty with ``alloc_peak_note`` saying so). With
+    ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).
+    ``kernels_used``: ``extension`` (the C++ kernels of ``build_manifest``), ``torch`` or ``reference``.
     """
     from membench.appclass.extension import select_kernels
     from membench.appclass.output import format_beliefs, write_npy
@@ -170,11 +176,23 @@ def run_bench_job(
             "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
         }
     )
-    if trace_live_tensors:
-        with Meter(device, sample_interval_s=0, trace_live_tensors=True) as traced:
-            classify(data, pattern, **run, phase=traced.phase)
-        record["peak_tensor_mib"] = traced.summary()["peak_tensor_mib"]
-        record["trace_live_tensors"] = True
+    # The timed run's allocator figures are per phase; the algorithm's peak spans init and iterations.
+    record["alloc_peak_mib"] = None
+    if spec.implementation == "reference":
+        record["alloc_peak_note"] = REFERENCE_ALLOC_NOTE
+    allocator_run = spec.implementation != "reference" and (device.type == "cuda" or trace_allocator)
+    if trace_live_tensors or allocator_run:
+        # Tracing slows the run, so it is a run of its own, one phase from init to the last iteration.
+        with Meter(device, sample_interval_s=0, trace_live_tensors=trace_live_tensors,
+                   trace_allocator=allocator_run and device.type == "cpu") as traced:
+            with traced.phase("algorithm"):
+                classify(data, pattern, **run)
+        summary = traced.summary()
+        if trace_live_tensors:
+            record.update(peak_tensor_mib=summary["peak_tensor_mib"], trace_live_tensors=True)
+        if allocator_run:
+            record.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
+                          allocator_available=True)
     if reference_npy is not None:
         reference = np.load(reference_npy, allow_pickle=False)
         record.update(agreement(beliefs, reference, spec.precision))
