@@ -21,7 +21,7 @@ import pandas as pd
 
 from membench.core import atomic
 from membench.core.errors import InputError
-from membench.core.metrics import MEASURED_FIELDS, REQUIRED_FIELDS, check_record, write_job_outputs
+from membench.core.metrics import REQUIRED_FIELDS, check_record, write_job_outputs
 from membench.core.oom import OOM_STATUS
 from membench.core.processes import membench_command
 from membench.core.validate import read_json_object
@@ -87,7 +87,6 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     atomic.write_csv(Path(outdir) / "probes.csv", table)
     first = records[probes[0][0]]
     record = {key: first.get(key) for key in (*REQUIRED_FIELDS, *_DEVICE_FIELDS, *expected)}
-    record.update({f: None for f in MEASURED_FIELDS})
     record.update({
         "job": "maxbatch", "batch_size": None, "pid": os.getpid(), "largest_batch": largest,
         "probes": " ".join(f"{b}:{records[b]['status']}" for b, _ in probes), "probe_count": len(probes),
