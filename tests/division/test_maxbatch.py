@@ -112,3 +112,13 @@ def test_start_above_limit_is_refused(tmp_path, capsys):
     code = main(["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--method", "vanilla", "--device", "cpu",
                  "--start", "8", "--limit", "4"])
     assert code == 2 and "--start 8 is above --limit 4" in capsys.readouterr().err
+
+
+def test_auto_device_without_a_gpu_is_refused(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code = main(["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--method", "vanilla", "--device", "auto"])
+    assert code == 2 and "needs a CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

@@ -199,9 +199,16 @@ def _speed(args, device, spec, kernels, meter) -> dict:
 
 def _maxbatch(args) -> None:
     """The search driver: probes are ``membench division memory`` subprocesses (see ``maxbatch``)."""
+    import torch
+
+    from membench.core.errors import InputError
     from membench.division.maxbatch import search
 
     _check_positive(args, ["image_size", "num_classes", "block_size", "group_size", "width", "start", "limit"])
+    # is_available() creates no CUDA context, so the probes still find the device untouched.
+    if args.device == "auto" and not torch.cuda.is_available():
+        raise InputError(None, "the largest-batch search needs a CUDA device; --device cpu searches the host "
+                               "allocator, which on most machines swaps or is killed before it refuses", "option --device")
     options = {
         "--method": args.method, "--model": args.model, "--width": args.width, "--stem": args.stem,
         "--device": args.device, "--seed": args.seed, "--block-size": args.block_size, "--hfc-bits": args.hfc_bits,
