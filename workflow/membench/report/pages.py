@@ -29,10 +29,18 @@ READING = (
 )
 
 
+# On the report's landing page the fragment sits in a narrow text column beside the job graph:
+# widen that column and let the graph wrap below it, for this page only.
+LANDING_STYLE = (
+    ".prose:has(#membench-summary) { max-width: none; } "
+    "div.flex:has(> div > .prose #membench-summary) { flex-wrap: wrap; }"
+)
+
+
 def summary_fragment(headline: pd.DataFrame, scale: str, provenance: dict, machine: dict, loads: dict) -> str:
     """The summary as an HTML fragment (no document around it), for the report's landing text."""
     parts = [
-        f"<style>{STYLE}</style>",
+        f"<style>{STYLE}{LANDING_STYLE}</style>",
         '<div id="membench-summary">',
         f"<p><strong>{html.escape(scale)}</strong></p>",
         f"<p>{html.escape(READING)}</p>",
