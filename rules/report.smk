@@ -102,14 +102,6 @@ rule report_table_page:
 rule report_provenance:
     output:
         "results/report/provenance.json",
-    params:
-        # The command line differs with every invocation (-n, --report, targets). A param derived
-        # from the output is no rerun trigger, so the record names the command that last wrote it.
-        command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
-        config=json.dumps(config, sort_keys=True, default=str),
-        default_config=workflow.source_path("../config/config.yaml"),
-        schema=workflow.source_path("../config/schema.yaml"),
-        checkout=workflow.basedir,
     log:
         log_path("report_provenance"),
     benchmark:
@@ -120,6 +112,14 @@ rule report_provenance:
     resources:
         mem_mb=1000,
         runtime=5,
+    params:
+        # The command line differs with every invocation (-n, --report, targets). A param derived
+        # from the output is no rerun trigger, so the record names the command that last wrote it.
+        command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
+        config=json.dumps(config, sort_keys=True, default=str),
+        default_config=workflow.source_path("../config/config.yaml"),
+        schema=workflow.source_path("../config/schema.yaml"),
+        checkout=workflow.basedir,
     shell:
         "membench report provenance --command {params.command:q} --config-json {params.config:q}"
         " --default-config {params.default_config:q} --schema {params.schema:q}"

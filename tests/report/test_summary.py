@@ -15,36 +15,11 @@ FIGURE = {
 }
 
 
-def write_hotconv(directory, device="cuda", reliable=True):
-    sweep = pd.DataFrame({
-        "variant": ["malconv2", "hotconv_eco", "malconv2", "hotconv_eco"],
-        "max_len": [512, 512, 1024, 1024],
-        "batch_size": [2, 2, 2, 2],
-        "status": ["ok"] * 4,
-        "device": [device] * 4,
-        "device_name": ["Test GPU"] * 4,
-        "step_alloc_peak_mib": [999.0, 1.0, 100.0, 4.0],
-    })
-    sweep.to_csv(directory / "hotconv_sweep.csv", index=False)
-    train = pd.DataFrame({
-        "variant": ["malconv2", "hotconv_eco"],
-        "dataset": ["tiny", "tiny"],
-        "device": [device] * 2,
-        "max_len": [1024, 1024],
-        "test_accuracy": [0.9, 0.85],
-        "time_median_s": [2.0, 3.0],
-        "time_unit": ["epoch", "epoch"],
-        "timing_reliable": [True, reliable],
-        "timing_flag": ["", "" if reliable else "spread 80% over 3 epochs"],
-    })
-    train.to_csv(directory / "hotconv.csv", index=False)
-
-
 def by_method(frame):
     return frame.set_index("method")
 
 
-def test_ratios_are_against_the_baseline_at_the_largest_point(tmp_path):
+def test_ratios_are_against_the_baseline_at_the_largest_point(tmp_path, write_hotconv):
     write_hotconv(tmp_path)
     rows = by_method(headline_table(tmp_path, [FIGURE]))
     assert list(headline_table(tmp_path, []).columns) == list(HEADLINE_COLUMNS)
@@ -57,7 +32,7 @@ def test_ratios_are_against_the_baseline_at_the_largest_point(tmp_path):
     assert rows.loc["hotconv_eco", "timing_flag"] == ""
 
 
-def test_verdict_met_not_met_and_not_comparable(tmp_path):
+def test_verdict_met_not_met_and_not_comparable(tmp_path, write_hotconv):
     write_hotconv(tmp_path)
     assert by_method(headline_table(tmp_path, [FIGURE])).loc["hotconv_eco", "verdict"] == MET
     strict = FIGURE | {"value": 0.01, "tolerance": 0.0}
@@ -71,7 +46,7 @@ def test_verdict_met_not_met_and_not_comparable(tmp_path):
     assert by_method(headline_table(cpu_dir, [FIGURE])).loc["malconv2", "verdict"] == NO_FIGURE
 
 
-def test_unreliable_timing_is_flagged_and_never_judged(tmp_path):
+def test_unreliable_timing_is_flagged_and_never_judged(tmp_path, write_hotconv):
     write_hotconv(tmp_path, reliable=False)
     timing = FIGURE | {"id": "eco_time", "metric": "time_ratio", "value": 2.0}
     row = by_method(headline_table(tmp_path, [timing])).loc["hotconv_eco"]
@@ -79,7 +54,7 @@ def test_unreliable_timing_is_flagged_and_never_judged(tmp_path):
     assert row["verdict"] == NOT_COMPARABLE and "timing flagged" in row["note"]
 
 
-def test_timing_without_reliability_fields_falls_back_labelled_and_flagged(tmp_path):
+def test_timing_without_reliability_fields_falls_back_labelled_and_flagged(tmp_path, write_hotconv):
     write_hotconv(tmp_path)
     train = pd.read_csv(tmp_path / "hotconv.csv").drop(columns=["time_median_s", "timing_reliable", "timing_flag"])
     train["time_per_epoch_s"] = [4.0, 2.0]
@@ -101,7 +76,7 @@ def test_division_throughput_becomes_a_time_ratio(tmp_path):
     assert set(rows["system"]) == {"division"}
 
 
-def test_missing_system_tables_give_no_rows_and_the_scale_line_says_so(tmp_path):
+def test_missing_system_tables_give_no_rows_and_the_scale_line_says_so(tmp_path, write_hotconv):
     write_hotconv(tmp_path, device="cpu")
     tables = read_tables(tmp_path)
     assert set(headline_table(tmp_path, [FIGURE])["system"]) == {"hotconv"}
@@ -122,7 +97,7 @@ def test_memnet_rows_compare_with_the_published_data_set_only(tmp_path):
     figure = {**FIGURE, "id": "mlp_acc", "system": "memnet", "metric": "accuracy", "value": 0.976,
               "compare": "at_least", "tolerance": 0.02,
               "match": {"estimator": "gpumemnet_mlp", "family": "mlp"},
-              "requires": {"measured": False, "jobs": 3000}}
+              "requires": {"published_data": True, "jobs": 3000}}
     frame = headline_table(tmp_path, [figure])
     measured = frame[(frame["dataset"] == "measured_mlp") & (frame["method"] == "gpumemnet_mlp")].iloc[0]
     published = frame[frame["dataset"] == "gpumemnet_mlp"].iloc[0]

@@ -34,7 +34,9 @@ STYLE = """
 table.membench-table { border-collapse: collapse; font: 13px/1.35 system-ui, sans-serif; margin: 0.5em 0; }
 table.membench-table th, table.membench-table td { border: 1px solid #d0d4da; padding: 3px 7px; vertical-align: top; }
 table.membench-table th { background: #eef1f5; text-align: left; white-space: nowrap; cursor: pointer; }
-table.membench-table td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.membench-table td { white-space: nowrap; }
+table.membench-table td.long { white-space: normal; min-width: 24em; max-width: 48em; }
+table.membench-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.membench-table tr:nth-child(even) td { background: #f8f9fb; }
 table.membench-table td.flag { color: #8a5300; }
 .membench-downloads a { margin-right: 1em; }
@@ -87,7 +89,7 @@ def table_html(frame: pd.DataFrame, columns: list[str] | None = None, flag_colum
     """``frame`` (or its ``columns`` that exist) as one HTML ``<table>``, every value escaped.
 
     Numeric cells carry their value in ``data-value`` (for sorting) and align right; cells of
-    ``flag_columns`` are styled as warnings.
+    ``flag_columns`` are styled as warnings; long texts wrap, other cells keep to one line.
     """
     shown = [column for column in (columns or list(frame.columns)) if column in frame.columns]
     heads = "".join(f"<th>{html.escape(header(column))}</th>" for column in shown)
@@ -101,6 +103,8 @@ def table_html(frame: pd.DataFrame, columns: list[str] | None = None, flag_colum
                 cells.append(f'<td class="num" data-value="{float(value)!r}">{text}</td>')
             elif column in flag_columns and text:
                 cells.append(f'<td class="flag">{text}</td>')
+            elif len(text) > 40:
+                cells.append(f'<td class="long">{text}</td>')
             else:
                 cells.append(f"<td>{text}</td>")
         lines.append(f"<tr>{''.join(cells)}</tr>")

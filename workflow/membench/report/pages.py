@@ -14,21 +14,23 @@ from membench.core.tables import parquet_path_for
 from membench.report.html import STYLE, download_links, page, table_html
 from membench.report.views import TABLE_VIEWS
 
-# The headline's columns as the summary page shows them, with what each means.
-SUMMARY_COLUMNS = (
-    "system", "dataset", "method", "baseline", "memory_figure", "memory_mib", "memory_ratio", "time_ratio",
-    "timing_flag", "quality", "quality_value", "quality_change", "published", "verdict", "note",
+# The headline as the summary page shows it: one table per system and dataset, whose baseline and
+# figure definitions head it; the published figures with their notes, and the reasons of timing
+# flags, follow in a table and a list of their own, so that every row stays one line high.
+SYSTEM_COLUMNS = (
+    "method", "memory_mib", "memory_ratio", "time_ratio", "timing", "quality_value", "quality_change",
+    "quality_detail", "verdict",
 )
+PUBLISHED_COLUMNS = ("system", "dataset", "method", "published", "verdict", "note")
 READING = (
     "memory_ratio and time_ratio are the method's figure over the baseline's (below 1: less memory, faster); "
     "memory_figure names the column used (a training step's allocator peak or its exact activation bytes, "
-    "never a job peak dominated by the input or optimizer state). A time ratio with a timing_flag is not a "
-    "finding: the timing was taken without a steady-state median or under load. quality_change is the "
-    "method's quality figure minus the baseline's (fractions: 0.01 = 1 point). The verdict compares with the "
-    "published figure only in the paper's hardware, scale and data; the note says why a figure is not comparable."
+    "never a job peak dominated by the input or optimizer state). A time ratio marked flagged is not a "
+    "finding: the timing was taken without a steady-state median or under load (reasons below). "
+    "quality_change is the method's quality figure minus the baseline's (fractions: 0.01 = 1 point). The "
+    "verdict compares with the published figure only in the paper's hardware, scale and data; the note "
+    "says why a figure is not comparable."
 )
-
-
 # On the report's landing page the fragment sits in a narrow text column beside the job graph:
 # widen that column and let the graph wrap below it, for this page only.
 LANDING_STYLE = (
@@ -39,17 +41,46 @@ LANDING_STYLE = (
 
 def summary_fragment(headline: pd.DataFrame, scale: str, provenance: dict, machine: dict, loads: dict) -> str:
     """The summary as an HTML fragment (no document around it), for the report's landing text."""
+    flags = headline["timing_flag"].fillna("")
+    shown = headline.assign(timing=["flagged" if flag else "" for flag in flags])
+    reasons = "".join(
+        f"<li>{html.escape(flag)}: {html.escape(', '.join(headline.loc[flags == flag, 'method']))}</li>"
+        for flag in dict.fromkeys(flag for flag in flags if flag)
+    )
+    published = headline[headline["published"].fillna("") != ""]
     parts = [
         f"<style>{STYLE}{LANDING_STYLE}</style>",
         '<div id="membench-summary">',
         f"<p><strong>{html.escape(scale)}</strong></p>",
         f"<p>{html.escape(READING)}</p>",
-        table_html(headline, list(SUMMARY_COLUMNS), flag_columns=("timing_flag",)),
+        *(_system_table(block) for _, block in shown.groupby(["system", "dataset"], sort=False)),
+        f"<p>Timing flags:</p><ul>{reasons}</ul>" if reasons else "<p>Every timing was marked reliable.</p>",
+        "<h3>Published figures beside the measured ones</h3>",
+        table_html(published, list(PUBLISHED_COLUMNS)),
         "<h3>Provenance</h3>",
         _provenance_table(provenance, machine, loads),
         "</div>",
     ]
     return "\n".join(parts)
+
+
+def _system_table(block: pd.DataFrame) -> str:
+    """One system's (and dataset's) rows under a heading naming its baseline and figures."""
+    first = block.iloc[0]
+    columns = [c for c in SYSTEM_COLUMNS if c != "quality_detail" or block["quality_detail"].notna().any()]
+    baselines = set(block["baseline"].dropna())
+    if len(baselines) > 1:
+        columns.insert(1, "baseline")
+    heading = (
+        f"{first['system']} ({first['dataset']}): baseline "
+        f"{first['baseline'] if len(baselines) == 1 else 'per method'}; memory: "
+        f"{_named(first['memory_figure'])}; time: {_named(first['time_figure'])}; quality: {_named(first['quality'])}"
+    )
+    return f"<h4>{html.escape(heading)}</h4>\n{table_html(block, columns, flag_columns=('timing',))}"
+
+
+def _named(value) -> str:
+    return value if isinstance(value, str) and value else "not recorded"
 
 
 def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:

@@ -55,8 +55,13 @@ def config_differences(default: dict, config: dict, prefix: str = "") -> list[st
         if isinstance(old, dict) and isinstance(new, dict):
             lines += config_differences(old, new, f"{name}.")
         elif old != new:
-            lines.append(f"{name}: {json.dumps(old, default=str)} -> {json.dumps(new, default=str)}")
+            lines.append(f"{name}: {_short(old)} -> {_short(new)}")
     return lines
+
+
+def _short(value, limit: int = 80) -> str:
+    text = value if value == "(absent)" else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def cpu_model() -> str:

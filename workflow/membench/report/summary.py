@@ -43,6 +43,7 @@ HEADLINE_COLUMNS = (
     "quality",
     "quality_value",
     "quality_change",
+    "quality_detail",
     "published",
     "verdict",
     "note",
@@ -84,8 +85,9 @@ def headline_table(tables_dir: str | os.PathLike, published: list[dict]) -> pd.D
 
     ``memory_ratio`` and ``time_ratio`` are the method's figure divided by the baseline's (below 1:
     less memory, faster); ``quality_change`` is the method's quality figure minus the baseline's;
-    ``timing_flag`` is empty only when both timings were marked reliable by their jobs. Systems
-    whose tables are missing have no rows.
+    ``quality_detail`` adds what one number cannot say (under-estimation rate, clean accuracy,
+    difference from the reference); ``timing_flag`` is empty only when both timings were marked
+    reliable by their jobs. Systems whose tables are missing have no rows.
     """
     return headline_from_tables(read_tables(tables_dir), published)
 
@@ -324,17 +326,18 @@ def _appclass(tables: dict[str, pd.DataFrame]) -> list[dict]:
     _set_time(rows, pair, "variant", lambda m: baseline, (("iterations_ms", "ms of belief-propagation iterations", False),))
     for _, row in pair.iterrows():
         target = rows[row["variant"]]
+        target["quality"] = "agrees with the reference (1 yes, 0 no)"
         if row["variant"] == baseline:
-            target["quality"] = "the reference"
+            target["quality_detail"] = "the reference"
             continue
         agrees = row.get("agrees_with_reference")
         if agrees is None or (isinstance(agrees, float) and math.isnan(agrees)):
             continue
         difference = _value(row, "reference_max_abs_diff")
-        target["quality"] = ("agrees with the reference" if _is_true(agrees) else "DIFFERS from the reference") + (
-            f" (max abs diff {difference:.2g})" if difference is not None else ""
-        )
         target["quality_value"] = 1.0 if _is_true(agrees) else 0.0
+        target["quality_detail"] = ("agrees" if _is_true(agrees) else "DIFFERS") + (
+            f", max abs diff {difference:.2g}" if difference is not None else ""
+        )
     return list(rows.values())
 
 
@@ -348,7 +351,7 @@ def _memnet(tables: dict[str, pd.DataFrame]) -> list[dict]:
         horus_accuracy = _value(horus.iloc[0], "accuracy") if len(horus) else None
         for _, row in group.iterrows():
             target = _method_row("memnet", str(dataset), str(row["estimator"]), "horus")
-            context = _context(row) | {"measured": str(dataset).startswith("measured_")}
+            context = _context(row) | {"published_data": not str(dataset).startswith("measured_")}
             target["context"] = context
             accuracy, under = _value(row, "accuracy"), _value(row, "under_rate")
             if accuracy is not None:
@@ -357,7 +360,7 @@ def _memnet(tables: dict[str, pd.DataFrame]) -> list[dict]:
                 if horus_accuracy is not None:
                     target["quality_change"] = accuracy - horus_accuracy
             if under is not None:
-                target["quality"] = f"{target.get('quality', 'estimator')}, under-estimation {under:.1%}"
+                target["quality_detail"] = f"under-estimation {under:.1%}"
                 target["figures"]["under_rate"] = (under, context)
             rows.append(target)
     return rows
@@ -390,6 +393,8 @@ def _robust(tables: dict[str, pd.DataFrame]) -> list[dict]:
         for metric in ("clean_accuracy", "robust_accuracy"):
             if _value(row, metric) is not None:
                 target["figures"][metric] = (_value(row, metric), _context(row))
+        if _value(row, "clean_accuracy") is not None:
+            target["quality_detail"] = f"clean accuracy {_value(row, 'clean_accuracy'):.3g}"
     return list(rows.values())
 
 

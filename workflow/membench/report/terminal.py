@@ -48,12 +48,12 @@ def format_summary(headline: pd.DataFrame, scale: str) -> str:
         "(not a finding); change: quality minus the baseline's.", WIDTH)
     for (system, dataset), block in headline.groupby(["system", "dataset"], sort=False):
         first = block.iloc[0]
-        qualities = {q for q in block["quality"] if isinstance(q, str) and q}
-        quality = qualities.pop() if len(qualities) == 1 else "per method, below"
+        baselines = set(block["baseline"].dropna())
+        baseline = first["baseline"] if len(baselines) == 1 else "per method, below"
         lines.append("")
         lines += textwrap.wrap(
-            f"{system} ({dataset}), baseline {first['baseline']}: memory = {_text(first['memory_figure'])}, "
-            f"time = {_text(first.get('time_figure'))}, quality = {quality}", WIDTH,
+            f"{system} ({dataset}), baseline {baseline}: memory = {_text(first['memory_figure'])}, "
+            f"time = {_text(first.get('time_figure'))}, quality = {_text(first['quality'])}", WIDTH,
             subsequent_indent="    ")
         lines.append(_ROW.format("method", "memory MiB", "mem x", "time x", "quality", "change", "verdict"))
         notes = []
@@ -62,8 +62,10 @@ def format_summary(headline: pd.DataFrame, scale: str) -> str:
             lines.append(_ROW.format(
                 row["method"], _number(row["memory_mib"], 4), _number(row["memory_ratio"]), time,
                 _number(row["quality_value"]), _number(row["quality_change"], 2, signed=True), row["verdict"]))
-            if quality == "per method, below" and isinstance(row["quality"], str):
-                notes.append(f"    {row['method']}: {row['quality']}"[:WIDTH])
+            details = [f"baseline {row['baseline']}"] if baseline != row["baseline"] else []
+            details += [row["quality_detail"]] if isinstance(row["quality_detail"], str) else []
+            if details:
+                notes.append(f"    {row['method']}: {'; '.join(details)}"[:WIDTH])
             if isinstance(row["published"], str) and row["published"]:
                 notes += textwrap.wrap(f"{row['method']}: published {row['published']}. {row['note']}", WIDTH,
                                        initial_indent="    ", subsequent_indent="      ")
