@@ -2,6 +2,7 @@
 
 import base64
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -56,3 +57,9 @@ def test_table_page_bad_inputs(tmp_path):
         table_page("nope", tmp_path / "nope.csv")
     with pytest.raises(InputError, match="table not found"):
         table_page("hotconv", tmp_path / "hotconv.csv")
+
+
+def test_every_aggregated_table_of_the_rules_has_a_page():
+    rules = Path(__file__).resolve().parents[2] / "rules"
+    tables = {name for path in rules.glob("*.smk") for name in re.findall(r"results/tables/(\w+)\.csv", path.read_text())}
+    assert tables and tables <= set(TABLE_VIEWS), sorted(tables - set(TABLE_VIEWS))

@@ -116,3 +116,10 @@ def test_bad_tables_are_input_errors_naming_the_file(tmp_path):
     (tmp_path / "hotconv.csv").write_bytes(b"variant\n\xff\xfe\x00bad")
     with pytest.raises(InputError, match=r"hotconv\.csv: not a readable CSV table"):
         read_tables(tmp_path)
+
+
+def test_the_paper_model_sweep_is_preferred_where_it_ran(tmp_path, write_hotconv):
+    write_hotconv(tmp_path)
+    pd.DataFrame({"variant": ["malconv2", "hotconv_eco"], "max_len": [2097152] * 2, "batch_size": [1, 1],
+                  "step_alloc_peak_mib": [400.0, 20.0]}).to_csv(tmp_path / "hotconv_bench.csv", index=False)
+    assert by_method(headline_table(tmp_path, [])).loc["hotconv_eco", "memory_ratio"] == pytest.approx(0.05)

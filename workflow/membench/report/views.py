@@ -30,6 +30,12 @@ TABLE_VIEWS: dict[str, TableView] = {
         ("variant", "batch_size", "max_len", "num_filters", "status", "step_alloc_peak_mib", "step_activation_mib",
          "step_peak_tensor_mib", "alloc_vs_hotconv_eco", "activation_vs_hotconv_eco", "step_ms", *TIMING, *RUN),
     ),
+    "hotconv_bench": TableView(
+        "HotConv memory at the paper model's scale (256 filters, window 512): one training step per point",
+        "HotConv",
+        ("variant", "batch_size", "max_len", "num_filters", "status", "step_alloc_peak_mib", "step_activation_mib",
+         "step_peak_tensor_mib", "alloc_vs_hotconv_eco", "activation_vs_hotconv_eco", "step_ms", *TIMING, *RUN),
+    ),
     "division_memory": TableView(
         "DIVISION memory: activation bytes and the training step's peak per method and batch size",
         "DIVISION",
@@ -51,7 +57,7 @@ TABLE_VIEWS: dict[str, TableView] = {
     "division_max_batch": TableView(
         "DIVISION largest batch that fits per method",
         "DIVISION",
-        ("variant", "model", "max_batch_size", "status", *RUN),
+        ("variant", "model", "image_size", "amp", "largest_batch", "search_limit", "probes", *RUN),
     ),
     "appclass": TableView(
         "Application classification: runtime, memory and agreement with the reference per implementation",
