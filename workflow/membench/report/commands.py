@@ -10,6 +10,7 @@ import argparse
 import json
 
 from membench.core.atomic import write_json, write_text
+from membench.core.errors import InputError
 from membench.report.html import page
 from membench.report.pages import summary_fragment, table_page
 from membench.report.provenance import machine_from_tables, provenance, read_provenance, timing_load
@@ -49,8 +50,6 @@ def run(args: argparse.Namespace) -> None:
         try:
             config = json.loads(args.config_json)
         except json.JSONDecodeError as exc:
-            from membench.core.errors import InputError
-
             raise InputError(None, f"--config-json is not valid JSON ({exc.msg})") from None
         write_json(args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout))
     elif args.step == "summary":

@@ -51,7 +51,7 @@ def summary_fragment(headline: pd.DataFrame, scale: str, provenance: dict, machi
     parts = [
         f"<style>{STYLE}{LANDING_STYLE}</style>",
         '<div id="membench-summary">',
-        f"<p><strong>{html.escape(scale)}</strong></p>",
+        f"<p><strong>{html.escape(scale)} {html.escape(_configuration(provenance))}</strong></p>",
         f"<p>{html.escape(READING)}</p>",
         *(_system_table(block) for _, block in shown.groupby(["system", "dataset"], sort=False)),
         f"<p>Timing flags:</p><ul>{reasons}</ul>" if reasons else "<p>Every timing was marked reliable.</p>",
@@ -62,6 +62,13 @@ def summary_fragment(headline: pd.DataFrame, scale: str, provenance: dict, machi
         "</div>",
     ]
     return "\n".join(parts)
+
+
+def _configuration(provenance: dict) -> str:
+    differences = provenance.get("config_differences") or []
+    if not differences:
+        return "Configuration: the default."
+    return f"Configuration: the default with {len(differences)} key(s) changed (see the provenance)."
 
 
 def _system_table(block: pd.DataFrame) -> str:

@@ -95,26 +95,15 @@ def headline_table(tables_dir: str | os.PathLike, published: list[dict]) -> pd.D
 
 def headline_from_tables(tables: dict[str, pd.DataFrame], published: list[dict]) -> pd.DataFrame:
     """``headline_table`` over tables already read (see ``read_tables``)."""
-    rows = []
-    for extract in (_hotconv, _division, _appclass, _memnet, _robust):
-        rows += extract(tables)
-    for row in rows:
-        _judge(row, published)
+    rows = [row for row, _ in _judged_rows(tables, published)]
     frame = pd.DataFrame([{column: row.get(column) for column in HEADLINE_COLUMNS} for row in rows])
     return frame if rows else pd.DataFrame(columns=HEADLINE_COLUMNS)
 
 
-def comparable_counts(tables: dict[str, pd.DataFrame], published: list[dict]) -> tuple[int, int]:
-    """(published figures measured in their paper's setting, published figures beside a measured row)."""
-    rows = []
-    for extract in (_hotconv, _division, _appclass, _memnet, _robust):
-        rows += extract(tables)
-    comparable = total = 0
-    for row in rows:
-        for verdict in _judge(row, published):
-            total += 1
-            comparable += verdict in (MET, NOT_MET)
-    return comparable, total
+def _judged_rows(tables: dict[str, pd.DataFrame], published: list[dict]) -> list[tuple[dict, list[str]]]:
+    """Each headline row (as a dict) with the verdicts of the published figures beside it."""
+    rows = [row for extract in (_hotconv, _division, _appclass, _memnet, _robust) for row in extract(tables)]
+    return [(row, _judge(row, published)) for row in rows]
 
 
 def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
@@ -130,7 +119,8 @@ def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
                 if isinstance(name, str) and name:
                     devices[kind].add(name)
     where = ", ".join(f"{kind} ({', '.join(sorted(names))})" if names else kind for kind, names in sorted(devices.items()))
-    comparable, total = comparable_counts(tables, published)
+    verdicts = [verdict for _, row_verdicts in _judged_rows(tables, published) for verdict in row_verdicts]
+    total, comparable = len(verdicts), sum(verdict in (MET, NOT_MET) for verdict in verdicts)
     if total == 0:
         setting = "no published figure applies to the methods measured"
     elif comparable == 0:
