@@ -96,7 +96,8 @@ rule report_table_page:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench report table --name {wildcards.report_table} --csv {input.csv} --out {output} > {log} 2>&1"
+        "membench report table --name {wildcards.report_table} --csv {input.csv} --parquet {input.parquet}"
+        " --out {output} > {log} 2>&1"
 
 
 rule report_provenance:

@@ -43,7 +43,7 @@ def test_table_page_shows_curated_columns_and_embeds_the_full_tables(tmp_path):
                           "train_alloc_peak_mib": [1.0, 50.0], "hidden_column": [1, 2]})
     csv = tmp_path / "hotconv.csv"
     write_table(frame, csv, tmp_path / "hotconv.parquet")
-    text = table_page("hotconv", csv)
+    text = table_page("hotconv", csv, tmp_path / "hotconv.parquet")
     assert text.startswith("<!DOCTYPE html>") and TABLE_VIEWS["hotconv"].title in text
     assert "train_alloc_peak_mib (MiB)" in text and "<th>hidden_column</th>" not in text
     assert text.count("<tr>") == 3

@@ -40,7 +40,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     table = steps.add_parser("table", help="one aggregated table's page: curated columns, downloads")
     table.add_argument("--name", required=True, help="the table's name (e.g. hotconv_sweep)")
-    table.add_argument("--csv", required=True, help="the table's CSV (its Parquet twin is linked when present)")
+    table.add_argument("--csv", required=True, help="the table's CSV")
+    table.add_argument("--parquet", help="the table's Parquet twin, to download beside the CSV")
     table.add_argument("--out", required=True, help="HTML page to write")
     return parser
 
@@ -64,4 +65,4 @@ def run(args: argparse.Namespace) -> None:
         write_text(args.out_html, page("membench: summary of the results", fragment))
         write_text(args.out_csv, headline.to_csv(index=False))
     else:
-        write_text(args.out, table_page(args.name, args.csv))
+        write_text(args.out, table_page(args.name, args.csv, args.parquet))

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 
 from membench.core.errors import InputError
-from membench.core.tables import parquet_path_for
 from membench.report.html import STYLE, download_links, page, table_html
 from membench.report.views import TABLE_VIEWS
 
@@ -109,8 +108,9 @@ def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:
     return table_html(frame, ["what", "value"])
 
 
-def table_page(name: str, csv_path: str | os.PathLike) -> str:
-    """The page of an aggregated table: its curated columns, and the full CSV and Parquet to download."""
+def table_page(name: str, csv_path: str | os.PathLike, parquet_path: str | os.PathLike | None = None) -> str:
+    """The page of an aggregated table: its curated columns, and the full CSV (and Parquet, when
+    given) to download."""
     view = TABLE_VIEWS.get(name)
     if view is None:
         raise InputError(csv_path, f"no page is defined for table {name!r} (known: {', '.join(TABLE_VIEWS)})")
@@ -120,9 +120,7 @@ def table_page(name: str, csv_path: str | os.PathLike) -> str:
         raise InputError(csv_path, "table not found") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(csv_path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None
-    files = [Path(csv_path)]
-    if parquet_path_for(csv_path).exists():
-        files.append(parquet_path_for(csv_path))
+    files = [Path(csv_path)] + ([Path(parquet_path)] if parquet_path is not None else [])
     shown = [column for column in view.columns if column in frame.columns]
     body = (
         f"<p>{len(frame)} row(s); {len(shown)} of {len(frame.columns)} columns shown (units in the headers; "
