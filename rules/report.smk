@@ -101,6 +101,9 @@ rule report_table_page:
 
 
 rule report_provenance:
+    input:
+        default_config=workflow.source_path("../config/config.yaml"),
+        schema=workflow.source_path("../config/schema.yaml"),
     output:
         "results/report/provenance.json",
     log:
@@ -118,12 +121,10 @@ rule report_provenance:
         # from the output is no rerun trigger, so the record names the command that last wrote it.
         command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
         config=json.dumps(config, sort_keys=True, default=str),
-        default_config=workflow.source_path("../config/config.yaml"),
-        schema=workflow.source_path("../config/schema.yaml"),
         checkout=workflow.basedir,
     shell:
         "membench report provenance --command {params.command:q} --config-json {params.config:q}"
-        " --default-config {params.default_config:q} --schema {params.schema:q}"
+        " --default-config {input.default_config:q} --schema {input.schema:q}"
         " --checkout {params.checkout:q} --out {output} > {log} 2>&1"
 
 
