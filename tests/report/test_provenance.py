@@ -71,6 +71,7 @@ def test_summary_fragment_has_one_row_per_method_and_the_provenance(tmp_path, wr
     provenance = {"command": "snakemake <b>", "commit": "not a git checkout", "config_differences": ["seed: 0 -> 1"]}
     text = summary_fragment(headline, "Measured on CPU.", provenance, {"device": "cpu"}, {"hotconv": 2.5})
     assert "snakemake &lt;b&gt;" in text and "the default with 1 key(s) changed" in text
+    assert "<li><code>seed: 0 -&gt; 1</code></li>" in text
     assert "hotconv 2.50" in text and "spread 80% over 3 epochs: hotconv_eco" in text
     system_table = text[text.index("<h4>"):text.index("Timing flags")]
     assert system_table.count("<tr>") == len(headline) + 1

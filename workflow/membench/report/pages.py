@@ -30,9 +30,11 @@ READING = (
     "verdict compares with the published figure only in the paper's hardware, scale and data; the note "
     "says why a figure is not comparable."
 )
-# On the report's landing page the fragment sits in a narrow text column beside the job graph:
-# widen that column and let the graph wrap below it, for this page only.
+# On the report's landing page the fragment sits in a narrow text column beside the job graph,
+# inside a view that centres its content (a tall page would overflow above the top, out of reach):
+# align that view to the top, widen the column and let the graph wrap below it, for this page only.
 LANDING_STYLE = (
+    "div.overflow-auto:has(#membench-summary) { align-items: flex-start; justify-content: flex-start; } "
     ".prose:has(#membench-summary) { max-width: none; } "
     "div.flex:has(> div > .prose #membench-summary) { flex-wrap: wrap; }"
 )
@@ -95,7 +97,7 @@ def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:
         ("command", provenance.get("command", "")),
         ("commit", provenance.get("commit", "")),
         ("configuration", "the default (config/config.yaml with the schema's defaults)" if not differences
-         else f"differs from the default at {len(differences)} key(s): " + "; ".join(differences)),
+         else f"differs from the default at {len(differences)} key(s), listed below"),
         ("CPU", f"{provenance.get('cpu_model', '')}, {provenance.get('cpu_cores', '')} cores"),
         ("platform", provenance.get("platform", "")),
     ]
@@ -105,7 +107,12 @@ def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:
         ", ".join(f"{name} {load:.2f}" for name, load in loads.items()) or "not recorded by the timing jobs",
     ))
     frame = pd.DataFrame(rows, columns=["what", "value"])
-    return table_html(frame, ["what", "value"])
+    listing = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in differences)
+    folded = (
+        f"<details><summary>{len(differences)} configuration key(s) differ from the default</summary>"
+        f"<ul>{listing}</ul></details>" if differences else ""
+    )
+    return table_html(frame, ["what", "value"]) + folded
 
 
 def table_page(name: str, csv_path: str | os.PathLike, parquet_path: str | os.PathLike | None = None) -> str:
