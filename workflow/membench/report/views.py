@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Timing fields every timing job records (median of steady-state samples, first excluded).
-TIMING = ("time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "timing_reliable", "timing_flag")
+TIMING = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count", "timing_reliable",
+          "timing_flag")
 RUN = ("device", "device_name", "torch_threads")
 
 
