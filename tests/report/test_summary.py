@@ -123,3 +123,18 @@ def test_the_paper_model_sweep_is_preferred_where_it_ran(tmp_path, write_hotconv
     pd.DataFrame({"variant": ["malconv2", "hotconv_eco"], "max_len": [2097152] * 2, "batch_size": [1, 1],
                   "step_alloc_peak_mib": [400.0, 20.0]}).to_csv(tmp_path / "hotconv_bench.csv", index=False)
     assert by_method(headline_table(tmp_path, [])).loc["hotconv_eco", "memory_ratio"] == pytest.approx(0.05)
+
+
+def test_appclass_memory_is_a_figure_the_reference_has_too(tmp_path):
+    pd.DataFrame({
+        "variant": ["reference-cpu-t1-float64", "torch-cpu-t1-float64"],
+        "dataset": ["g/p", "g/p"],
+        "implementation": ["reference", "torch"],
+        "alloc_peak_mib": [None, 3.0],
+        "algorithm_rss_mib": [40.0, 10.0],
+        "iterations_ms": [200.0, 20.0],
+        "agrees_with_reference": [None, True],
+    }).to_csv(tmp_path / "appclass.csv", index=False)
+    row = by_method(headline_table(tmp_path, [])).loc["torch-cpu-t1-float64"]
+    assert row["memory_figure"] == "algorithm_rss_mib" and row["memory_ratio"] == pytest.approx(0.25)
+    assert row["time_ratio"] == pytest.approx(0.1) and row["quality_value"] == 1.0

@@ -145,12 +145,15 @@ def _value(row: pd.Series | dict, column: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _first_column(frame: pd.DataFrame, columns: tuple[str, ...]) -> str | None:
-    """The first of ``columns`` that holds a number in ``frame``."""
-    for column in columns:
-        if column in frame.columns and pd.to_numeric(frame[column], errors="coerce").notna().any():
-            return column
-    return None
+def _first_column(frame: pd.DataFrame, columns: tuple[str, ...], baseline: pd.Series | None = None) -> str | None:
+    """The first of ``columns`` that holds a number in ``frame``; with ``baseline`` (a row mask),
+    the first that holds one in a baseline row too (so that it gives ratios), if any does."""
+    held = [c for c in columns if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    if baseline is not None:
+        for column in held:
+            if pd.to_numeric(frame.loc[baseline, column], errors="coerce").notna().any():
+                return column
+    return held[0] if held else None
 
 
 def _is_true(value) -> bool:
@@ -314,7 +317,10 @@ def _appclass(tables: dict[str, pd.DataFrame]) -> list[dict]:
     references = pair.loc[pair["implementation"] == "reference", "variant"]
     baseline = references.iloc[0] if len(references) else pair["variant"].iloc[0]
     rows = {m: _method_row("appclass", str(dataset), m, baseline) for m in pair["variant"]}
-    if column := _first_column(pair, ("iterations_alloc_peak_mib", "algorithm_rss_mib")):
+    # The NumPy reference allocates outside torch, so it may have no allocator peak: then the
+    # RSS growth of the algorithm is the figure both sides have.
+    memory_columns = ("iterations_alloc_peak_mib", "alloc_peak_mib", "algorithm_rss_mib")
+    if column := _first_column(pair, memory_columns, baseline=pair["variant"] == baseline):
         _set_memory(rows, pair, column, "variant", lambda m: baseline)
     _set_time(rows, pair, "variant", lambda m: baseline, (("iterations_ms", "ms of belief-propagation iterations", False),))
     for _, row in pair.iterrows():

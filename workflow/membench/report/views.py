@@ -58,13 +58,14 @@ TABLE_VIEWS: dict[str, TableView] = {
     "division_max_batch": TableView(
         "DIVISION largest batch that fits per method",
         "DIVISION",
-        ("variant", "model", "image_size", "amp", "largest_batch", "search_limit", "probes", *RUN),
+        ("variant", "model", "image_size", "amp", "largest_batch", "search_start", "search_limit", "probe_count", "probes",
+         *RUN),
     ),
     "appclass": TableView(
         "Application classification: runtime, memory and agreement with the reference per implementation",
         "Application classification",
         ("dataset", "variant", "implementation", "threads", "precision", "agrees_with_reference",
-         "reference_max_abs_diff", "iterations_ms", "init_ms", "total_ms", "iterations_alloc_peak_mib",
+         "reference_max_abs_diff", "iterations_ms", "init_ms", "total_ms", "alloc_peak_mib", "iterations_alloc_peak_mib",
          "algorithm_rss_mib", "formula_mib", "data_nodes", "data_edges", "pattern_nodes", "pattern_edges",
          "kernels_used", *TIMING, *RUN),
     ),
