@@ -1,6 +1,8 @@
 """Provenance: configuration differences, commit, machine columns, load; the summary fragment."""
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -25,9 +27,17 @@ def test_config_differences_name_dotted_keys():
     assert config_differences(default, default) == []
 
 
-def test_commit_outside_a_checkout(tmp_path):
+def test_commit_of_a_checkout_and_outside_one(tmp_path):
     assert git_commit(tmp_path) == "not a git checkout"
-    assert len(git_commit(REPO).split()[0]) == 40
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    commit = git_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{40}", commit)
+    (tmp_path / "a.txt").write_text("b\n")
+    assert git_commit(tmp_path) == f"{commit} + uncommitted changes"
 
 
 def test_machine_and_load_from_the_tables():
