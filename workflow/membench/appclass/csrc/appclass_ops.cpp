@@ -262,8 +262,10 @@ torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes
 
 // One direction of messages: x_e = node[row(e)] - ce[e]; raw[group(e)] = max x_e; sums += exp(x_e - m).
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void message_columns(const T* ce, const int64_t* rows_of, const int64_t* groups, const T* node, const T* m, int64_t edges,
-                     int64_t cols, int64_t begin, int64_t end, T* raw, double* sums) {
+__attribute__((target_clones("avx2", "default"))) void message_columns(const T* ce, const int64_t* rows_of,
+                                                                       const int64_t* groups, const T* node, const T* m,
+                                                                       int64_t edges, int64_t cols, int64_t begin,
+                                                                       int64_t end, T* raw, double* sums) {
   const int64_t width = end - begin;
   if (width <= 0) return;
   std::vector<double> y(kBlockRows * width), e(kBlockRows * width);
