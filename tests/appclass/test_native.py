@@ -74,6 +74,17 @@ def test_kernel_formatting_is_c_printf(kernels):
     assert kernels.format_e(values.double(), 2) == format_beliefs(values.numpy()).encode()
 
 
+def test_kernel_formatting_matches_printf_on_random_doubles(kernels):
+    # Every kind of double: random bit patterns (subnormals, huge, tiny, NaNs of both signs), values
+    # near the sizes the beliefs take, and exact decimal ties at the seventh digit (round half even).
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2**64, size=20_000, dtype=np.uint64).view(np.float64)
+    near = rng.normal(0, 30, size=20_000) * 10.0 ** rng.integers(-8, 8, size=20_000)
+    ties = np.array([12345625.0, 12345635.0, 1.5, 2.5e-3, 1234567.5, -9999999.5, 0.125, 5e-324, 1.7976931348623157e308])
+    values = np.concatenate([bits, near, ties])
+    assert kernels.format_e(torch.from_numpy(values), 2) == format_beliefs(values).encode()
+
+
 def test_kernel_choice(tmp_path, built_manifest):
     assert select_kernels("torch", built_manifest) is None
     assert select_kernels("auto", tmp_path / "absent.json") is None

@@ -34,6 +34,8 @@ class NativeState:
     ce_min_src: torch.Tensor  # (DV, PE) the same by source
     fmax: torch.Tensor  # (DV, PE)
     rmax: torch.Tensor  # (DV, PE)
+    vf: torch.Tensor  # (DV, PE) work buffers, reused every iteration (fresh pages cost a fault each)
+    vr: torch.Tensor  # (DV, PE)
     minus_cnull: torch.Tensor  # (PE,) -Cnull: -0.0 (PNNL's normalised one-row table, negated)
     pattern_src: torch.Tensor  # (PE,) int64
     pattern_dst: torch.Tensor  # (PE,) int64
@@ -60,8 +62,8 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     # The first messages FE = RE = normprob(-CE) of the raw distances: zero node arrays minus CE.
     first_max = ce.amin(0).neg_()
     zeros = torch.zeros((data.num_nodes, pattern.num_edges), dtype=dtype)
-    forward_raw, reverse_raw, sums = ops.message_pass(ce, src, src, dst, zeros, zeros, first_max, first_max, threads)
-    del zeros
+    forward_raw, reverse_raw = torch.empty_like(zeros), torch.empty_like(zeros)
+    sums = ops.message_pass(ce, src, src, dst, zeros, zeros, first_max, first_max, forward_raw, reverse_raw, threads)
     vr_max = ops.column_max(mu.index_select(1, pattern_src), threads)
     vf_max = ops.column_max(mu.index_select(1, pattern_dst), threads)
     ops.normalise_maxima_(forward_raw, first_max, sums[0], minus_cnull + vr_max, stable, threads)
@@ -73,7 +75,8 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     ce_min_forward = ce_min_src if forward_rows is src else ops.group_min(ce, dst, data.num_nodes, threads)
     return NativeState(
         ops=ops, threads=threads, stable=stable, cv=cv, mu=mu, ce=ce, src=src, dst=dst, forward_rows=forward_rows,
-        ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, fmax=forward_raw, rmax=reverse_raw,
+        ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, fmax=forward_raw, rmax=reverse_raw, vf=zeros,
+        vr=torch.empty_like(zeros),
         minus_cnull=minus_cnull, pattern_src=pattern_src, pattern_dst=pattern_dst,
     )
 
@@ -82,21 +85,20 @@ def iterate(state: NativeState) -> None:
     """One PNNL iteration (VF_VR .. MU, NormProb), updating ``state`` in place."""
     s = state
     ops, threads = s.ops, s.threads
-    vf = s.mu.index_select(1, s.pattern_dst).sub_(s.fmax)
-    vr = s.mu.index_select(1, s.pattern_src).sub_(s.rmax)
+    vf = torch.index_select(s.mu, 1, s.pattern_dst, out=s.vf).sub_(s.fmax)
+    vr = torch.index_select(s.mu, 1, s.pattern_src, out=s.vr).sub_(s.rmax)
     vf_max = ops.column_max(vf, threads)
     vr_max = ops.column_max(vr, threads)
     # The messages' column maxima, from each node's smallest edge distance (see the kernel source).
     forward_max = ops.column_max(torch.sub(vr, s.ce_min_forward, out=s.fmax), threads)
     reverse_max = ops.column_max(torch.sub(vf, s.ce_min_src, out=s.rmax), threads)
-    forward_raw, reverse_raw, sums = ops.message_pass(
-        s.ce, s.forward_rows, s.src, s.dst, vr, vf, forward_max, reverse_max, threads
+    # fmax and rmax held the scratch differences above; the pass overwrites them with the new maxima.
+    sums = ops.message_pass(
+        s.ce, s.forward_rows, s.src, s.dst, vr, vf, forward_max, reverse_max, s.fmax, s.rmax, threads
     )
-    del vf, vr
-    ops.normalise_maxima_(forward_raw, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
-    ops.normalise_maxima_(reverse_raw, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)
-    s.fmax, s.rmax = forward_raw, reverse_raw
-    s.mu = ops.update_beliefs(s.cv, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, threads)
+    ops.normalise_maxima_(s.fmax, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
+    ops.normalise_maxima_(s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)
+    ops.update_beliefs_(s.mu, s.cv, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, threads)
     ops.normprob_(s.mu, s.stable, threads)
 
 

@@ -139,13 +139,19 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
         return None
     if any(column.type != "double" for column in table.columns):
         return None
-    out = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
+    # Column by column into a column-major array (contiguous copies, where filling the columns of a
+    # row-major one writes every cache line once per column); the caller gets its (rows, columns)
+    # view, and the graph's arrays are copied out of it row-major once.
+    out = np.empty((table.num_columns, table.num_rows), dtype=np.float64)
     for index, column in enumerate(table.columns):
-        out[:, index] = column.to_numpy()
+        start = 0
+        for chunk in column.chunks:
+            out[index, start:start + len(chunk)] = chunk.to_numpy()
+            start += len(chunk)
     del table
     # Arrow's allocator keeps freed buffers for reuse; hand them back before the algorithm runs.
     default_memory_pool().release_unused()
-    return out
+    return out.T
 
 
 def _count_fields(path: Path) -> int:

@@ -28,9 +28,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -39,6 +39,7 @@
 namespace {
 
 constexpr int64_t kBlockRows = 64;  // rows per exp block: the block stays in L1
+constexpr int64_t kPrefetchEdges = 16;  // how far ahead the message pass fetches node rows
 
 // exp(y) for y in [-708, 709] (normal results); other y are fixed up with std::exp by the caller.
 inline double exp_normal(double y) {
@@ -51,21 +52,15 @@ inline double exp_normal(double y) {
   std::memcpy(&k_bits, &kd, sizeof k_bits);
   kd -= shifter;
   const double r = (y - kd * ln2_hi) - kd * ln2_lo;  // |r| <= ln2 / 2
-  // Taylor series to r^13 / 13!: truncation below 1e-17 relative on |r| <= ln2 / 2.
-  double p = 1.0 / 6227020800.0;
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
+  // Taylor series to r^13 / 13!: truncation below 1e-17 relative on |r| <= ln2 / 2. The terms
+  // from r^2 on are summed by Estrin's scheme (short dependency chains, so the vector units stay
+  // busy), the last two steps by Horner's, which keeps the result within 1 ulp of libm's.
+  const double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+  const double q1 = 0.5 + r * (1.0 / 6.0), q2 = 1.0 / 24.0 + r * (1.0 / 120.0);
+  const double q3 = 1.0 / 720.0 + r * (1.0 / 5040.0), q4 = 1.0 / 40320.0 + r * (1.0 / 362880.0);
+  const double q5 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0), q6 = 1.0 / 479001600.0 + r * (1.0 / 6227020800.0);
+  const double tail = ((q1 + r2 * q2) + r4 * (q3 + r2 * q4)) + r8 * (q5 + r2 * q6);
+  const double p = (tail * r + 1.0) * r + 1.0;
   // The low 12 bits of k_bits + 1023 are k + 1023, the biased exponent of 2^k.
   const uint64_t scale_bits = (k_bits + 1023) << 52;
   double scale;
@@ -76,7 +71,13 @@ inline double exp_normal(double y) {
 // out[i] = exp(y[i]) for n values (vectorised, then the rare out-of-range values by libm). The AVX2
 // clone runs where the CPU has it; without contraction into FMAs both clones round alike.
 __attribute__((target_clones("avx2", "default"))) void exp_block(const double* y, double* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = exp_normal(y[i]);
+  // The range test is folded into the vectorised loop; the scalar fix-up runs only when needed.
+  int64_t outside = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = exp_normal(y[i]);
+    outside |= !((y[i] >= -708.0) & (y[i] <= 709.0));
+  }
+  if (outside == 0) return;
   for (int64_t i = 0; i < n; ++i) {
     if (!(y[i] >= -708.0 && y[i] <= 709.0)) out[i] = std::exp(y[i]);
   }
@@ -88,6 +89,9 @@ inline T log_exp(T y) {
   // Below these exp is subnormal (or 0) and log(exp(y)) is no longer y to the last bit.
   const T normal_floor = sizeof(T) == 8 ? T(-708) : T(-87);
   if (y >= normal_floor) return y + T(0);  // + 0 turns -0 into +0, as log(exp(-0)) = log(1) = +0
+  // log(exp(-inf)) = log(0) = -inf (a node without edges); libm gets there through a slow
+  // divide-by-zero path.
+  if (y == -std::numeric_limits<T>::infinity()) return y;
   return std::log(std::exp(y));
 }
 
@@ -135,6 +139,25 @@ void check_index(const torch::Tensor& x, int64_t length, const char* name) {
               name, " must be a contiguous int64 vector of length ", length);
 }
 
+// total[j] = sqrt(sum over f in order of (bt[f, j] - a[f])^2) for the P columns of bt (F, P).
+// Vectorised over j, each sum adding its features in feature order (AVX2 where the CPU has it;
+// without FMA contraction every width rounds alike).
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void distance_row(const T* a, const T* bt, int64_t features, int64_t cols,
+                                                                    T* total) {
+  for (int64_t j = 0; j < cols; ++j) total[j] = 0;
+  for (int64_t f = 0; f < features; ++f) {
+    const T a_f = a[f];
+    const T* b_f = bt + f * cols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) {
+      const T diff = b_f[j] - a_f;
+      total[j] += diff * diff;
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) total[j] = std::sqrt(total[j]);
+}
+
 // Euclidean distances between rows of a (R, F) and rows of b (P, F): squares summed feature by feature.
 torch::Tensor distances(torch::Tensor a, torch::Tensor b, int64_t threads) {
   check_matrix(a, "a");
@@ -147,17 +170,15 @@ torch::Tensor distances(torch::Tensor a, torch::Tensor b, int64_t threads) {
     const scalar_t* ap = a.data_ptr<scalar_t>();
     const scalar_t* bp = b.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
+    // b transposed to (F, P): the innermost loop runs over pattern rows j, whose sums are
+    // independent, so it vectorises while each sum still adds its features in feature order.
+    // A tensor, not a std::vector: the allocator trace then counts it like every other buffer.
+    auto transposed = torch::empty({features, cols}, b.options());
+    scalar_t* bt = transposed.data_ptr<scalar_t>();
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t f = 0; f < features; ++f) bt[f * cols + j] = bp[j * features + f];
 #pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        scalar_t total = 0;
-        for (int64_t f = 0; f < features; ++f) {
-          const scalar_t diff = bp[j * features + f] - ap[i * features + f];
-          total += diff * diff;
-        }
-        op[i * cols + j] = std::sqrt(total);
-      }
-    }
+    for (int64_t i = 0; i < rows; ++i) distance_row(ap + i * features, bt, features, cols, op + i * cols);
   });
   return out;
 }
@@ -268,13 +289,26 @@ torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes
 // One direction of messages: x_e = node[row(e)] - ce[e]; raw[group(e)] = max x_e; sums += exp(x_e - m).
 // y and e are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
-void message_columns(const T* ce, const int64_t* rows_of, const int64_t* groups, const T* node, const T* m, int64_t edges,
-                     int64_t cols, int64_t begin, int64_t end, T* raw, double* sums, double* y, double* e) {
+__attribute__((target_clones("avx2", "default"))) void message_columns(const T* ce, const int64_t* rows_of,
+                                                                       const int64_t* groups, const T* node, const T* m,
+                                                                       int64_t edges, int64_t cols, int64_t begin,
+                                                                       int64_t end, T* raw, double* sums, double* y,
+                                                                       double* e) {
   const int64_t width = end - begin;
   if (width <= 0) return;
   for (int64_t e0 = 0; e0 < edges; e0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, edges - e0);
     for (int64_t b = 0; b < n; ++b) {
+      // The node rows are gathered and scattered at random (by destination): fetch them ahead.
+      if (e0 + b + kPrefetchEdges < edges) {
+        const int64_t ahead = e0 + b + kPrefetchEdges;
+        const char* v_ahead = reinterpret_cast<const char*>(node + rows_of[ahead] * cols + begin);
+        const char* r_ahead = reinterpret_cast<const char*>(raw + groups[ahead] * cols + begin);
+        for (int64_t offset = 0; offset < width * static_cast<int64_t>(sizeof(T)); offset += 64) {
+          __builtin_prefetch(v_ahead + offset, 0);
+          __builtin_prefetch(r_ahead + offset, 1);
+        }
+      }
       const T* c = ce + (e0 + b) * cols;
       const T* v = node + rows_of[e0 + b] * cols;
       T* r = raw + groups[e0 + b] * cols;
@@ -293,19 +327,24 @@ void message_columns(const T* ce, const int64_t* rows_of, const int64_t* groups,
 
 // The fused edge pass of an iteration (and of the initialisation, with zero node arrays).
 // Forward messages x = vr[forward_rows(e)] - ce[e], maximum by dst; reverse x = vf[src(e)] - ce[e],
-// maximum by src. Returns the raw maxima (-inf where a node has no such edge) and the exp-sums.
-std::vector<torch::Tensor> message_pass(torch::Tensor ce, torch::Tensor forward_rows, torch::Tensor src, torch::Tensor dst,
-                                        torch::Tensor vr, torch::Tensor vf, torch::Tensor forward_max,
-                                        torch::Tensor reverse_max, int64_t threads) {
+// maximum by src. Writes the raw maxima (-inf where a node has no such edge) into forward_raw and
+// reverse_raw (overwritten; reused across iterations, so no fresh pages are faulted in) and
+// returns the exp-sums.
+torch::Tensor message_pass(torch::Tensor ce, torch::Tensor forward_rows, torch::Tensor src, torch::Tensor dst,
+                           torch::Tensor vr, torch::Tensor vf, torch::Tensor forward_max, torch::Tensor reverse_max,
+                           torch::Tensor forward_raw, torch::Tensor reverse_raw, int64_t threads) {
   check_matrix(ce, "ce");
   check_matrix(vr, "vr");
   check_matrix(vf, "vf");
-  const int64_t edges = ce.size(0), cols = ce.size(1), nodes = vr.size(0);
+  check_matrix(forward_raw, "forward_raw");
+  check_matrix(reverse_raw, "reverse_raw");
+  const int64_t edges = ce.size(0), cols = ce.size(1);
   for (const auto* index : {&forward_rows, &src, &dst}) check_index(*index, edges, "edge index");
   TORCH_CHECK(vr.size(1) == cols && vf.sizes() == vr.sizes(), "node arrays must be (nodes, pattern edges)");
+  TORCH_CHECK(forward_raw.sizes() == vr.sizes() && reverse_raw.sizes() == vr.sizes(), "outputs must be (nodes, pattern edges)");
   auto options = ce.options();
-  auto forward_raw = torch::full({nodes, cols}, -std::numeric_limits<double>::infinity(), options);
-  auto reverse_raw = torch::full({nodes, cols}, -std::numeric_limits<double>::infinity(), options);
+  forward_raw.fill_(-std::numeric_limits<double>::infinity());
+  reverse_raw.fill_(-std::numeric_limits<double>::infinity());
   auto sums = torch::zeros({2, cols}, options.dtype(torch::kFloat64));
   const int parts = threads_of(threads);
   dispatch_float(ce.scalar_type(), [&](auto tag) {
@@ -330,7 +369,7 @@ std::vector<torch::Tensor> message_pass(torch::Tensor ce, torch::Tensor forward_
                       y, y + block);
     }
   });
-  return {forward_raw, reverse_raw, sums};
+  return sums;
 }
 
 // raw = fmax(floor, normalise(raw)) in place: the per-node maxima of the normalised messages.
@@ -357,16 +396,17 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
   });
 }
 
-// mu = -cv; for each pattern edge j in order: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] += rmax[:, j].
-torch::Tensor update_beliefs(torch::Tensor cv, torch::Tensor fmax, torch::Tensor rmax, torch::Tensor pattern_src_tensor,
-                             torch::Tensor pattern_dst_tensor, int64_t threads) {
+// mu = -cv (mu overwritten in place); for each pattern edge j in order: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] += rmax[:, j].
+void update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor fmax, torch::Tensor rmax,
+                     torch::Tensor pattern_src_tensor, torch::Tensor pattern_dst_tensor, int64_t threads) {
   check_matrix(cv, "cv");
+  check_matrix(mu, "mu");
+  TORCH_CHECK(mu.sizes() == cv.sizes() && mu.scalar_type() == cv.scalar_type(), "mu must match cv");
   const int64_t rows = cv.size(0), nodes = cv.size(1), pattern_edges = fmax.size(1);
   check_index(pattern_src_tensor, pattern_edges, "pattern_src");
   check_index(pattern_dst_tensor, pattern_edges, "pattern_dst");
   const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
   const int64_t* pattern_dst = pattern_dst_tensor.data_ptr<int64_t>();
-  auto mu = torch::empty_like(cv);
   dispatch_float(cv.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* cp = cv.data_ptr<scalar_t>();
@@ -383,7 +423,6 @@ torch::Tensor update_beliefs(torch::Tensor cv, torch::Tensor fmax, torch::Tensor
       }
     }
   });
-  return mu;
 }
 
 // C printf("%e\n") of every value (float64, row-major), as one byte string.
@@ -399,10 +438,14 @@ pybind11::bytes format_e(torch::Tensor x, int64_t threads) {
     const auto [begin, end] = share(n, t, omp_get_num_threads());
     std::string& text = pieces[t];
     text.reserve((end - begin) * 14);
+    // std::to_chars with a precision is exact (the correctly rounded decimal, as glibc's printf
+    // prints it) and writes the same "d.dddddde+XX", "inf", "nan" and "-nan" as %e, several
+    // times faster.
     char buffer[64];
     for (int64_t i = begin; i < end; ++i) {
-      const int length = std::snprintf(buffer, sizeof buffer, "%e\n", xp[i]);
-      text.append(buffer, length);
+      char* last = std::to_chars(buffer, buffer + sizeof buffer - 1, xp[i], std::chars_format::scientific, 6).ptr;
+      *last++ = '\n';
+      text.append(buffer, last - buffer);
     }
   }
   std::string all;
@@ -421,9 +464,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("column_max", &column_max, "per-column maximum, NaN ignored, floored at the lowest finite value");
   m.def("normprob_", &normprob_, "column-wise log-softmax in place");
   m.def("group_min", &group_min, "per-node minimum of grouped rows");
-  m.def("message_pass", &message_pass, "fused edge pass: raw per-node maxima and exp-sums of both messages");
+  m.def("message_pass", &message_pass, "fused edge pass: raw per-node maxima (into the outputs) and exp-sums of both messages");
   m.def("normalise_maxima_", &normalise_maxima_, "normalise raw maxima in place, floored");
-  m.def("update_beliefs", &update_beliefs, "beliefs from node distances and message maxima");
+  m.def("update_beliefs_", &update_beliefs_, "beliefs from node distances and message maxima, into mu");
   m.def("format_e", &format_e, "C %e lines of a float64 tensor");
   m.def("has_cuda_kernels", [] { return false; }, "whether this build holds CUDA kernels");
 }
