@@ -1,0 +1,527 @@
+"""Open a Snakemake HTML report in headless Chromium and check it as a person sees it.
+
+    python3 tests/browser_check.py results/report.html --screenshots results/report-screenshots
+
+Chromium is driven through the Chrome DevTools Protocol over ``--remote-debugging-pipe``: JSON
+messages ending in a NUL byte, commands on the child's file descriptor 3, replies and events on 4,
+so no websocket library is needed. The check loads the report, then clicks through it the way a
+reader would: the landing page, every result category (and subcategory) in the menu, and the view
+button of every result. It fails on any console error, uncaught exception or error log entry, on a
+screenshot whose content area is blank, on an image that does not decode, and on an HTML result
+whose tables do not render as rows. It knows nothing about membench's categories: whatever the
+workflow marks as a report output is checked.
+
+The report is a single-page React app (Snakemake 9): the page defines the globals ``categories``
+({category: {subcategory: [result path]}}), ``results`` ({path: {mime_type, data_uri, ...}}) and
+``app`` (the root component, whose ``state`` says which result the content area shows). An HTML
+result is shown in an iframe whose source is a ``data:`` URI; its document is reached through an
+isolated world created in that frame.
+
+Lives beside ``faults.py`` as test harness code: CI runs it as a script on the default run's report,
+and ``tests/test_browser_check.py`` imports it. It needs the standard library, numpy and matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import fcntl
+import io
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars")
+VIEWPORT_PX = (1400, 900)
+# A content area with fewer distinct colours than this is blank (one background colour, perhaps a
+# border); rendered text alone gives dozens through anti-aliasing, a plot hundreds.
+MIN_DISTINCT_COLOURS = 8
+# Child descriptors Chromium reads commands from and writes replies to with --remote-debugging-pipe.
+_CHILD_COMMAND_FD, _CHILD_REPLY_FD = 3, 4
+
+
+class BrowserError(RuntimeError):
+    """Chromium could not be started, died, or did not answer in time."""
+
+
+class CheckFailed(RuntimeError):
+    """The report failed a check; the message names the section and what failed."""
+
+
+# ---- message framing -------------------------------------------------------------------------
+
+def encode_message(message: dict) -> bytes:
+    """One CDP message as sent over the pipe: compact JSON, UTF-8, ending in a NUL byte."""
+    return json.dumps(message, separators=(",", ":")).encode() + b"\0"
+
+
+class MessageReader:
+    """Splits the reply stream into messages; a message may arrive over several reads."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[dict]:
+        """Messages completed by ``chunk``, in order; an incomplete tail waits for the next chunk."""
+        *complete, self._pending = (self._pending + chunk).split(b"\0")
+        messages = []
+        for raw in complete:
+            try:
+                messages.append(json.loads(raw))
+            except ValueError as exc:
+                raise BrowserError(f"Chromium sent a message that is not JSON ({exc}): {raw[:200]!r}") from exc
+        return messages
+
+
+# ---- blankness ---------------------------------------------------------------------------------
+
+def decode_png(png: bytes) -> np.ndarray:
+    """A PNG as an array of shape (height, width, channels), values in [0, 1]."""
+    from matplotlib.image import imread
+
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise ValueError("not a PNG (bad signature)")
+    return imread(io.BytesIO(png), format="png")
+
+
+def distinct_colours(pixels: np.ndarray) -> int:
+    """Number of distinct pixel values in a (height, width, channels) or (height, width) array."""
+    if pixels.size == 0:
+        return 0
+    if pixels.dtype.kind == "f":
+        pixels = np.rint(pixels * 255)
+    channels = pixels.reshape(pixels.shape[0] * pixels.shape[1], -1).astype(np.int64)
+    # One integer per pixel (8 bits a channel): np.unique over a flat array is fast.
+    packed = np.zeros(len(channels), dtype=np.int64)
+    for channel in channels.T:
+        packed = (packed << 8) | channel
+    return len(np.unique(packed))
+
+
+def blank_problem(png: bytes, clip: tuple[int, int, int, int] | None = None,
+                  min_colours: int = MIN_DISTINCT_COLOURS) -> str | None:
+    """Why the screenshot (or its ``clip`` = x, y, width, height in pixels) is blank, or None."""
+    pixels = decode_png(png)
+    if clip is not None:
+        x, y, width, height = clip
+        pixels = pixels[max(y, 0):max(y + height, 0), max(x, 0):max(x + width, 0)]
+    if pixels.size == 0:
+        return "the content area is empty (zero size)"
+    colours = distinct_colours(pixels)
+    if colours < min_colours:
+        return f"the content area is blank: {colours} distinct colour(s), fewer than {min_colours}"
+    return None
+
+
+# ---- Chromium over the DevTools pipe -----------------------------------------------------------
+
+def find_chromium(explicit: str | None = None) -> str | None:
+    """The Chromium binary: ``explicit`` if given, else the first of CHROMIUM_NAMES on PATH."""
+    if explicit:
+        return shutil.which(explicit)
+    return next((path for path in map(shutil.which, CHROMIUM_NAMES) if path), None)
+
+
+class Chromium:
+    """A headless Chromium and one page in it, driven over the DevTools pipe."""
+
+    def __init__(self, binary: str, timeout_s: float = 60.0) -> None:
+        self.timeout_s = timeout_s
+        self.events: list[dict] = []
+        self._next_id = 0
+        self._reader = MessageReader()
+        self._profile = tempfile.TemporaryDirectory(prefix="browser-check-")
+        self._stderr = open(Path(self._profile.name) / "chromium.log", "w+b")
+        # Pipe ends are moved above the child's 3 and 4, so that placing them there cannot
+        # overwrite one with the other.
+        command_read, self._command_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        child_command = fcntl.fcntl(command_read, fcntl.F_DUPFD, 10)
+        child_reply = fcntl.fcntl(reply_write, fcntl.F_DUPFD, 10)
+        os.close(command_read)
+        os.close(reply_write)
+
+        def place_pipes() -> None:
+            os.dup2(child_command, _CHILD_COMMAND_FD)
+            os.dup2(child_reply, _CHILD_REPLY_FD)
+
+        width, height = VIEWPORT_PX
+        args = [binary, *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile.name}",
+                f"--window-size={width},{height}", "about:blank"]
+        try:
+            self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._stderr,
+                                             stderr=self._stderr, pass_fds=(_CHILD_COMMAND_FD, _CHILD_REPLY_FD),
+                                             preexec_fn=place_pipes)
+        finally:
+            os.close(child_command)
+            os.close(child_reply)
+        self.session_id: str | None = None
+
+    def __enter__(self) -> Chromium:
+        try:
+            target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+            self.session_id = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                        session=False)["sessionId"]
+            for domain in ("Page", "Runtime", "Log"):
+                self.call(f"{domain}.enable")
+            width, height = VIEWPORT_PX
+            self.call("Emulation.setDeviceMetricsOverride",
+                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            try:
+                os.write(self._command_write, encode_message({"id": 0, "method": "Browser.close"}))
+                self._process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._process.kill()
+                self._process.wait()
+        for fd in (self._command_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._stderr.close()
+        self._profile.cleanup()
+
+    def _log_tail(self) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-2000:]
+
+    def call(self, method: str, params: dict | None = None, session: bool = True,
+             timeout_s: float | None = None) -> dict:
+        """Send one command and return its result; events that arrive meanwhile go to ``events``."""
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if session and self.session_id:
+            message["sessionId"] = self.session_id
+        try:
+            os.write(self._command_write, encode_message(message))
+        except BrokenPipeError as exc:
+            raise BrowserError(f"Chromium is not running (exit {self._process.poll()}):\n{self._log_tail()}") from exc
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        while True:
+            for reply in self._read(deadline, method):
+                if reply.get("id") == self._next_id:
+                    if "error" in reply:
+                        raise BrowserError(f"{method} failed: {reply['error'].get('message')}")
+                    return reply.get("result", {})
+                if "method" in reply:
+                    self.events.append(reply)
+
+    def _read(self, deadline: float, waiting_for: str) -> list[dict]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([self._reply_read], [], [], remaining)[0]:
+            raise BrowserError(f"Chromium did not answer {waiting_for} within {self.timeout_s:g} s")
+        chunk = os.read(self._reply_read, 1 << 20)
+        if not chunk:
+            raise BrowserError(f"Chromium exited (code {self._process.wait()}) while answering {waiting_for}:\n"
+                               f"{self._log_tail()}")
+        return self._reader.feed(chunk)
+
+    def evaluate(self, expression: str, context_id: int | None = None, await_promise: bool = False):
+        """The value of a JavaScript expression in the page (or the given execution context)."""
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": await_promise}
+        if context_id is not None:
+            params["contextId"] = context_id
+        result = self.call("Runtime.evaluate", params)
+        if "exceptionDetails" in result:
+            details = result["exceptionDetails"]
+            text = details.get("exception", {}).get("description") or details.get("text")
+            raise BrowserError(f"evaluating {expression[:80]!r} raised: {text}")
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, what: str, timeout_s: float = 20.0):
+        """Poll ``expression`` until it is truthy; its value, or BrowserError naming ``what``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise BrowserError(f"timed out after {timeout_s:g} s waiting for {what}")
+            time.sleep(0.05)
+
+    def settle(self) -> None:
+        """Let React commit and the browser paint: two animation frames."""
+        self.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))",
+                      await_promise=True)
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.call("Page.captureScreenshot", {"format": "png"})["data"])
+
+
+# ---- what the page reported -------------------------------------------------------------------
+
+def console_errors(events: list[dict]) -> list[str]:
+    """The errors among CDP events: console.error calls, uncaught exceptions, error log entries."""
+    errors = []
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            text = " ".join(str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", []))
+            errors.append(f"console.{params['type']}: {text}")
+        elif method == "Runtime.exceptionThrown":
+            details = params.get("exceptionDetails", {})
+            text = details.get("exception", {}).get("description") or details.get("text", "")
+            errors.append(f"uncaught exception: {text}".splitlines()[0])
+        elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+            entry = params["entry"]
+            where = f" ({entry['url']})" if entry.get("url") and not entry["url"].startswith("data:") else ""
+            errors.append(f"{entry.get('source', 'log')} error: {entry.get('text', '')}{where}")
+    return errors
+
+
+def data_uri_text(uri: str) -> str:
+    """The text a ``data:`` URI carries (base64 or percent-encoded)."""
+    from urllib.parse import unquote_to_bytes
+
+    header, _, payload = uri.partition(",")
+    raw = base64.b64decode(payload) if header.endswith(";base64") else unquote_to_bytes(payload)
+    return raw.decode("utf-8", errors="replace")
+
+
+# ---- walking through the report ----------------------------------------------------------------
+
+@dataclass
+class Summary:
+    sections: list[str] = field(default_factory=list)
+    viewed: int = 0
+    downloads: int = 0
+    tables: list[tuple[str, list[int]]] = field(default_factory=list)
+    screenshots: list[Path] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+_CONTENT_RECT = """(() => {
+    const box = document.querySelector('#app > div').lastElementChild.getBoundingClientRect();
+    return [box.x, box.y, box.width, box.height].map(Math.round);
+})()"""
+_RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).map(row => {
+    const view = row.querySelector('td:last-child a');
+    return {label: Array.from(row.cells).slice(0, -1).map(cell => cell.textContent).filter(Boolean).join(' / '),
+            download: view ? view.getAttribute('download') : null,
+            href: view ? view.getAttribute('href').slice(0, 64) : null};
+})"""
+_IFRAME_TABLES = """Array.from(document.querySelectorAll('table')).map(table =>
+    table.getBoundingClientRect().height > 0 ? table.querySelectorAll('tr').length : 0)"""
+
+
+class ReportWalk:
+    """Clicks through one loaded report, checking each view; failures accumulate in ``summary``."""
+
+    def __init__(self, browser: Chromium, screenshots: Path) -> None:
+        self.browser = browser
+        self.screenshots = screenshots
+        self.summary = Summary()
+        self._events_seen = 0
+
+    def run(self) -> Summary:
+        self.step("landing page", self.landing)
+        categories = self.browser.evaluate("Object.keys(categories).sort((a, b) => a.localeCompare(b))")
+        for category in categories:
+            self.step(category, lambda category=category: self.category(category, single=len(categories) == 1))
+        return self.summary
+
+    def step(self, section: str, action) -> None:
+        """Run one part of the walk; a browser error or a page error fails it, naming ``section``."""
+        try:
+            action()
+        except (BrowserError, CheckFailed) as exc:
+            if self.browser._process.poll() is not None:
+                raise
+            self.fail(section, str(exc))
+        self.collect_errors(section)
+
+    def fail(self, section: str, problem: str) -> None:
+        self.summary.failures.append(f"{section}: {problem}")
+
+    def collect_errors(self, section: str) -> None:
+        events = self.browser.events[self._events_seen:]
+        self._events_seen = len(self.browser.events)
+        for error in console_errors(events):
+            self.fail(section, error)
+
+    def landing(self) -> None:
+        self.browser.settle()
+        self.capture("landing page")
+
+    def category(self, category: str, single: bool) -> None:
+        self.browser.evaluate('app.setView({navbarMode: "menu"})')
+        self.browser.settle()
+        self.click_menu_item("Results" if single else category, category)
+        subcategories = self.browser.evaluate(f"Object.keys(categories[{json.dumps(category)}])"
+                                              ".sort((a, b) => a.localeCompare(b))")
+        if len(subcategories) == 1:
+            self.results(category)
+            return
+        for subcategory in subcategories:
+            section = f"{category} / {subcategory}"
+            self.step(section, lambda subcategory=subcategory, section=section: self.subcategory(
+                category, subcategory, section))
+
+    def subcategory(self, category: str, subcategory: str, section: str) -> None:
+        self.browser.evaluate(f"app.showCategory({json.dumps(category)})")
+        self.browser.settle()
+        self.click_menu_item(subcategory, section)
+        self.results(section)
+
+    def click_menu_item(self, label: str, section: str) -> None:
+        clicked = self.browser.evaluate(f"""(label => {{
+            const item = Array.from(document.querySelectorAll('nav ul > li > a'))
+                .find(link => link.textContent.trim() === label);
+            if (item) item.click();
+            return Boolean(item);
+        }})({json.dumps(label)})""")
+        if not clicked:
+            raise CheckFailed(f"the menu has no entry {label!r}")
+        self.browser.settle()
+        self.browser.wait_for("document.querySelector('nav table tbody tr') !== null", f"the results of {section}")
+
+    def results(self, section: str) -> None:
+        self.summary.sections.append(section)
+        self.capture(section)
+        rows = self.browser.evaluate(_RESULT_ROWS)
+        if not rows:
+            raise CheckFailed("the section lists no results")
+        for index, row in enumerate(rows):
+            label = f"{section}: {row['label']}"
+            if row["download"] is not None:
+                self.summary.downloads += 1
+                if not (row["href"] or "").startswith("data:"):
+                    self.fail(label, f"the download link is not an embedded file: {row['href']!r}")
+                continue
+            self.step(label, lambda index=index, label=label: self.view_result(index, label))
+
+    def view_result(self, index: int, label: str) -> None:
+        before = self.browser.evaluate("app.state.renderTrigger ?? null")
+        self.browser.evaluate(f"document.querySelectorAll('nav table tbody tr')[{index}]"
+                              ".querySelector('td:last-child a').click()")
+        self.browser.wait_for(f"app.state.renderTrigger !== {json.dumps(before)}", f"{label} to be shown")
+        self.browser.settle()
+        content, path = self.browser.evaluate("[app.state.content, app.state.resultPath]")
+        self.summary.viewed += 1
+        if content == "img":
+            decoded = self.browser.wait_for(
+                "(() => { const image = document.querySelector('#app > div').lastElementChild.querySelector('img');"
+                " return image && image.complete ? [image.naturalWidth, image.naturalHeight] : null; })()",
+                f"the image of {label} to load")
+            if min(decoded) == 0:
+                raise CheckFailed(f"the image {path} does not decode")
+        elif content == "html":
+            self.check_html_tables(label, path)
+        self.capture(label)
+
+    def check_html_tables(self, label: str, path: str) -> None:
+        context = self.iframe_context(label)
+        rows = self.browser.evaluate(_IFRAME_TABLES, context_id=context)
+        source = data_uri_text(self.browser.evaluate(f"results[{json.dumps(path)}].data_uri"))
+        if not rows:
+            if re.search(r"<table\b", source, re.IGNORECASE):
+                raise CheckFailed(f"{path} has a <table> in its source but none is displayed")
+            return
+        self.summary.tables.append((label, rows))
+        for number, count in enumerate(rows, start=1):
+            if count <= 1:
+                raise CheckFailed(f"table {number} of {path} renders {count} row(s): no data rows")
+
+    def iframe_context(self, label: str) -> int:
+        """An execution context in the displayed iframe's loaded document."""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            frames = self.browser.call("Page.getFrameTree")["frameTree"].get("childFrames", [])
+            loaded = [child["frame"]["id"] for child in frames if child["frame"].get("url", "").startswith("data:")]
+            if loaded:
+                try:
+                    context = self.browser.call("Page.createIsolatedWorld",
+                                                {"frameId": loaded[-1], "worldName": "browser-check"})
+                    context_id = context["executionContextId"]
+                    if self.browser.evaluate("document.readyState", context_id=context_id) == "complete":
+                        return context_id
+                except BrowserError:
+                    pass  # the frame navigated away from the document the world was made in: look again
+            time.sleep(0.05)
+        raise CheckFailed(f"the HTML document of {label} did not load in its frame")
+
+    def capture(self, label: str) -> None:
+        png = self.browser.screenshot()
+        name = f"{len(self.summary.screenshots):02d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_')[:80]}.png"
+        target = self.screenshots / name
+        target.write_bytes(png)
+        self.summary.screenshots.append(target)
+        problem = blank_problem(png, clip=tuple(self.browser.evaluate(_CONTENT_RECT)))
+        if problem:
+            raise CheckFailed(f"{problem} (screenshot {target})")
+
+
+def check_report(report: Path, screenshots: Path, chromium: str, timeout_s: float = 60.0) -> Summary:
+    """Load ``report`` in headless Chromium and walk through it; screenshots go to ``screenshots``."""
+    screenshots.mkdir(parents=True, exist_ok=True)
+    with Chromium(chromium, timeout_s) as browser:
+        browser.call("Page.navigate", {"url": report.resolve().as_uri()})
+        walk = ReportWalk(browser, screenshots)
+        walk.step("loading the report", lambda: browser.wait_for(
+            "document.readyState === 'complete' && typeof app !== 'undefined'"
+            " && document.querySelector('nav ul > li > a') !== null", "the report to render", timeout_s))
+        if walk.summary.failures:
+            return walk.summary
+        return walk.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="browser_check", description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=Path, help="the Snakemake HTML report (snakemake --report X.html)")
+    parser.add_argument("--screenshots", type=Path, required=True, help="directory for the screenshots")
+    parser.add_argument("--chromium", help=f"the browser binary (default: the first of {', '.join(CHROMIUM_NAMES)})")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="longest wait for one browser answer")
+    args = parser.parse_args(argv)
+    if not args.report.is_file():
+        print(f"browser check: error: {args.report}: no such report file", file=sys.stderr)
+        return 2
+    chromium = find_chromium(args.chromium)
+    if chromium is None:
+        print(f"browser check: error: no Chromium found ({args.chromium or ', '.join(CHROMIUM_NAMES)})",
+              file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    try:
+        summary = check_report(args.report, args.screenshots, chromium, args.timeout_s)
+    except BrowserError as exc:
+        print(f"browser check: FAILED: {args.report}: {exc}", file=sys.stderr)
+        return 1
+    for label, rows in summary.tables:
+        print(f"browser check: table {label}: {len(rows)} table(s), rows {', '.join(map(str, rows))}")
+    print(f"browser check: {len(summary.sections)} section(s) visited ({', '.join(summary.sections)}); "
+          f"{summary.viewed} result(s) viewed, {summary.downloads} download link(s), "
+          f"{len(summary.tables)} HTML table result(s); {len(summary.screenshots)} screenshot(s) in "
+          f"{args.screenshots} ({time.monotonic() - start:.1f} s)")
+    if summary.failures:
+        for failure in summary.failures:
+            print(f"browser check: FAILED: {failure}", file=sys.stderr)
+        return 1
+    print(f"browser check: {args.report} passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
