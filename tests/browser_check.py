@@ -45,9 +45,11 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrom
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars")
 VIEWPORT_PX = (1400, 900)
-# A content area with fewer distinct colours than this is blank (one background colour, perhaps a
+# An area of a screenshot with fewer distinct colours than this is blank (one background colour, perhaps a
 # border); rendered text alone gives dozens through anti-aliasing, a plot hundreds.
 MIN_DISTINCT_COLOURS = 8
+# How long a blank view may take to paint before it counts as blank.
+BLANK_PATIENCE_S = 3.0
 # Child descriptors Chromium reads commands from and writes replies to with --remote-debugging-pipe.
 _CHILD_COMMAND_FD, _CHILD_REPLY_FD = 3, 4
 
@@ -112,16 +114,17 @@ def distinct_colours(pixels: np.ndarray) -> int:
 
 def blank_problem(png: bytes, clip: tuple[int, int, int, int] | None = None,
                   min_colours: int = MIN_DISTINCT_COLOURS) -> str | None:
-    """Why the screenshot (or its ``clip`` = x, y, width, height in pixels) is blank, or None."""
+    """Why the screenshot (or its ``clip`` = x, y, width, height in pixels) is blank, or None:
+    "blank: ..." or "empty (zero size)"."""
     pixels = decode_png(png)
     if clip is not None:
         x, y, width, height = clip
         pixels = pixels[max(y, 0):max(y + height, 0), max(x, 0):max(x + width, 0)]
     if pixels.size == 0:
-        return "the content area is empty (zero size)"
+        return "empty (zero size)"
     colours = distinct_colours(pixels)
     if colours < min_colours:
-        return f"the content area is blank: {colours} distinct colour(s), fewer than {min_colours}"
+        return f"blank: {colours} distinct colour(s), fewer than {min_colours}"
     return None
 
 
@@ -313,10 +316,9 @@ class Summary:
     failures: list[str] = field(default_factory=list)
 
 
-_CONTENT_RECT = """(() => {
-    const box = document.querySelector('#app > div').lastElementChild.getBoundingClientRect();
-    return [box.x, box.y, box.width, box.height].map(Math.round);
-})()"""
+_BOX = "(box => [box.x, box.y, box.width, box.height].map(Math.round))"
+_AREA_RECT = {"content": f"{_BOX}(document.querySelector('#app > div').lastElementChild.getBoundingClientRect())",
+              "menu": f"{_BOX}(document.querySelector('#app nav').getBoundingClientRect())"}
 _RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).map(row => {
     const view = row.querySelector('td:last-child a');
     return {label: Array.from(row.cells).slice(0, -1).map(cell => cell.textContent).filter(Boolean).join(' / '),
@@ -369,7 +371,7 @@ class ReportWalk:
     def category(self, category: str, single: bool) -> None:
         self.browser.evaluate('app.setView({navbarMode: "menu"})')
         self.browser.settle()
-        self.click_menu_item("Results" if single else category, category)
+        self.click_menu_item("Results" if single else category)
         subcategories = self.browser.evaluate(f"Object.keys(categories[{json.dumps(category)}])"
                                               ".sort((a, b) => a.localeCompare(b))")
         if len(subcategories) == 1:
@@ -383,10 +385,10 @@ class ReportWalk:
     def subcategory(self, category: str, subcategory: str, section: str) -> None:
         self.browser.evaluate(f"app.showCategory({json.dumps(category)})")
         self.browser.settle()
-        self.click_menu_item(subcategory, section)
+        self.click_menu_item(subcategory)
         self.results(section)
 
-    def click_menu_item(self, label: str, section: str) -> None:
+    def click_menu_item(self, label: str) -> None:
         clicked = self.browser.evaluate(f"""(label => {{
             const item = Array.from(document.querySelectorAll('nav ul > li > a'))
                 .find(link => link.textContent.trim() === label);
@@ -396,11 +398,11 @@ class ReportWalk:
         if not clicked:
             raise CheckFailed(f"the menu has no entry {label!r}")
         self.browser.settle()
-        self.browser.wait_for("document.querySelector('nav table tbody tr') !== null", f"the results of {section}")
 
     def results(self, section: str) -> None:
+        self.browser.wait_for("document.querySelector('nav table tbody tr') !== null", f"the results of {section}")
         self.summary.sections.append(section)
-        self.capture(section)
+        self.capture(section, area="menu")
         rows = self.browser.evaluate(_RESULT_ROWS)
         if not rows:
             raise CheckFailed("the section lists no results")
@@ -463,20 +465,44 @@ class ReportWalk:
             time.sleep(0.05)
         raise CheckFailed(f"the HTML document of {label} did not load in its frame")
 
-    def capture(self, label: str) -> None:
-        png = self.browser.screenshot()
+    def capture(self, label: str, area: str = "content") -> None:
+        """Screenshot the page; a blank ``area`` ("content": the result shown; "menu": the navigation)
+        fails ``label``. Entering a section leaves the previous result in the content area, so a
+        section's own screenshot is judged by its menu. Some views paint after a promise (Vega's
+        graph, an iframe's document), so a blank area is looked at again for a few seconds."""
+        deadline = time.monotonic() + BLANK_PATIENCE_S
+        while True:
+            png = self.browser.screenshot()
+            problem = blank_problem(png, clip=tuple(self.browser.evaluate(_AREA_RECT[area])))
+            if problem is None or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
         name = f"{len(self.summary.screenshots):02d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_')[:80]}.png"
         target = self.screenshots / name
         target.write_bytes(png)
         self.summary.screenshots.append(target)
-        problem = blank_problem(png, clip=tuple(self.browser.evaluate(_CONTENT_RECT)))
         if problem:
-            raise CheckFailed(f"{problem} (screenshot {target})")
+            self.fail(label, f"the {area} area is {problem} (screenshot {target})")
+
+
+_SCREENSHOT_NAME = re.compile(r"\d{2,}-[A-Za-z0-9._-]*\.png")
+
+
+def prepare_screenshots(directory: Path) -> None:
+    """Create ``directory``, or empty it of a previous check's screenshots; refuse one holding other files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = list(directory.iterdir())
+    foreign = [entry.name for entry in entries if not (_SCREENSHOT_NAME.fullmatch(entry.name) and entry.is_file())]
+    if foreign:
+        raise CheckFailed(f"{directory} holds files this check did not write ({', '.join(sorted(foreign)[:3])}); "
+                          "give an empty or new directory for the screenshots")
+    for entry in entries:
+        entry.unlink()
 
 
 def check_report(report: Path, screenshots: Path, chromium: str, timeout_s: float = 60.0) -> Summary:
     """Load ``report`` in headless Chromium and walk through it; screenshots go to ``screenshots``."""
-    screenshots.mkdir(parents=True, exist_ok=True)
+    prepare_screenshots(screenshots)
     with Chromium(chromium, timeout_s) as browser:
         browser.call("Page.navigate", {"url": report.resolve().as_uri()})
         walk = ReportWalk(browser, screenshots)
@@ -506,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     try:
         summary = check_report(args.report, args.screenshots, chromium, args.timeout_s)
+    except CheckFailed as exc:
+        print(f"browser check: error: {exc}", file=sys.stderr)
+        return 2
     except BrowserError as exc:
         print(f"browser check: FAILED: {args.report}: {exc}", file=sys.stderr)
         return 1
