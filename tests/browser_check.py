@@ -325,8 +325,10 @@ _RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).ma
             download: view ? view.getAttribute('download') : null,
             href: view ? view.getAttribute('href').slice(0, 64) : null};
 })"""
-_IFRAME_TABLES = """Array.from(document.querySelectorAll('table')).map(table =>
-    table.getBoundingClientRect().height > 0 ? table.querySelectorAll('tr').length : 0)"""
+# Rows of each table under ``document`` (a document or an element); null for a table not displayed
+# (a hidden tab, a closed <details>).
+_TABLE_ROWS = """Array.from(document.querySelectorAll('table')).map(table =>
+    table.getClientRects().length > 0 ? table.querySelectorAll('tr').length : null)"""
 
 
 class ReportWalk:
@@ -365,8 +367,13 @@ class ReportWalk:
             self.fail(section, error)
 
     def landing(self) -> None:
+        """The page the report opens on: its text (the workflow description, where a summary table
+        may be included as HTML) and the job graph or metadata beside it."""
         self.browser.settle()
         self.capture("landing page")
+        rows = self.browser.evaluate(f"(document => {_TABLE_ROWS})"
+                                     "(document.querySelector('#app > div').lastElementChild)")
+        self.check_tables("landing page", rows)
 
     def category(self, category: str, single: bool) -> None:
         self.browser.evaluate('app.setView({navbarMode: "menu"})')
@@ -436,16 +443,25 @@ class ReportWalk:
 
     def check_html_tables(self, label: str, path: str) -> None:
         context = self.iframe_context(label)
-        rows = self.browser.evaluate(_IFRAME_TABLES, context_id=context)
+        rows = self.browser.evaluate(_TABLE_ROWS, context_id=context)
         source = data_uri_text(self.browser.evaluate(f"results[{json.dumps(path)}].data_uri"))
+        if not rows and re.search(r"<table\b", source, re.IGNORECASE):
+            raise CheckFailed(f"{path} has a <table> in its source but no table in its displayed document")
+        self.check_tables(label, rows, f" of {path}")
+
+    def check_tables(self, label: str, rows: list[int | None], where: str = "") -> None:
+        """Each displayed table (``rows``: its row count, None when not displayed) needs a data row,
+        and a page with tables needs one displayed."""
         if not rows:
-            if re.search(r"<table\b", source, re.IGNORECASE):
-                raise CheckFailed(f"{path} has a <table> in its source but none is displayed")
             return
-        self.summary.tables.append((label, rows))
+        shown = [count for count in rows if count is not None]
+        if not shown:
+            self.fail(label, f"none of the {len(rows)} table(s){where} is displayed")
+            return
+        self.summary.tables.append((label, shown))
         for number, count in enumerate(rows, start=1):
-            if count <= 1:
-                raise CheckFailed(f"table {number} of {path} renders {count} row(s): no data rows")
+            if count is not None and count <= 1:
+                self.fail(label, f"table {number}{where} renders {count} row(s): no data rows")
 
     def iframe_context(self, label: str) -> int:
         """An execution context in the displayed iframe's loaded document."""

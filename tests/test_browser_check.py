@@ -138,7 +138,19 @@ def test_screenshots_directory_with_other_files_is_refused_untouched(tmp_path):
 TABLE_HTML = ("<!doctype html><html><head><meta charset='utf-8'><title>summary</title></head><body>"
               "<table><thead><tr><th>method</th><th>peak (MiB)</th></tr></thead>"
               "<tbody><tr><td>a</td><td>1.5</td></tr><tr><td>b</td><td>0.5</td></tr></tbody></table></body></html>")
+WORKFLOW_RST = textwrap.dedent("""\
+    A tiny workflow, with its headline table on the landing page.
+
+    ======  ==========
+    method  peak (MiB)
+    ======  ==========
+    a       1.5
+    b       0.5
+    ======  ==========
+""")
 SNAKEFILE = textwrap.dedent("""\
+    report: "workflow.rst"
+
     rule all:
         input: "out/summary.html", "out/data.csv", "out/plot.png", "out/detail.png"
 
@@ -174,9 +186,11 @@ def chromium():
 
 @pytest.fixture(scope="module")
 def tiny_report(chromium, tmp_path_factory) -> Path:
-    """A Snakemake report with an HTML table, a CSV and two figures in two subcategories."""
+    """A Snakemake report with a table on its landing page, an HTML table, a CSV and two figures in
+    two subcategories."""
     workdir = tmp_path_factory.mktemp("tiny_report")
     (workdir / "Snakefile").write_text(SNAKEFILE)
+    (workdir / "workflow.rst").write_text(WORKFLOW_RST)
     (workdir / "source").mkdir()
     (workdir / "source" / "summary.html").write_text(TABLE_HTML)
     (workdir / "source" / "data.csv").write_text("method,peak_mib\na,1.5\nb,0.5\n")
@@ -214,6 +228,7 @@ def test_a_good_report_passes_with_every_section_viewed(tiny_report, tmp_path, c
     assert status == 0, out + err
     assert "3 section(s) visited (Plots / first, Plots / second, Summary)" in out
     assert "3 result(s) viewed, 1 download link(s)" in out
+    assert "table landing page: 1 table(s), rows 3" in out
     assert "table Summary: out/summary.html: 1 table(s), rows 3" in out
     shots = sorted(path.name for path in (tmp_path / "shots").iterdir())
     assert shots[0] == "00-landing_page.png" and len(shots) == 7
