@@ -38,15 +38,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
+from matplotlib.image import imread
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars")
 VIEWPORT_PX = (1400, 900)
-# An area of a screenshot with fewer distinct colours than this is blank (one background colour, perhaps a
-# border); rendered text alone gives dozens through anti-aliasing, a plot hundreds.
+# An area of a screenshot with fewer distinct colours than this is blank (one background colour,
+# perhaps a border); rendered text alone gives dozens through anti-aliasing, a plot hundreds.
 MIN_DISTINCT_COLOURS = 8
 # How long a blank view may take to paint before it counts as blank.
 BLANK_PATIENCE_S = 3.0
@@ -91,8 +93,6 @@ class MessageReader:
 
 def decode_png(png: bytes) -> np.ndarray:
     """A PNG as an array of shape (height, width, channels), values in [0, 1]."""
-    from matplotlib.image import imread
-
     if not png.startswith(b"\x89PNG\r\n\x1a\n"):
         raise ValueError("not a PNG (bad signature)")
     return imread(io.BytesIO(png), format="png")
@@ -167,10 +167,17 @@ class Chromium:
             self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._stderr,
                                              stderr=self._stderr, pass_fds=(_CHILD_COMMAND_FD, _CHILD_REPLY_FD),
                                              preexec_fn=place_pipes)
+        except OSError as exc:
+            self._close_files()
+            raise BrowserError(f"cannot start {binary}: {exc}") from exc
         finally:
             os.close(child_command)
             os.close(child_reply)
         self.session_id: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._process.poll() is None
 
     def __enter__(self) -> Chromium:
         try:
@@ -191,13 +198,16 @@ class Chromium:
         self.close()
 
     def close(self) -> None:
-        if self._process.poll() is None:
+        if self.running:
             try:
                 os.write(self._command_write, encode_message({"id": 0, "method": "Browser.close"}))
                 self._process.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired):
                 self._process.kill()
                 self._process.wait()
+        self._close_files()
+
+    def _close_files(self) -> None:
         for fd in (self._command_write, self._reply_read):
             try:
                 os.close(fd)
@@ -211,8 +221,7 @@ class Chromium:
         self._stderr.seek(0)
         return self._stderr.read().decode(errors="replace")[-2000:]
 
-    def call(self, method: str, params: dict | None = None, session: bool = True,
-             timeout_s: float | None = None) -> dict:
+    def call(self, method: str, params: dict | None = None, session: bool = True) -> dict:
         """Send one command and return its result; events that arrive meanwhile go to ``events``."""
         self._next_id += 1
         message = {"id": self._next_id, "method": method, "params": params or {}}
@@ -221,8 +230,8 @@ class Chromium:
         try:
             os.write(self._command_write, encode_message(message))
         except BrokenPipeError as exc:
-            raise BrowserError(f"Chromium is not running (exit {self._process.poll()}):\n{self._log_tail()}") from exc
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+            raise self._exited(f"before {method}") from exc
+        deadline = time.monotonic() + self.timeout_s
         while True:
             for reply in self._read(deadline, method):
                 if reply.get("id") == self._next_id:
@@ -238,9 +247,17 @@ class Chromium:
             raise BrowserError(f"Chromium did not answer {waiting_for} within {self.timeout_s:g} s")
         chunk = os.read(self._reply_read, 1 << 20)
         if not chunk:
-            raise BrowserError(f"Chromium exited (code {self._process.wait()}) while answering {waiting_for}:\n"
-                               f"{self._log_tail()}")
+            raise self._exited(f"while answering {waiting_for}")
         return self._reader.feed(chunk)
+
+    def _exited(self, when: str) -> BrowserError:
+        """The error for a Chromium that closed its pipe, with its exit code and last log lines."""
+        try:
+            code = self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = "none: still running"
+        log = self._log_tail().strip()
+        return BrowserError(f"Chromium exited (code {code}) {when}" + (f"; its log ends:\n{log}" if log else ""))
 
     def evaluate(self, expression: str, context_id: int | None = None, await_promise: bool = False):
         """The value of a JavaScript expression in the page (or the given execution context)."""
@@ -297,8 +314,6 @@ def console_errors(events: list[dict]) -> list[str]:
 
 def data_uri_text(uri: str) -> str:
     """The text a ``data:`` URI carries (base64 or percent-encoded)."""
-    from urllib.parse import unquote_to_bytes
-
     header, _, payload = uri.partition(",")
     raw = base64.b64decode(payload) if header.endswith(";base64") else unquote_to_bytes(payload)
     return raw.decode("utf-8", errors="replace")
@@ -352,7 +367,7 @@ class ReportWalk:
         try:
             action()
         except (BrowserError, CheckFailed) as exc:
-            if self.browser._process.poll() is not None:
+            if not self.browser.running:
                 raise
             self.fail(section, str(exc))
         self.collect_errors(section)

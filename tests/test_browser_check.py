@@ -133,6 +133,23 @@ def test_screenshots_directory_with_other_files_is_refused_untouched(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_missing_report_or_browser_is_a_one_line_error(tmp_path, capsys):
+    report = tmp_path / "report.html"
+    assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots")]) == 2
+    assert f"{report}: no such report file" in capsys.readouterr().err
+    report.write_text("<html></html>")
+    assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"),
+                               "--chromium", "no-such-browser-here"]) == 2
+    assert "no Chromium found (no-such-browser-here)" in capsys.readouterr().err
+
+
+def test_a_browser_that_exits_at_once_fails_the_check_saying_so(tmp_path, capsys):
+    report = tmp_path / "report.html"
+    report.write_text("<html></html>")
+    assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", "false"]) == 1
+    assert "Chromium exited (code 1)" in capsys.readouterr().err
+
+
 # ---- the whole check in Chromium -------------------------------------------------------------------
 
 TABLE_HTML = ("<!doctype html><html><head><meta charset='utf-8'><title>summary</title></head><body>"
