@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote_to_bytes
@@ -145,6 +146,7 @@ class Chromium:
         self.events: list[dict] = []
         self._next_id = 0
         self._reader = MessageReader()
+        self._received: deque[dict] = deque()
         self._profile = tempfile.TemporaryDirectory(prefix="browser-check-")
         self._stderr = open(Path(self._profile.name) / "chromium.log", "w+b")
         # Pipe ends are moved above the child's 3 and 4, so that placing them there cannot
@@ -233,13 +235,16 @@ class Chromium:
             raise self._exited(f"before {method}") from exc
         deadline = time.monotonic() + self.timeout_s
         while True:
-            for reply in self._read(deadline, method):
-                if reply.get("id") == self._next_id:
-                    if "error" in reply:
-                        raise BrowserError(f"{method} failed: {reply['error'].get('message')}")
-                    return reply.get("result", {})
-                if "method" in reply:
-                    self.events.append(reply)
+            while not self._received:  # a read may end inside a message
+                self._received.extend(self._read(deadline, method))
+            # One message at a time: a read may bring the reply and, after it, events to keep.
+            reply = self._received.popleft()
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise BrowserError(f"{method} failed: {reply['error'].get('message')}")
+                return reply.get("result", {})
+            if "method" in reply:
+                self.events.append(reply)
 
     def _read(self, deadline: float, waiting_for: str) -> list[dict]:
         remaining = deadline - time.monotonic()
@@ -357,6 +362,7 @@ class ReportWalk:
 
     def run(self) -> Summary:
         self.step("landing page", self.landing)
+        self.step("Statistics", self.statistics)
         categories = self.browser.evaluate("Object.keys(categories).sort((a, b) => a.localeCompare(b))")
         for category in categories:
             self.step(category, lambda category=category: self.category(category, single=len(categories) == 1))
@@ -389,6 +395,13 @@ class ReportWalk:
         rows = self.browser.evaluate(f"(document => {_TABLE_ROWS})"
                                      "(document.querySelector('#app > div').lastElementChild)")
         self.check_tables("landing page", rows)
+
+    def statistics(self) -> None:
+        """Snakemake's own page of job runtimes and timeline (two Vega plots)."""
+        self.click_menu_item("Statistics")
+        self.browser.wait_for("document.querySelector('#runtimes svg, #runtimes canvas') !== null",
+                              "the runtime plot")
+        self.capture("Statistics")
 
     def category(self, category: str, single: bool) -> None:
         self.browser.evaluate('app.setView({navbarMode: "menu"})')
@@ -571,7 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for label, rows in summary.tables:
         print(f"browser check: table {label}: {len(rows)} table(s), rows {', '.join(map(str, rows))}")
-    print(f"browser check: {len(summary.sections)} section(s) visited ({', '.join(summary.sections)}); "
+    print(f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
+          f"({', '.join(summary.sections)}); "
           f"{summary.viewed} result(s) viewed, {summary.downloads} download link(s), "
           f"{len(summary.tables)} HTML table result(s); {len(summary.screenshots)} screenshot(s) in "
           f"{args.screenshots} ({time.monotonic() - start:.1f} s)")

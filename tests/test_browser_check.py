@@ -243,12 +243,13 @@ def run_check(report: Path, tmp_path: Path, chromium: str, capsys) -> tuple[int,
 def test_a_good_report_passes_with_every_section_viewed(tiny_report, tmp_path, chromium, capsys):
     status, out, err = run_check(tiny_report, tmp_path, chromium, capsys)
     assert status == 0, out + err
-    assert "3 section(s) visited (Plots / first, Plots / second, Summary)" in out
+    assert ("visited the landing page, Statistics and 3 result section(s) "
+            "(Plots / first, Plots / second, Summary)") in out
     assert "3 result(s) viewed, 1 download link(s)" in out
     assert "table landing page: 1 table(s), rows 3" in out
     assert "table Summary: out/summary.html: 1 table(s), rows 3" in out
     shots = sorted(path.name for path in (tmp_path / "shots").iterdir())
-    assert shots[0] == "00-landing_page.png" and len(shots) == 7
+    assert shots[:2] == ["00-landing_page.png", "01-Statistics.png"] and len(shots) == 8
     assert all(blank_problem(path.read_bytes()) is None for path in (tmp_path / "shots").iterdir())
 
 
@@ -276,4 +277,4 @@ def test_a_broken_report_fails_naming_each_section_and_what_failed(tiny_report, 
     assert "FAILED: Plots / second: out/detail.png: the content area is blank: 1 distinct colour(s)" in err
     assert "FAILED: Summary: out/summary.html: table 1 of out/summary.html renders 1 row(s): no data rows" in err
     assert "FAILED: Summary: out/summary.html: console.error: summary data missing" in err
-    assert "3 section(s) visited" in out  # one failure does not end the walk
+    assert "3 result section(s)" in out  # one failure does not end the walk
