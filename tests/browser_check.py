@@ -246,6 +246,19 @@ class Chromium:
             if "method" in reply:
                 self.events.append(reply)
 
+    def drain(self, wait_s: float = 0.0) -> None:
+        """Move the events that have arrived, or arrive within ``wait_s``, to ``events``."""
+        deadline = time.monotonic() + wait_s
+        while select.select([self._reply_read], [], [], max(deadline - time.monotonic(), 0))[0]:
+            chunk = os.read(self._reply_read, 1 << 20)
+            if not chunk:
+                break
+            self._received.extend(self._reader.feed(chunk))
+        while self._received:
+            message = self._received.popleft()
+            if "method" in message:
+                self.events.append(message)
+
     def _read(self, deadline: float, waiting_for: str) -> list[dict]:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([self._reply_read], [], [], remaining)[0]:
@@ -382,6 +395,7 @@ class ReportWalk:
         self.summary.failures.append(f"{section}: {problem}")
 
     def collect_errors(self, section: str) -> None:
+        self.browser.drain()
         events = self.browser.events[self._events_seen:]
         self._events_seen = len(self.browser.events)
         for error in console_errors(events):

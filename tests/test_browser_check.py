@@ -133,6 +133,43 @@ def test_screenshots_directory_with_other_files_is_refused_untouched(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+FAKE_BROWSER = textwrap.dedent("""\
+    #!{python}
+    # Answers each command on descriptor 3 on descriptor 4, in one write with an event after the
+    # reply, in two pieces split inside a message.
+    import json, os
+    pending = b""
+    while True:
+        chunk = os.read(3, 65536)
+        if not chunk:
+            break
+        *commands, pending = (pending + chunk).split(b"\\0")
+        for raw in commands:
+            command = json.loads(raw)
+            if command["method"] == "Browser.close":
+                raise SystemExit(0)
+            result = {{"targetId": "page", "sessionId": "one", "echo": [command["method"], command.get("sessionId")]}}
+            reply = json.dumps({{"id": command["id"], "result": result}}).encode()
+            entry = {{"level": "error", "text": command["method"]}}
+            event = json.dumps({{"method": "Log.entryAdded", "params": {{"entry": entry}}}}).encode()
+            stream = reply + b"\\0" + event + b"\\0"
+            os.write(4, stream[:5])
+            os.write(4, stream[5:])
+""")
+
+
+def test_the_pipe_carries_commands_replies_and_events_in_order(tmp_path):
+    fake = tmp_path / "fake-browser"
+    fake.write_text(FAKE_BROWSER.format(python=sys.executable))
+    fake.chmod(0o755)
+    with browser_check.Chromium(str(fake), timeout_s=30) as browser:
+        assert browser.call("Page.captureScreenshot")["echo"] == ["Page.captureScreenshot", "one"]
+        browser.drain(wait_s=2)
+    # Every event sent after a reply was kept, in order: the setup commands', then the screenshot's.
+    assert console_errors(browser.events)[-2:] == ["log error: Emulation.setDeviceMetricsOverride",
+                                                   "log error: Page.captureScreenshot"]
+
+
 def test_a_missing_report_or_browser_is_a_one_line_error(tmp_path, capsys):
     report = tmp_path / "report.html"
     assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots")]) == 2
