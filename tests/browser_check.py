@@ -289,15 +289,16 @@ class Chromium:
             raise BrowserError(f"evaluating {expression[:80]!r} raised: {text}")
         return result["result"].get("value")
 
-    def wait_for(self, expression: str, what: str, timeout_s: float = 20.0):
-        """Poll ``expression`` until it is truthy; its value, or BrowserError naming ``what``."""
-        deadline = time.monotonic() + timeout_s
+    def wait_for(self, expression: str, what: str):
+        """Poll ``expression`` until it is truthy (for up to ``timeout_s``); its value, or BrowserError
+        naming ``what``."""
+        deadline = time.monotonic() + self.timeout_s
         while True:
             value = self.evaluate(expression)
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise BrowserError(f"timed out after {timeout_s:g} s waiting for {what}")
+                raise BrowserError(f"timed out after {self.timeout_s:g} s waiting for {what}")
             time.sleep(0.05)
 
     def settle(self) -> None:
@@ -358,6 +359,7 @@ _RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).ma
             download: view ? view.getAttribute('download') : null,
             href: view ? view.getAttribute('href').slice(0, 64) : null};
 })"""
+_CONTENT_IFRAME = "document.querySelector('#app > div').lastElementChild.querySelector('iframe')"
 # Rows of each table under ``document`` (a document or an element); null for a table not displayed
 # (a hidden tab, a closed <details>).
 _TABLE_ROWS = """Array.from(document.querySelectorAll('table')).map(table =>
@@ -506,17 +508,18 @@ class ReportWalk:
                 self.fail(label, f"table {number}{where} renders {count} row(s): no data rows")
 
     def iframe_context(self, label: str) -> int:
-        """An execution context in the displayed iframe's loaded document."""
-        deadline = time.monotonic() + 20
+        """An execution context in the loaded document of the iframe the content area shows."""
+        deadline = time.monotonic() + self.browser.timeout_s
         while time.monotonic() < deadline:
-            frames = self.browser.call("Page.getFrameTree")["frameTree"].get("childFrames", [])
-            loaded = [child["frame"]["id"] for child in frames if child["frame"].get("url", "").startswith("data:")]
-            if loaded:
+            iframe = self.browser.call("Runtime.evaluate", {"expression": _CONTENT_IFRAME})["result"]
+            if "objectId" in iframe:
                 try:
-                    context = self.browser.call("Page.createIsolatedWorld",
-                                                {"frameId": loaded[-1], "worldName": "browser-check"})
-                    context_id = context["executionContextId"]
-                    if self.browser.evaluate("document.readyState", context_id=context_id) == "complete":
+                    node = self.browser.call("DOM.describeNode", {"objectId": iframe["objectId"]})["node"]
+                    world = self.browser.call("Page.createIsolatedWorld",
+                                              {"frameId": node["frameId"], "worldName": "browser-check"})
+                    context_id = world["executionContextId"]
+                    if self.browser.evaluate("location.protocol === 'data:' && document.readyState === 'complete'",
+                                             context_id=context_id):
                         return context_id
                 except BrowserError:
                     pass  # the frame navigated away from the document the world was made in: look again
@@ -566,7 +569,7 @@ def check_report(report: Path, screenshots: Path, chromium: str, timeout_s: floa
         walk = ReportWalk(browser, screenshots)
         walk.step("loading the report", lambda: browser.wait_for(
             "document.readyState === 'complete' && typeof app !== 'undefined'"
-            " && document.querySelector('nav ul > li > a') !== null", "the report to render", timeout_s))
+            " && document.querySelector('nav ul > li > a') !== null", "the report to render"))
         if walk.summary.failures:
             return walk.summary
         return walk.run()
@@ -577,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", type=Path, help="the Snakemake HTML report (snakemake --report X.html)")
     parser.add_argument("--screenshots", type=Path, required=True, help="directory for the screenshots")
     parser.add_argument("--chromium", help=f"the browser binary (default: the first of {', '.join(CHROMIUM_NAMES)})")
-    parser.add_argument("--timeout-s", type=float, default=60.0, help="longest wait for one browser answer")
+    parser.add_argument("--timeout-s", type=float, default=60.0,
+                        help="longest wait for one browser answer or for a view to appear (seconds)")
     args = parser.parse_args(argv)
     if not args.report.is_file():
         print(f"browser check: error: {args.report}: no such report file", file=sys.stderr)
