@@ -5,11 +5,12 @@
 Chromium is driven through the Chrome DevTools Protocol over ``--remote-debugging-pipe``: JSON
 messages ending in a NUL byte, commands on the child's file descriptor 3, replies and events on 4,
 so no websocket library is needed. The check loads the report, then clicks through it the way a
-reader would: the landing page, every result category (and subcategory) in the menu, and the view
-button of every result. It fails on any console error, uncaught exception or error log entry, on a
-screenshot whose content area is blank, on an image that does not decode, and on an HTML result
-whose tables do not render as rows. It knows nothing about membench's categories: whatever the
-workflow marks as a report output is checked.
+reader would: the landing page, Statistics, every result category (and subcategory) in the menu,
+and the view button of every result, with a screenshot of each view. It fails, naming the view, on
+any console error, uncaught exception or error log entry, on a view whose content area (or, for a
+section's list of results, menu) is blank, on an image that does not decode, and on a table (on the
+landing page or in an HTML result) without data rows. It knows nothing about membench's categories:
+whatever the workflow marks as a report output is checked.
 
 The report is a single-page React app (Snakemake 9): the page defines the globals ``categories``
 ({category: {subcategory: [result path]}}), ``results`` ({path: {mime_type, data_uri, ...}}) and
@@ -342,6 +343,9 @@ def data_uri_text(uri: str) -> str:
 
 @dataclass
 class Summary:
+    """What the walk saw: result sections, results viewed and offered as downloads, row counts of
+    each displayed table, screenshots, and failures ("<view>: <what failed>")."""
+
     sections: list[str] = field(default_factory=list)
     viewed: int = 0
     downloads: int = 0
