@@ -571,11 +571,14 @@ def check_report(report: Path, screenshots: Path, chromium: str, timeout_s: floa
     with Chromium(chromium, timeout_s) as browser:
         browser.call("Page.navigate", {"url": report.resolve().as_uri()})
         walk = ReportWalk(browser, screenshots)
-        walk.step("loading the report", lambda: browser.wait_for(
-            "document.readyState === 'complete' && typeof app !== 'undefined'"
-            " && document.querySelector('nav ul > li > a') !== null", "the report to render"))
-        if walk.summary.failures:
+        try:
+            browser.wait_for("document.readyState === 'complete' && typeof app !== 'undefined'"
+                             " && document.querySelector('nav ul > li > a') !== null", "the report to render")
+        except BrowserError as exc:
+            walk.fail("loading the report", str(exc))
             return walk.summary
+        finally:
+            walk.collect_errors("loading the report")
         return walk.run()
 
 
@@ -606,11 +609,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for label, rows in summary.tables:
         print(f"browser check: table {label}: {len(rows)} table(s), rows {', '.join(map(str, rows))}")
-    print(f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
-          f"({', '.join(summary.sections)}); "
-          f"{summary.viewed} result(s) viewed, {summary.downloads} download link(s), "
-          f"{len(summary.tables)} HTML table result(s); {len(summary.screenshots)} screenshot(s) in "
-          f"{args.screenshots} ({time.monotonic() - start:.1f} s)")
+    if summary.screenshots:
+        print(f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
+              f"({', '.join(summary.sections)}); {summary.viewed} result(s) viewed, {summary.downloads} download "
+              f"link(s), {len(summary.tables)} view(s) with tables; {len(summary.screenshots)} screenshot(s) in "
+              f"{args.screenshots} ({time.monotonic() - start:.1f} s)")
+    else:
+        print(f"browser check: the report did not render, so nothing was visited ({time.monotonic() - start:.1f} s)")
     if summary.failures:
         for failure in summary.failures:
             print(f"browser check: FAILED: {failure}", file=sys.stderr)
