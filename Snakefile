@@ -45,10 +45,11 @@ include: "rules/meter.smk"
 include: "rules/hotconv.smk"
 include: "rules/build.smk"
 include: "rules/division.smk"
-include: "rules/report.smk"
 include: "rules/appclass.smk"
 include: "rules/robust.smk"
 include: "rules/memnet.smk"
+# Last: the report's pages cover the tables every rules file above added to the default target.
+include: "rules/report.smk"
 
 
 check_dataset_paths()

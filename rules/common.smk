@@ -340,7 +340,7 @@ def appclass_bench_options(variant_name):
             and variant["implementation"] == "torch",
         }
     )
-    return f"{options} {meter_options()}"
+    return f"{options} {meter_options()} {trace_allocator_option()}"
 
 
 def appclass_bench_dir(graph, pattern, variant):

@@ -138,6 +138,7 @@ rule division_max_batch:
         manifest=division_build_input(),
     output:
         metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
+        probes="results/division/max_batch/{division_model}/{division_method}/probes.csv",
     log:
         log_path("division_max_batch", "{division_model}/{division_method}"),
     benchmark:

@@ -52,3 +52,111 @@ rule plot_meter_memlog:
 FINAL_OUTPUTS.append("results/plots/meter_memlog.png")
 if bodmas_datasets():
     FINAL_OUTPUTS.append("results/plots/bodmas_sizes.png")
+
+
+# -- the report's landing summary and one readable page per aggregated table --------------------
+# Included after every system's rules file, so FINAL_OUTPUTS already lists every table of the run.
+import json
+import sys
+
+from membench.report.views import TABLE_VIEWS
+
+REPORT_TABLES = [
+    os.path.basename(path).removesuffix(".csv")
+    for path in FINAL_OUTPUTS
+    if path.startswith("results/tables/")
+    and path.endswith(".csv")
+    and os.path.basename(path).removesuffix(".csv") in TABLE_VIEWS
+]
+
+
+wildcard_constraints:
+    report_table=alternatives(REPORT_TABLES),
+
+
+rule report_table_page:
+    input:
+        csv="results/tables/{report_table}.csv",
+        parquet="results/tables/{report_table}.parquet",
+    output:
+        report(
+            "results/report/tables/{report_table}.html",
+            caption="../workflow/report/table_page.rst",
+            category=lambda wildcards: TABLE_VIEWS[wildcards.report_table].category,
+            labels={"table": "{report_table}", "view": "readable table"},
+        ),
+    log:
+        log_path("report_table_page", "{report_table}"),
+    benchmark:
+        benchmark_path("report_table_page", "{report_table}")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "membench report table --name {wildcards.report_table} --csv {input.csv} --parquet {input.parquet}"
+        " --out {output} > {log} 2>&1"
+
+
+rule report_provenance:
+    input:
+        default_config=workflow.source_path("../config/config.yaml"),
+        schema=workflow.source_path("../config/schema.yaml"),
+    output:
+        "results/report/provenance.json",
+    log:
+        log_path("report_provenance"),
+    benchmark:
+        benchmark_path("report_provenance")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        # The command line differs with every invocation (-n, --report, targets). A param derived
+        # from the output is no rerun trigger, so the record names the command that last wrote it.
+        command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
+        config=json.dumps(config, sort_keys=True, default=str),
+        checkout=workflow.basedir,
+    shell:
+        "membench report provenance --command {params.command:q} --config-json {params.config:q}"
+        " --default-config {input.default_config:q} --schema {input.schema:q}"
+        " --checkout {params.checkout:q} --out {output} > {log} 2>&1"
+
+
+rule report_summary:
+    input:
+        tables=[f"results/tables/{table}.csv" for table in REPORT_TABLES],
+        published=workflow.source_path("../resources/published_figures.yaml"),
+        provenance=rules.report_provenance.output[0],
+    output:
+        html=report(
+            "results/report/summary.html",
+            caption="../workflow/report/summary.rst",
+            category="Summary",
+            labels={"page": "headline table, scale and provenance"},
+        ),
+        fragment="results/report/summary_fragment.html",
+        csv="results/report/summary.csv",
+    log:
+        log_path("report_summary"),
+    benchmark:
+        benchmark_path("report_summary")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "membench report summary --tables results/tables --published {input.published}"
+        " --provenance {input.provenance} --out-html {output.html} --out-fragment {output.fragment}"
+        " --out-csv {output.csv} > {log} 2>&1"
+
+
+FINAL_OUTPUTS.append("results/report/summary.html")
+FINAL_OUTPUTS.extend(f"results/report/tables/{table}.html" for table in REPORT_TABLES)

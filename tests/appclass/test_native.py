@@ -81,3 +81,46 @@ def test_kernel_choice(tmp_path, built_manifest):
         select_kernels("extension", tmp_path / "absent.json")
     with pytest.raises(InputError, match="kernels must be one of"):
         select_kernels("fastest", built_manifest)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
+    """Scratch included: column_max holds its (C,) result and a (threads, C) table of partial maxima;
+    normprob_ the column maxima, the (C,) float64 exp-sums, per part two 64-row blocks of the
+    widest column share (float64), then the (C,) log-sums."""
+    from membench.core.tracers import CpuAllocatorTracker
+
+    rows, cols = 5, 3
+    x = torch.randn(rows, cols, dtype=torch.float64)
+    with CpuAllocatorTracker() as column_max:
+        kernels.column_max(x, threads)
+    assert column_max.peak_bytes == 8 * cols * (1 + threads)
+    with CpuAllocatorTracker() as normprob:
+        kernels.normprob_(x, False, threads)
+    widest = -(-cols // threads)
+    scratch = 8 * threads * 2 * 64 * widest
+    assert normprob.peak_bytes == max(8 * cols * (1 + threads), 8 * cols * 2 + scratch, 8 * cols * 3)
+
+
+def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest, tmp_path):
+    from membench.appclass.bench import BenchSpec, run_bench_job
+    from membench.data.graphs import write_graph
+
+    paths = []
+    for role, graph in zip(("data", "pattern"), small_rmat):
+        vertices, edges = tmp_path / f"{role}.Vertex.csv", tmp_path / f"{role}.Edges.csv"
+        write_graph(graph, vertices, edges)
+        paths += [str(vertices), str(edges)]
+    records = {
+        kernels_choice: run_bench_job(tuple(paths), "small", BenchSpec(implementation=implementation, threads=1,
+                                                                       kernels=kernels_choice),
+                                      tmp_path / kernels_choice, sample_interval_s=0, build_manifest=built_manifest)
+        for implementation, kernels_choice in (("torch", "extension"), ("torch", "torch"), ("reference", "auto"))
+    }
+    data, pattern = small_rmat
+    state_mib = 8 * 2 * data.num_nodes * pattern.num_nodes / 2**20  # CV and MU at least
+    for name in ("extension", "torch"):
+        assert records[name]["alloc_peak_mib"] > state_mib and records[name]["trace_allocator"] is True
+        assert "alloc_peak_note" not in records[name]
+    assert records["extension"]["kernels_used"] == "extension"
+    assert records["auto"]["alloc_peak_mib"] is None and "outside torch's allocator" in records["auto"]["alloc_peak_note"]

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.workflow
 
 # Aggregation and plotting (tables and figures from other jobs' results, not from data sets): such
 # jobs run on the submit host, not one sbatch each.
-REPORT_DIRS = ("results/tables/", "results/plots/")
+REPORT_DIRS = ("results/tables/", "results/plots/", "results/report/")
 DATA_DIR = "results/data/"
 
 

@@ -1,5 +1,6 @@
 """Snakemake end to end on the small test config: the DAG runs, reruns nothing, builds the report."""
 
+import json
 import os
 import subprocess
 import sys
@@ -68,6 +69,30 @@ def test_default_target_writes_tables_and_figures(finished_run):
     assert (finished_run / "results" / "benchmarks" / "bodmas_fold" / "tiny" / "1.tsv").exists()
 
 
+AGGREGATED_TABLES = ("hotconv", "hotconv_sweep", "division_memory", "division_speed", "division_accuracy", "appclass",
+                     "appclass_graphs", "memnet", "robust", "meter", "datasets")
+
+
+def test_summary_provenance_and_table_pages_are_written(finished_run):
+    report_dir = finished_run / "results" / "report"
+    summary = pd.read_csv(report_dir / "summary.csv")
+    assert set(summary["system"]) == {"hotconv", "division", "appclass", "memnet", "robust"}
+    assert set(summary["verdict"]) <= {"met", "not met", "not comparable", "no published figure"}
+    # A CPU run of the tiny configuration is never in a GPU paper's setting.
+    hotconv_eco = summary[summary["method"] == "hotconv_eco"].iloc[0]
+    assert hotconv_eco["verdict"] == "not comparable" and "device cpu (paper cuda)" in hotconv_eco["note"]
+    fragment = (report_dir / "summary_fragment.html").read_text()
+    assert "Measured on CPU" in fragment and fragment.count("<tr>") > len(summary)
+    provenance = json.loads((report_dir / "provenance.json").read_text())
+    assert provenance["command"].startswith("snakemake ") and "--configfile" in provenance["command"]
+    assert any(line.startswith("hotconv.epochs: ") for line in provenance["config_differences"])
+    tables = finished_run / "results" / "tables"
+    for table in AGGREGATED_TABLES:
+        page = (report_dir / "tables" / f"{table}.html").read_text()
+        assert page.count("<tr>") == len(pd.read_csv(tables / f"{table}.csv")) + 1, table
+        assert f'download="{table}.parquet"' in page
+
+
 def test_rerun_has_nothing_to_do_and_one_target_reruns_alone(finished_run):
     dry = snakemake(finished_run, "-n")
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
@@ -83,6 +108,10 @@ def test_report_is_built(finished_run):
     assert result.returncode == 0, result.stderr[-4000:]
     html = (finished_run / "results" / "report.html").read_text(errors="replace")
     assert "datasets.csv" in html and "meter_memlog.png" in html
+    # The landing text opens on the summary; every table has a page of its own.
+    description = html[html.index("var workflow_desc"):]
+    assert description.index("membench-summary") < description.index("membench measures what")
+    assert all(f"{table}.html" in html for table in AGGREGATED_TABLES)
 
 
 def test_bad_config_key_fails_naming_it(tmp_path):

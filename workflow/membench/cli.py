@@ -21,6 +21,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
     "robust": ("membench.robust.commands", "adversarial training with parallel adversary generation: train, table, plots"),
     "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
+    "report": ("membench.report.commands", "the report's pages: landing summary, provenance, one page per table"),
+    "summary": ("membench.report.terminal", "the headline table (memory, time, quality vs published) in a terminal"),
 }
 
 

@@ -8,7 +8,6 @@ import logging
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from membench.appclass.options import AppclassOptions, formula_bytes
 from membench.core import sources
 from membench.core.meter import MIB, Meter
 from membench.core.metrics import job_record, read_metrics, write_job_outputs
+from membench.core.processes import membench_command
 from membench.core.tables import write_table
 from membench.data.graphs import read_graph_pair
 
@@ -33,9 +33,11 @@ AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
 COMPARE_COLUMNS = (
     "round", "variant", "kernels_used", "run_s", "prints_first_variant_bytes", "read_ms", "init_ms",
     "iterations_ms", "total_ms", "edge_copy_ms", "iteration_vs_copy", "algorithm_rss_mib", "peak_rss_mib",
-    "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
+    "alloc_peak_mib", "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
 )
 COPY_REPEATS = 3
+REFERENCE_ALLOC_NOTE = ("the NumPy reference allocates outside torch's allocator, so no allocator-level peak is "
+                        "recorded; algorithm_rss_mib is its memory")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ def run_bench_job(
     out_npy: str | None = None,
     sample_interval_s: float = 0.02,
     trace_live_tensors: bool = False,
+    trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
     build_manifest: str | os.PathLike | None = None,
 ) -> dict[str, object]:
@@ -106,9 +109,12 @@ def run_bench_job(
     array with the same threads, the memory-bandwidth yardstick of an iteration
     (``iteration_vs_copy`` = iteration time / copy time). Memory (MiB): ``algorithm_rss_mib``
     (sampled RSS peak of init and iterations above the RSS after reading and a warm-up run),
-    ``formula_mib`` (SPEC's arrays), and with ``trace_live_tensors`` a separate traced run's
-    ``peak_tensor_mib`` (torch tensors only). ``kernels_used``: ``extension`` (the C++ kernels of
-    ``build_manifest``), ``torch`` or ``reference``.
+    ``formula_mib`` (SPEC's arrays), and ``alloc_peak_mib``: the allocator-level peak of init and
+    iterations above the level after reading, exact, every buffer of the C++ kernels included (on a
+    GPU the CUDA allocator's, on a CPU with ``trace_allocator`` from a separate traced run; for the
+    NumPy reference, which allocates outside torch, empty with ``alloc_peak_note`` saying so). With
+    ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).
+    ``kernels_used``: ``extension`` (the C++ kernels of ``build_manifest``), ``torch`` or ``reference``.
     """
     from membench.appclass.extension import select_kernels
     from membench.appclass.output import format_beliefs, write_npy
@@ -170,11 +176,23 @@ def run_bench_job(
             "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
         }
     )
-    if trace_live_tensors:
-        with Meter(device, sample_interval_s=0, trace_live_tensors=True) as traced:
-            classify(data, pattern, **run, phase=traced.phase)
-        record["peak_tensor_mib"] = traced.summary()["peak_tensor_mib"]
-        record["trace_live_tensors"] = True
+    # The timed run's allocator figures are per phase; the algorithm's peak spans init and iterations.
+    record["alloc_peak_mib"] = None
+    if spec.implementation == "reference":
+        record["alloc_peak_note"] = REFERENCE_ALLOC_NOTE
+    allocator_run = spec.implementation != "reference" and (device.type == "cuda" or trace_allocator)
+    if trace_live_tensors or allocator_run:
+        # Tracing slows the run, so it is a run of its own, one phase from init to the last iteration.
+        with Meter(device, sample_interval_s=0, trace_live_tensors=trace_live_tensors,
+                   trace_allocator=allocator_run and device.type == "cpu") as traced:
+            with traced.phase("algorithm"):
+                classify(data, pattern, **run)
+        summary = traced.summary()
+        if trace_live_tensors:
+            record.update(peak_tensor_mib=summary["peak_tensor_mib"], trace_live_tensors=True)
+        if allocator_run:
+            record.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
+                          allocator_available=True)
     if reference_npy is not None:
         reference = np.load(reference_npy, allow_pickle=False)
         record.update(agreement(beliefs, reference, spec.precision))
@@ -229,10 +247,9 @@ def compare(
             jobdir = outdir / f"round{round_index}" / spec.variant
             jobdir.mkdir(parents=True, exist_ok=True)
             printed = first_output if position == 0 and round_index == 0 else jobdir / "output.txt"
-            run_command = [
-                sys.executable, "-m", "membench.cli", "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True),
-                "--build-manifest", str(build_manifest),
-            ]
+            run_command = membench_command(
+                "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True), "--build-manifest", build_manifest,
+            )
             begin = time.perf_counter()
             with open(printed, "wb") as stdout:
                 subprocess.run(run_command, check=True, stdout=stdout)
@@ -240,11 +257,10 @@ def compare(
             same_bytes = filecmp.cmp(printed, first_output, shallow=False)
             if printed != first_output:
                 printed.unlink()
-            command = [
-                sys.executable, "-m", "membench.cli", "appclass", "bench", *graph_paths,
-                "--dataset", dataset, "--outdir", str(jobdir), *_spec_arguments(spec), *extra_args,
-                "--build-manifest", str(build_manifest),
-            ]
+            command = membench_command(
+                "appclass", "bench", *graph_paths, "--dataset", dataset, "--outdir", jobdir, *_spec_arguments(spec),
+                *extra_args, "--build-manifest", build_manifest,
+            )
             if position == 0 and round_index == 0:
                 command += ["--out-npy", str(reference_npy)]
             elif position > 0:

@@ -21,7 +21,7 @@ import sys  # noqa: E402
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
 from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
-from membench.core.meter import add_meter_options  # noqa: E402
+from membench.core.meter import add_allocator_option, add_meter_options  # noqa: E402
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
@@ -76,6 +76,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add_meter_options(bench, sample_interval_s=0.02)
     bench.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False,
                        help="one extra traced run for peak_tensor_mib (torch tensors)")
+    add_allocator_option(bench)
 
     compare = steps.add_parser("compare", help="several variants side by side (separate processes, interleaved)")
     _add_graph_files(compare)
@@ -87,6 +88,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     compare.add_argument("--rounds", type=int, default=3)
     compare.add_argument("--repeats", type=int, default=1)
     compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
+    add_allocator_option(compare)
 
     rmat = steps.add_parser("generate-rmat", help="RMAT data graph with uniform random features")
     rmat.add_argument("--scale", type=int, required=True, help="2**scale + 1 nodes")
@@ -199,7 +201,8 @@ def _bench(args: argparse.Namespace) -> None:
         _graph_paths(args), args.dataset, _bench_spec(args), args.outdir,
         reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
         build_manifest=args.build_manifest,
-        trace_live_tensors=args.trace_live_tensors, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+        trace_live_tensors=args.trace_live_tensors, trace_allocator=args.trace_allocator,
+        grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info(
         "%s on %s: read %.0f ms, init %.0f ms, iterations %.0f ms, algorithm RSS %.0f MiB (formula %.0f MiB)",
@@ -232,6 +235,7 @@ def _compare(args: argparse.Namespace) -> None:
         for i, d, t, p, k in map(_parse_variant, args.variant)
     ]
     extra = ["--trace-live-tensors"] if args.trace_live_tensors else []
+    extra.append("--trace-allocator" if args.trace_allocator else "--no-trace-allocator")
     frame = compare(_graph_paths(args), args.dataset, specs, args.outdir, args.rounds, extra,
                     args.build_manifest or DEFAULT_MANIFEST)
     summary = summarise_comparison(frame)

@@ -96,7 +96,7 @@ def iterate(state: NativeState) -> None:
     ops.normalise_maxima_(forward_raw, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
     ops.normalise_maxima_(reverse_raw, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)
     s.fmax, s.rmax = forward_raw, reverse_raw
-    s.mu = ops.update_beliefs(s.cv, s.fmax, s.rmax, s.pattern_src.tolist(), s.pattern_dst.tolist(), threads)
+    s.mu = ops.update_beliefs(s.cv, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, threads)
     ops.normprob_(s.mu, s.stable, threads)
 
 

@@ -1,8 +1,10 @@
-"""Whether a process that left something behind (a lock, a temporary file) is still running."""
+"""Processes: whether one that left something behind (a lock, a temporary file) still runs, and
+the command line that runs a membench command in a fresh process."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -26,3 +28,9 @@ def start_ticks_of(pid: int) -> int | None:
         return int(stat[stat.rindex(")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def membench_command(*arguments: str) -> list[str]:
+    """The command line of ``membench <arguments>`` run by this Python, for a point measured in a
+    fresh process (the subprocess imports this same package)."""
+    return [sys.executable, "-m", "membench.cli", *map(str, arguments)]

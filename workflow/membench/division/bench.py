@@ -165,26 +165,3 @@ def largest_batch(fits: Callable[[int], bool], start: int, limit: int) -> tuple[
         else:
             bad = middle
     return low, probes
-
-
-def cuda_step_fits(
-    model, optimizer, image_size: int, num_classes: int, device: torch.device, seed: int, precision: Precision = FLOAT32
-) -> Callable[[int], bool]:
-    """A ``fits(batch)`` probe for :func:`largest_batch`: one training step, False when it runs out
-    of memory (whatever raised it)."""
-
-    def fits(batch: int) -> bool:
-        try:
-            inputs, targets = random_batch(batch, image_size, num_classes, device, seed)
-            training_step(model, optimizer, inputs, targets, precision=precision)
-            synchronize(device)
-            return True
-        except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            return False
-        finally:
-            inputs = targets = None
-            _release(optimizer, device)
-
-    return fits

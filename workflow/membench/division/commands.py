@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     speed.add_argument("--iterations", type=int, default=16)
     speed.add_argument("--warmup", type=int, default=3)
 
-    maxbatch = steps.add_parser("maxbatch", help="largest batch that fits on the GPU (binary search)")
+    maxbatch = steps.add_parser("maxbatch", help="largest batch whose training step fits (binary search, one process per probe)")
     _add_common(maxbatch)
     maxbatch.add_argument("--image-size", type=int, default=224)
     maxbatch.add_argument("--num-classes", type=int, default=1000)
@@ -112,6 +113,8 @@ def run(args: argparse.Namespace) -> None:
         from membench.division.plots import plot_speed
 
         plot_speed(args.table, args.out)
+    elif args.step == "maxbatch":
+        _maxbatch(args)
     else:
         _job(args)
 
@@ -151,6 +154,7 @@ def _measure(args, device, ranks, start: float) -> None:
         "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
         "kernels": kernels.name, "kernels_fallback_reason": kernels.fallback_reason, "block_size": spec.block_size,
         "hfc_bits": spec.hfc_bits, "group_size": spec.group_size, "world_size": ranks.world_size, "amp": args.amp,
+        "stem": args.stem, "num_classes": getattr(args, "num_classes", None), "pid": os.getpid(),
     })
     trace_live = args.step == "memory" and args.trace_live_tensors
     trace_allocator = args.step == "memory" and args.trace_allocator
@@ -160,7 +164,7 @@ def _measure(args, device, ranks, start: float) -> None:
         if args.step == "train":
             fields = _train(args, device, spec, kernels, meter, ranks)
         else:
-            fields = {"memory": _memory, "speed": _speed, "maxbatch": _maxbatch}[args.step](args, device, spec, kernels, meter)
+            fields = {"memory": _memory, "speed": _speed}[args.step](args, device, spec, kernels, meter)
     if not ranks.is_main:
         return
     record.update(meter.summary())
@@ -193,20 +197,37 @@ def _speed(args, device, spec, kernels, meter) -> dict:
     return {**fields, "iterations": args.iterations, "warmup": args.warmup}
 
 
-def _maxbatch(args, device, spec, kernels, meter) -> dict:
-    from membench.core.errors import InputError
-    from membench.division.bench import cuda_step_fits, largest_batch, make_optimizer, prepare_model
-    from membench.division.precision import Precision
+def _maxbatch(args) -> None:
+    """The search driver: probes are ``membench division memory`` subprocesses (see ``maxbatch``)."""
+    import torch
 
-    if device.type != "cuda":
-        raise InputError(None, "the largest-batch search needs a CUDA device (out-of-memory is a GPU notion here)", "option --device")
-    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
-    optimizer = make_optimizer(model)
-    with meter.phase("search"):
-        fits = cuda_step_fits(model, optimizer, args.image_size, args.num_classes, device, args.seed, Precision(args.amp, device))
-        largest, probes = largest_batch(fits, args.start, args.limit)
-    return {"largest_batch": largest, "probes": " ".join(f"{b}:{'ok' if ok else 'oom'}" for b, ok in probes),
-            "search_limit": args.limit}
+    from membench.core.errors import InputError
+    from membench.division.maxbatch import search
+
+    _check_positive(args, ["image_size", "num_classes", "block_size", "group_size", "width", "start", "limit"])
+    # is_available() creates no CUDA context, so the probes still find the device untouched.
+    if args.device == "auto" and not torch.cuda.is_available():
+        raise InputError(None, "the largest-batch search needs a CUDA device; --device cpu searches the host "
+                               "allocator, which on most machines swaps or is killed before it refuses", "option --device")
+    options = {
+        "--method": args.method, "--model": args.model, "--width": args.width, "--stem": args.stem,
+        "--device": args.device, "--seed": args.seed, "--block-size": args.block_size, "--hfc-bits": args.hfc_bits,
+        "--group-size": args.group_size, "--kernels": args.kernels, "--build-manifest": args.build_manifest,
+        "--amp": args.amp, "--image-size": args.image_size, "--num-classes": args.num_classes,
+        "--sample-interval-s": args.sample_interval_s, "--grid-intensity-g-per-kwh": args.grid_intensity_g_per_kwh,
+    }
+    # A probe only needs to know whether the step fits: no live-tensor or CPU allocator tracing.
+    probe_arguments = [str(part) for name, value in options.items() if value is not None for part in (name, value)]
+    probe_arguments += ["--no-trace-live-tensors", "--no-trace-allocator"]
+    expected = {
+        "system": SYSTEM, "job": "memory", "variant": args.method, "model": args.model, "width": args.width,
+        "stem": args.stem, "dataset": f"random_{args.image_size}px", "image_size": args.image_size,
+        "num_classes": args.num_classes, "seed": args.seed, "amp": args.amp, "block_size": args.block_size,
+        "hfc_bits": args.hfc_bits, "group_size": args.group_size,
+    }
+    record = search(args.outdir, probe_arguments, expected, args.start, args.limit)
+    logging.info("largest batch %s %s: %d (%s; %d of %d probes measured now)", args.model, args.method,
+                 record["largest_batch"], record["probes"], record["probes_measured"], record["probe_count"])
 
 
 def _train(args, device, spec, kernels, meter, ranks) -> dict:

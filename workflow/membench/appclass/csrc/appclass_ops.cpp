@@ -16,6 +16,12 @@
 //
 // Parallel passes over the edges split columns, not edges, between threads: every thread reads
 // all edges in order, so sums keep their order and no two threads write the same node row.
+//
+// Every buffer of the belief propagation, scratch included, is a torch tensor allocated by the
+// calling thread before a parallel region (each part of the work gets its slice): the CPU
+// allocator trace of the meter (the PyTorch profiler's memory events, which only see the thread
+// that runs the profiler) then counts every byte these kernels hold. (format_e, which prints the
+// result, keeps its text in std::string.)
 
 #include <torch/extension.h>
 
@@ -110,6 +116,14 @@ inline std::pair<int64_t, int64_t> share(int64_t n, int t, int parts) {
   return {n * t / parts, n * (t + 1) / parts};
 }
 
+// The widest of the parts pieces of n items.
+inline int64_t widest_share(int64_t n, int parts) { return (n + parts - 1) / parts; }
+
+// Per part of a blocked exp pass over columns: two (kBlockRows x width) double blocks (y, exp(y)).
+torch::Tensor exp_scratch(int parts, int64_t width) {
+  return torch::empty({parts, 2, kBlockRows * std::max<int64_t>(width, 1)}, torch::dtype(torch::kFloat64));
+}
+
 void check_matrix(const torch::Tensor& x, const char* name) {
   TORCH_CHECK(x.device().is_cpu(), name, " must be on the CPU");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), name, " must be a contiguous matrix");
@@ -157,36 +171,37 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
     using scalar_t = decltype(tag);
     const scalar_t* xp = x.data_ptr<scalar_t>();
     const int parts = threads_of(threads);
-    std::vector<scalar_t> partial(parts * cols, std::numeric_limits<scalar_t>::lowest());
-#pragma omp parallel num_threads(parts)
-    {
-      const int t = omp_get_thread_num();
-      const auto [begin, end] = share(rows, t, omp_get_num_threads());
-      scalar_t* mine = partial.data() + t * cols;
+    torch::Tensor partial = torch::full({parts, cols}, std::numeric_limits<scalar_t>::lowest(), x.options());
+    scalar_t* pp = partial.data_ptr<scalar_t>();
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      const auto [begin, end] = share(rows, t, parts);
+      scalar_t* mine = pp + t * cols;
       for (int64_t i = begin; i < end; ++i)
         for (int64_t j = 0; j < cols; ++j) mine[j] = fmax_keep(mine[j], xp[i * cols + j]);
     }
     scalar_t* op = out.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) {
       scalar_t m = std::numeric_limits<scalar_t>::lowest();
-      for (int t = 0; t < parts; ++t) m = fmax_keep(m, partial[t * cols + j]);
+      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * cols + j]);
       op[j] = m;
     }
   });
   return out;
 }
 
-// sums[j - begin] += exp(x[i, j] - m[j]) for every row i in order, columns [begin, end).
+// sums[j - begin] += exp(x[i, j] - m[j]) for every row i in order, columns [begin, end); y and e
+// are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
-void add_exp_sums(const T* x, int64_t rows, int64_t cols, int64_t begin, int64_t end, const T* m, double* sums) {
+void add_exp_sums(const T* x, int64_t rows, int64_t cols, int64_t begin, int64_t end, const T* m, double* sums,
+                  double* y, double* e) {
   const int64_t width = end - begin;
   if (width <= 0) return;
-  std::vector<double> y(kBlockRows * width), e(kBlockRows * width);
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, rows - r0);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t j = begin; j < end; ++j) y[b * width + j - begin] = static_cast<T>(x[(r0 + b) * cols + j] - m[j]);
-    exp_block(y.data(), e.data(), n * width);
+    exp_block(y, e, n * width);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t k = 0; k < width; ++k) sums[k] += e[b * width + k];
   }
@@ -196,18 +211,27 @@ void add_exp_sums(const T* x, int64_t rows, int64_t cols, int64_t begin, int64_t
 void normprob_(torch::Tensor x, bool stable, int64_t threads) {
   const auto m = column_max(x, threads);
   const int64_t rows = x.size(0), cols = x.size(1);
-  std::vector<double> sums(cols, 0.0);
+  const int parts = threads_of(threads);
+  auto sums = torch::zeros({cols}, torch::dtype(torch::kFloat64));
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     scalar_t* xp = x.data_ptr<scalar_t>();
     const scalar_t* mp = m.data_ptr<scalar_t>();
-#pragma omp parallel num_threads(threads_of(threads))
+    double* sp = sums.data_ptr<double>();
     {
-      const auto [begin, end] = share(cols, omp_get_thread_num(), omp_get_num_threads());
-      add_exp_sums(xp, rows, cols, begin, end, mp, sums.data() + begin);
+      auto scratch = exp_scratch(parts, widest_share(cols, parts));
+      double* scratch_p = scratch.data_ptr<double>();
+      const int64_t block = scratch.size(2);
+#pragma omp parallel for num_threads(parts) schedule(static)
+      for (int t = 0; t < parts; ++t) {
+        const auto [begin, end] = share(cols, t, parts);
+        double* y = scratch_p + t * 2 * block;
+        add_exp_sums(xp, rows, cols, begin, end, mp, sp + begin, y, y + block);
+      }
     }
-    std::vector<scalar_t> log_sum(cols);
-    for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sums[j]));
+    auto log_sum_tensor = torch::empty({cols}, x.options());
+    scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
+    for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
 #pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
@@ -242,26 +266,26 @@ torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes
 }
 
 // One direction of messages: x_e = node[row(e)] - ce[e]; raw[group(e)] = max x_e; sums += exp(x_e - m).
+// y and e are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
 void message_columns(const T* ce, const int64_t* rows_of, const int64_t* groups, const T* node, const T* m, int64_t edges,
-                     int64_t cols, int64_t begin, int64_t end, T* raw, double* sums) {
+                     int64_t cols, int64_t begin, int64_t end, T* raw, double* sums, double* y, double* e) {
   const int64_t width = end - begin;
   if (width <= 0) return;
-  std::vector<double> y(kBlockRows * width), e(kBlockRows * width);
   for (int64_t e0 = 0; e0 < edges; e0 += kBlockRows) {
     const int64_t n = std::min(kBlockRows, edges - e0);
     for (int64_t b = 0; b < n; ++b) {
       const T* c = ce + (e0 + b) * cols;
       const T* v = node + rows_of[e0 + b] * cols;
       T* r = raw + groups[e0 + b] * cols;
-      double* yb = y.data() + b * width - begin;
+      double* yb = y + b * width - begin;
       for (int64_t j = begin; j < end; ++j) {
         const T x = v[j] - c[j];
         r[j] = fmax_keep(r[j], x);
         yb[j] = static_cast<T>(x - m[j]);
       }
     }
-    exp_block(y.data(), e.data(), n * width);
+    exp_block(y, e, n * width);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t k = 0; k < width; ++k) sums[k] += e[b * width + k];
   }
@@ -283,20 +307,27 @@ std::vector<torch::Tensor> message_pass(torch::Tensor ce, torch::Tensor forward_
   auto forward_raw = torch::full({nodes, cols}, -std::numeric_limits<double>::infinity(), options);
   auto reverse_raw = torch::full({nodes, cols}, -std::numeric_limits<double>::infinity(), options);
   auto sums = torch::zeros({2, cols}, options.dtype(torch::kFloat64));
+  const int parts = threads_of(threads);
   dispatch_float(ce.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* cp = ce.data_ptr<scalar_t>();
     double* sp = sums.data_ptr<double>();
-#pragma omp parallel num_threads(threads_of(threads))
-    {
-      // Thread t takes a contiguous share of the 2 * cols (direction, column) pairs.
-      const auto [begin, end] = share(2 * cols, omp_get_thread_num(), omp_get_num_threads());
+    auto scratch = exp_scratch(parts, widest_share(2 * cols, parts));
+    double* scratch_p = scratch.data_ptr<double>();
+    const int64_t block = scratch.size(2);
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      // Part t takes a contiguous share of the 2 * cols (direction, column) pairs.
+      const auto [begin, end] = share(2 * cols, t, parts);
       const int64_t f0 = std::min(begin, cols), f1 = std::min(end, cols);
       const int64_t r0 = std::max(begin, cols) - cols, r1 = std::max(end, cols) - cols;
+      double* y = scratch_p + t * 2 * block;
       message_columns(cp, forward_rows.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), vr.data_ptr<scalar_t>(),
-                      forward_max.data_ptr<scalar_t>(), edges, cols, f0, f1, forward_raw.data_ptr<scalar_t>(), sp + f0);
+                      forward_max.data_ptr<scalar_t>(), edges, cols, f0, f1, forward_raw.data_ptr<scalar_t>(), sp + f0,
+                      y, y + block);
       message_columns(cp, src.data_ptr<int64_t>(), src.data_ptr<int64_t>(), vf.data_ptr<scalar_t>(),
-                      reverse_max.data_ptr<scalar_t>(), edges, cols, r0, r1, reverse_raw.data_ptr<scalar_t>(), sp + cols + r0);
+                      reverse_max.data_ptr<scalar_t>(), edges, cols, r0, r1, reverse_raw.data_ptr<scalar_t>(), sp + cols + r0,
+                      y, y + block);
     }
   });
   return {forward_raw, reverse_raw, sums};
@@ -313,7 +344,8 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
     const scalar_t* mp = m.data_ptr<scalar_t>();
     const scalar_t* fp = floor.data_ptr<scalar_t>();
     const double* sp = sums.data_ptr<double>();
-    std::vector<scalar_t> log_sum(cols);
+    auto log_sum_tensor = torch::empty({cols}, raw.options());
+    scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
 #pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
     for (int64_t i = 0; i < rows; ++i) {
@@ -326,10 +358,14 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
 }
 
 // mu = -cv; for each pattern edge j in order: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] += rmax[:, j].
-torch::Tensor update_beliefs(torch::Tensor cv, torch::Tensor fmax, torch::Tensor rmax, std::vector<int64_t> pattern_src,
-                             std::vector<int64_t> pattern_dst, int64_t threads) {
+torch::Tensor update_beliefs(torch::Tensor cv, torch::Tensor fmax, torch::Tensor rmax, torch::Tensor pattern_src_tensor,
+                             torch::Tensor pattern_dst_tensor, int64_t threads) {
   check_matrix(cv, "cv");
   const int64_t rows = cv.size(0), nodes = cv.size(1), pattern_edges = fmax.size(1);
+  check_index(pattern_src_tensor, pattern_edges, "pattern_src");
+  check_index(pattern_dst_tensor, pattern_edges, "pattern_dst");
+  const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
+  const int64_t* pattern_dst = pattern_dst_tensor.data_ptr<int64_t>();
   auto mu = torch::empty_like(cv);
   dispatch_float(cv.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);

@@ -1,0 +1,61 @@
+"""The shipped published figures: every entry is complete and cites its source; bad files fail clearly."""
+
+import pytest
+import yaml
+
+from membench.core.errors import InputError
+from membench.report.published import METRICS, SYSTEMS, default_published_path, load_published
+
+
+def test_shipped_figures_are_valid_and_cite_a_seed_or_the_handbook():
+    figures = load_published(default_published_path())
+    assert {figure["system"] for figure in figures} == set(SYSTEMS)
+    for figure in figures:
+        assert figure["metric"] in METRICS
+        assert "seed 00" in figure["source"] or "SPEC §5" in figure["source"], figure["id"]
+        assert figure["setting"].strip() and figure["requires"]
+
+
+def test_shipped_ratios_follow_from_the_quoted_numbers():
+    figures = {figure["id"]: figure for figure in load_published(default_published_path())}
+    assert figures["division_activation_memory"]["value"] == pytest.approx(1.97 / 20.48, abs=5e-4)
+    assert figures["division_throughput"]["value"] == pytest.approx(469 / 381, abs=5e-4)
+    assert figures["hotconv_eco_memory"]["value"] == pytest.approx(1 / 22, abs=5e-4)
+    assert figures["hotconv_time"]["value"] == pytest.approx(38 / 52, abs=5e-4)
+    assert figures["appclass_cuda_georgiy"]["value"] == pytest.approx(546.305180 / 42.533, abs=0.05)
+
+
+def figures_file(tmp_path, figures):
+    path = tmp_path / "figures.yaml"
+    path.write_text(yaml.safe_dump({"figures": figures}))
+    return path
+
+
+def test_a_figure_without_a_source_is_refused_naming_it(tmp_path):
+    figure = dict(load_published(default_published_path())[0])
+    del figure["source"]
+    with pytest.raises(InputError, match=r"figures\.yaml, figures\[0\]: 'source' must be a non-empty text"):
+        load_published(figures_file(tmp_path, [figure]))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("metric", "memory", "'metric' is 'memory', expected one of"),
+    ("value", "about 2", "'value' must be a number"),
+    ("tolerance", -1, "'tolerance' must not be negative"),
+    ("requires", {}, "'requires' must be a non-empty mapping"),
+])
+def test_malformed_fields_are_refused(tmp_path, field, value, message):
+    figure = dict(load_published(default_published_path())[0]) | {field: value}
+    with pytest.raises(InputError, match=message):
+        load_published(figures_file(tmp_path, [figure]))
+
+
+def test_duplicate_ids_missing_file_and_bad_yaml(tmp_path):
+    figure = load_published(default_published_path())[0]
+    with pytest.raises(InputError, match="appears twice"):
+        load_published(figures_file(tmp_path, [figure, figure]))
+    with pytest.raises(InputError, match="not found"):
+        load_published(tmp_path / "absent.yaml")
+    (tmp_path / "bad.yaml").write_text("figures: [\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_published(tmp_path / "bad.yaml")

@@ -1,0 +1,68 @@
+"""``membench report <step>``: the report's pages, from the aggregated tables.
+
+Steps: ``provenance`` (command line, commit, configuration differences, machine), ``summary``
+(the landing summary: headline table, scale line, provenance), ``table`` (one table's page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from membench.core.atomic import write_json, write_text
+from membench.core.errors import InputError
+from membench.report.html import page
+from membench.report.pages import summary_fragment, table_page
+from membench.report.provenance import machine_from_tables, provenance, read_provenance, timing_load
+from membench.report.published import load_published
+from membench.report.summary import headline_from_tables, read_tables, scale_line
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
+
+    record = steps.add_parser("provenance", help="command line, commit, configuration differences, machine")
+    record.add_argument("--command", required=True, help="the command line that ran the workflow")
+    record.add_argument("--config-json", required=True, help="the run's configuration as JSON")
+    record.add_argument("--default-config", required=True, help="the default config.yaml")
+    record.add_argument("--schema", required=True, help="the config schema (its defaults complete the default)")
+    record.add_argument("--checkout", required=True, help="directory of the workflow's checkout (for its commit)")
+    record.add_argument("--out", required=True, help="provenance JSON to write")
+
+    summary = steps.add_parser("summary", help="the landing summary: headline table, scale line, provenance")
+    summary.add_argument("--tables", required=True, help="directory of the aggregated tables")
+    summary.add_argument("--published", required=True, help="published figures YAML")
+    summary.add_argument("--provenance", required=True, help="provenance JSON (membench report provenance)")
+    summary.add_argument("--out-html", required=True, help="the summary as a page of its own")
+    summary.add_argument("--out-fragment", required=True, help="the summary as a fragment for the landing text")
+    summary.add_argument("--out-csv", required=True, help="the headline table as CSV")
+
+    table = steps.add_parser("table", help="one aggregated table's page: curated columns, downloads")
+    table.add_argument("--name", required=True, help="the table's name (e.g. hotconv_sweep)")
+    table.add_argument("--csv", required=True, help="the table's CSV")
+    table.add_argument("--parquet", help="the table's Parquet twin, to download beside the CSV")
+    table.add_argument("--out", required=True, help="HTML page to write")
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.step == "provenance":
+        try:
+            config = json.loads(args.config_json)
+        except json.JSONDecodeError as exc:
+            raise InputError(None, f"--config-json is not valid JSON ({exc.msg})") from None
+        write_json(args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout))
+    elif args.step == "summary":
+        published = load_published(args.published)
+        tables = read_tables(args.tables)
+        headline = headline_from_tables(tables, published)
+        fragment = summary_fragment(
+            headline, scale_line(tables, published), read_provenance(args.provenance),
+            machine_from_tables(tables), timing_load(tables),
+        )
+        write_text(args.out_fragment, fragment)
+        write_text(args.out_html, page("membench: summary of the results", fragment))
+        write_text(args.out_csv, headline.to_csv(index=False))
+    else:
+        write_text(args.out, table_page(args.name, args.csv, args.parquet))

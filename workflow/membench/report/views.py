@@ -1,0 +1,104 @@
+"""What each aggregated table's page in the report shows: its title, report category and curated
+columns (a column a run did not record is left out). The one list of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Timing fields every timing job records (median of steady-state samples, first excluded).
+TIMING = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count", "timing_reliable",
+          "timing_flag")
+RUN = ("device", "device_name", "torch_threads")
+
+
+@dataclass(frozen=True)
+class TableView:
+    title: str
+    category: str
+    columns: tuple[str, ...]
+
+
+TABLE_VIEWS: dict[str, TableView] = {
+    "hotconv": TableView(
+        "HotConv training runs: accuracy, per-step memory, epoch time",
+        "HotConv",
+        ("variant", "dataset", "batch_size", "max_len", "num_filters", "epochs_run", "test_accuracy", "f1_weighted",
+         "roc_auc", "train_activation_mib", "train_alloc_peak_mib", "time_per_epoch_s", *TIMING, *RUN),
+    ),
+    "hotconv_sweep": TableView(
+        "HotConv memory sweep: one training step per variant, batch size and input length",
+        "HotConv",
+        ("variant", "batch_size", "max_len", "num_filters", "status", "step_alloc_peak_mib", "step_activation_mib",
+         "step_peak_tensor_mib", "alloc_vs_hotconv_eco", "activation_vs_hotconv_eco", "step_ms", *TIMING, *RUN),
+    ),
+    "hotconv_bench": TableView(
+        "HotConv memory at the paper model's scale (256 filters, window 512): one training step per point",
+        "HotConv",
+        ("variant", "batch_size", "max_len", "num_filters", "status", "step_alloc_peak_mib", "step_activation_mib",
+         "step_peak_tensor_mib", "alloc_vs_hotconv_eco", "activation_vs_hotconv_eco", "step_ms", *TIMING, *RUN),
+    ),
+    "division_memory": TableView(
+        "DIVISION memory: activation bytes and the training step's peak per method and batch size",
+        "DIVISION",
+        ("variant", "model", "batch_size", "image_size", "status", "activation_mib", "step_alloc_peak_mib",
+         "state_mib", "total_memory_mib", *RUN),
+    ),
+    "division_speed": TableView(
+        "DIVISION throughput per method and batch size",
+        "DIVISION",
+        ("variant", "model", "batch_size", "image_size", "amp", "images_per_s", "step_ms_median", "step_ms_min",
+         "step_ms_max", "iterations", "warmup", *TIMING, *RUN),
+    ),
+    "division_accuracy": TableView(
+        "DIVISION accuracy runs",
+        "DIVISION",
+        ("variant", "model", "dataset", "epochs", "batch_size", "val_accuracy", "best_val_accuracy",
+         "train_activation_mib", "epoch_s_mean", *TIMING, *RUN),
+    ),
+    "division_max_batch": TableView(
+        "DIVISION largest batch that fits per method",
+        "DIVISION",
+        ("variant", "model", "image_size", "amp", "largest_batch", "search_start", "search_limit", "probe_count", "probes",
+         *RUN),
+    ),
+    "appclass": TableView(
+        "Application classification: runtime, memory and agreement with the reference per implementation",
+        "Application classification",
+        ("dataset", "variant", "implementation", "threads", "precision", "agrees_with_reference",
+         "reference_max_abs_diff", "iterations_ms", "init_ms", "total_ms", "alloc_peak_mib", "iterations_alloc_peak_mib",
+         "algorithm_rss_mib", "formula_mib", "data_nodes", "data_edges", "pattern_nodes", "pattern_edges",
+         "kernels_used", *TIMING, *RUN),
+    ),
+    "appclass_graphs": TableView(
+        "Application classification: the graphs measured",
+        "Application classification",
+        ("graph", "role", "num_nodes", "num_edges", "node_feature_dim", "edge_feature_dim", "mean_out_degree",
+         "max_out_degree", "max_in_degree", "isolated_nodes", "self_loops", "duplicate_edges"),
+    ),
+    "memnet": TableView(
+        "GPUMemNet: estimator accuracy and under-estimation per data set (k-fold)",
+        "GPUMemNet",
+        ("dataset", "family", "jobs", "estimator", "accuracy", "f1_weighted", "under_rate", "over_rate", "mae_mib",
+         "inference_ms", "folds"),
+    ),
+    "robust": TableView(
+        "Robust training: clean and robust accuracy, time and scaling per run",
+        "robust",
+        ("variant", "scaling", "mode", "attack", "producers", "cores", "eps", "epochs", "clean_accuracy",
+         "robust_accuracy", "robust_accuracy_delta", "train_wall_s", "samples_per_s", "speedup", "staleness_mean",
+         "staleness_max", *TIMING, *RUN),
+    ),
+    "meter": TableView(
+        "Meter check: what this machine lets the meter read, and its overhead",
+        "Meter check",
+        ("device", "device_name", "torch_version", "cuda_version", "nvml_available", "rapl_available",
+         "allocator_available", "activation_mib", "alloc_peak_mib", "peak_tensor_mib", "peak_rss_mib", "step_ms",
+         "meter_overhead_pct", "activation_count_overhead_pct", "allocator_trace_overhead_pct", "sampler_cpu_pct"),
+    ),
+    "datasets": TableView(
+        "Datasets: samples, classes and file sizes per fold and split",
+        "Datasets",
+        ("dataset", "fold", "split", "samples", "classes", "class_counts", "min_bytes", "median_bytes", "p95_bytes",
+         "max_bytes", "total_mib"),
+    ),
+}
