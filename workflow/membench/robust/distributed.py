@@ -16,9 +16,10 @@ Messages, each a float64 header of four numbers then, for some, a payload:
   attacked inputs), or ``FAILED`` (payload: the producer's error text).
 
 Credits bound the batches a producer has sent and the trainer not yet taken (``queue_size`` over
-all producers, at least one each), as the queue does on one node. Every wait polls against a
-deadline of ``timeout_s``; a producer whose connection breaks (its process died) or that reports
-an error ends the run with :class:`ProducerFailed`; a producer whose trainer is gone exits.
+all producers, at least one each), as the queue does on one node. Every wait ends within
+``timeout_s`` (the trainer's own deadline for the next batch, the group's timeout for the rest); a
+producer whose connection breaks (its process died) or that reports an error ends the run with
+:class:`ProducerFailed`; a producer whose trainer is gone ends with :class:`TrainerGone`.
 """
 
 from __future__ import annotations
@@ -75,7 +76,11 @@ class _Outbox:
     def send(self, peer: int, tag_tensors: list[tuple[int, torch.Tensor]]) -> None:
         self.prune()
         for tag, tensor in tag_tensors:
-            self.pending.append((dist.isend(tensor, peer, tag=tag), (tensor,), peer))
+            try:
+                work = dist.isend(tensor, peer, tag=tag)
+            except RuntimeError as exc:  # the connection to ``peer`` is already broken
+                raise self.failure(peer, exc) from None
+            self.pending.append((work, (tensor,), peer))
 
     def prune(self) -> None:
         still = []
@@ -96,7 +101,7 @@ class _Outbox:
             time.sleep(_POLL_S)
 
 
-def _producer_lost(rank: int, exc: Exception) -> ProducerFailed:
+def _producer_lost(rank: int, exc: object) -> ProducerFailed:
     return ProducerFailed(f"producer rank {rank} lost (its process died or its node is unreachable): {exc}")
 
 
@@ -130,13 +135,16 @@ class DistributedSource:
         return self
 
     def __exit__(self, *exc) -> None:
-        """Tell every producer to stop and wait up to ``join_timeout_s`` until each has been told."""
-        try:
-            self._control(CLOSE)
+        """Tell every producer to stop; after a clean run, wait up to ``join_timeout_s`` until each has
+        been told (after a failure a producer learns it from the closed connection as well)."""
+        for rank in range(1, self.producers + 1):
+            try:
+                self._outbox.send(rank, [(_TAG_CONTROL, _header(CLOSE).to(self.comm_device))])
+            except ProducerFailed:
+                if exc[0] is None:
+                    raise
+        if exc[0] is None:
             self._outbox.flush(self.join_timeout_s)
-        except (RuntimeError, ProducerFailed):
-            if exc[0] is None:
-                raise
 
     def _watch(self, rank: int) -> None:
         header = torch.empty(4, dtype=torch.float64, device=self.comm_device)
@@ -198,7 +206,7 @@ class DistributedSource:
         if not 0 <= b < len(batches):
             raise RuntimeError(f"producer {rank} sent batch {b}, which epoch {epoch} does not have")
         x_adv = torch.empty((len(batches[b]), *self.spec.input_shape), device=self.comm_device)
-        _wait(dist.irecv(x_adv, rank, tag=_TAG_BATCH_PAYLOAD), f"batch {b} from producer rank {rank}", ProducerFailed)
+        _wait(dist.irecv(x_adv, rank, tag=_TAG_BATCH_PAYLOAD), f"batch {b}", lambda text: _producer_lost(rank, text))
         self.wait_s += time.perf_counter() - start
         self._watch(rank)
         self._outbox.send(rank, [(_TAG_CONTROL, _header(CREDIT, 1).to(self.comm_device))])
