@@ -36,7 +36,7 @@ from torch import nn
 
 from membench.robust.attacks import attack
 from membench.robust.models import build_model
-from membench.robust.parallel import ModelSpec, ProducerFailed, _flatten, _load_flat
+from membench.robust.parallel import ModelSpec, ProducerFailed, flatten_weights, load_flat_weights
 from membench.robust.train import AdversarialBatch, TrainSettings, batch_generator
 
 EPOCH, WEIGHTS, CREDIT, CLOSE = 1.0, 2.0, 3.0, 4.0
@@ -63,7 +63,7 @@ def _wait(work, what: str, failure) -> None:
     try:
         work.wait()
     except RuntimeError as exc:
-        raise failure(f"{what} failed: {exc}") from None
+        raise failure(f"{what}: {exc}") from None
 
 
 class _Outbox:
@@ -173,7 +173,7 @@ class DistributedSource:
     def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None:
         """Send the trainer's weights as version ``step`` to every producer when k divides ``step``."""
         if force or step % self.publish_every == 0:
-            self._control(WEIGHTS, step, alpha, _flatten(model))
+            self._control(WEIGHTS, step, alpha, flatten_weights(model))
 
     def epoch(self, epoch: int, batches: list[torch.Tensor], model: nn.Module) -> Iterator[AdversarialBatch]:
         order = torch.cat(batches)
@@ -221,11 +221,11 @@ class _Producer:
         self.rank, self.device, self.comm_device = rank, device, comm_device
         self.model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed)
         self.model.to(device).train()
-        self.num_weights = len(_flatten(self.model))
+        self.num_weights = len(flatten_weights(self.model))
         self.version, self.alpha, self.credits = -1, settings.alpha, 0
         self.epochs: list[tuple[int, torch.Tensor]] = []
         self.closed = False
-        self.outbox = _Outbox(lambda peer, exc: TrainerGone(f"sending to the trainer failed: {exc}"))
+        self.outbox = _Outbox(lambda peer, exc: TrainerGone(f"lost the trainer (rank 0) while sending a batch: {exc}"))
         self._post()
 
     def _post(self) -> None:
@@ -233,18 +233,19 @@ class _Producer:
         self.work = dist.irecv(self.header, TRAINER, tag=_TAG_CONTROL)
 
     def _payload(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
-        _wait(dist.irecv(tensor, TRAINER, tag=_TAG_CONTROL_PAYLOAD), f"{what} from the trainer", TrainerGone)
+        _wait(dist.irecv(tensor, TRAINER, tag=_TAG_CONTROL_PAYLOAD), f"lost the trainer (rank 0) while receiving {what}",
+              TrainerGone)
         return tensor.cpu()
 
     def poll(self, block: bool) -> bool:
         """Take one control message (waiting for it when ``block``); False if none had come."""
         if not block and not self.work.is_completed():
             return False
-        _wait(self.work, "waiting for the trainer", TrainerGone)
+        _wait(self.work, "lost the trainer (rank 0) while waiting for its messages", TrainerGone)
         kind, a, b, _ = self.header.cpu().tolist()
         if kind == WEIGHTS:
             flat = self._payload(torch.empty(self.num_weights, device=self.comm_device), "weights")
-            _load_flat(self.model, flat.to(self.device))
+            load_flat_weights(self.model, flat.to(self.device))
             self.version, self.alpha = int(a), b
         elif kind == EPOCH:
             order = torch.empty(int(b), dtype=torch.int64, device=self.comm_device)
@@ -299,5 +300,5 @@ def run_producer(rank: int, producers: int, spec: ModelSpec, settings: TrainSett
         work = [dist.isend(_header(FAILED, len(text)).to(comm_device), TRAINER, tag=_TAG_BATCH),
                 dist.isend(text.to(comm_device), TRAINER, tag=_TAG_BATCH_PAYLOAD)]
         for w in work:
-            _wait(w, "reporting the error to the trainer", TrainerGone)
+            _wait(w, "lost the trainer (rank 0) while reporting this error", TrainerGone)
         raise
