@@ -110,8 +110,9 @@ class DistributedSource:
     ranks run :func:`run_producer`. Use as a context manager; leaving it closes the producers.
 
     A thread per producer blocks on that producer's next message header (the one wait that sees a
-    dead peer at once) and hands it to the trainer through a queue the trainer reads with a timeout. ``queue_size`` is
-    shared out as credits: batches a producer may have sent that the trainer has not taken.
+    dead peer at once) and hands it to the trainer through a queue the trainer reads with a
+    timeout. ``queue_size`` is shared out as credits: batches a producer may have sent that the
+    trainer has not taken.
     """
 
     def __init__(self, spec: ModelSpec, y_train: torch.Tensor, producers: int, publish_every: int,
