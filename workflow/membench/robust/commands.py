@@ -50,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and of each producer)")
     train.add_argument("--producers", type=int, default=1, help="parallel: adversary-generating processes P")
     train.add_argument("--publish-every", type=int, default=1, help="parallel: trainer steps between weight publications k")
-    train.add_argument("--max-staleness", type=int, default=16,
+    train.add_argument("--max-staleness", type=int, default=4,
                        help="parallel: a batch staler than this is attacked again on current weights")
     train.add_argument("--transport", default="shared_memory", choices=TRANSPORTS,
                        help="parallel: producers as child processes on this node (shared_memory), or as ranks "
