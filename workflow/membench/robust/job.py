@@ -19,8 +19,8 @@ from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
 from membench.robust.attacks import evaluate
 from membench.robust.data import load_dataset
-from membench.robust.models import build_model
 from membench.robust.distributed import DistributedSource, run_producer
+from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource
 from membench.robust.train import SequentialSource, TrainSettings, train
 
