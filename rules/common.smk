@@ -701,10 +701,25 @@ wildcard_constraints:
 
 
 # -- robust ----------------------------------------------------------------------------------------
-from membench.robust.plan import plan_runs, run_cores
+from membench.robust.plan import plan_runs, run_cores, spans_nodes
 
 ROBUST = config["robust"]
 ROBUST_RUNS = plan_runs(ROBUST) if ROBUST["enabled"] else {}
+# Parallel runs over several nodes: a multi-task Slurm job each (rule robust_train_nodes).
+ROBUST_NODE_RUNS = [
+    run for run, options in ROBUST_RUNS.items() if spans_nodes(options, ROBUST["nodes"])
+]
+
+if ROBUST["nodes"] > 1:
+    if ROBUST["transport"] != "distributed":
+        raise WorkflowError(
+            "config robust.nodes: runs span several nodes only with robust.transport: distributed"
+        )
+    if ROBUST["producers"] and ROBUST["nodes"] > min(ROBUST["producers"]) + 1:
+        raise WorkflowError(
+            f"config robust.nodes: {ROBUST['nodes']} nodes need at least as many ranks, but a run "
+            f"with P = {min(ROBUST['producers'])} producers has {min(ROBUST['producers']) + 1}"
+        )
 
 if ROBUST["dataset"] != "digits":
     if ROBUST["root"] is None:
@@ -728,7 +743,33 @@ def robust_train_options(run):
 
 
 def robust_run_cores(run):
-    return run_cores(ROBUST_RUNS[run])
+    return run_cores(ROBUST_RUNS[run], ROBUST["nodes"])
+
+
+def robust_launcher(run):
+    return workflow_support.robust_train_launcher(ROBUST_RUNS[run], ROBUST["nodes"])
+
+
+def robust_run_gpus(run):
+    """GPUs of a one-node run: one, or one per rank when torchrun starts its ranks (NCCL wants a GPU each)."""
+    options = ROBUST_RUNS[run]
+    if options["mode"] == "parallel" and options["transport"] == "distributed":
+        return gpu_count() * robust_run_tasks(run)
+    return gpu_count()
+
+
+def robust_run_tasks(run):
+    return ROBUST_RUNS[run]["producers"] + 1
+
+
+def robust_nodes_gpu_resources():
+    """GPUs per node of a multi-node run on GPUs: one per rank the node holds (at most)."""
+    if gpu_count() == 0:
+        return {}
+    nodes = ROBUST["nodes"]
+    return {
+        "gres": lambda wildcards: f"gpu:{-(-robust_run_tasks(wildcards.robust_run) // nodes)}"
+    }
 
 
 def robust_run_minutes(run):

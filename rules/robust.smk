@@ -13,6 +13,8 @@ rule robust_train:
         log_path("robust_train", "{robust_run}"),
     benchmark:
         benchmark_path("robust_train", "{robust_run}")
+    wildcard_constraints:
+        robust_run=alternatives([r for r in ROBUST_RUNS if r not in ROBUST_NODE_RUNS]),
     conda:
         ENV
     # A run keeps its cores to itself, so its timing is not shared with another job.
@@ -20,12 +22,47 @@ rule robust_train:
     resources:
         mem_mb=4000,
         runtime=lambda wildcards: robust_run_minutes(wildcards.robust_run),
-        gpu=gpu_count(),
+        gpu=lambda wildcards: robust_run_gpus(wildcards.robust_run),
     params:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: robust_train_options(wildcards.robust_run),
+        launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
     shell:
-        "membench robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
+        "{params.launcher} robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
+
+
+# A parallel run over several nodes, the way division's multi-node training runs: a multi-task job
+# (`nodes`, `tasks` = P + 1 ranks, `mpi` set so that the executor runs the command in the batch step),
+# whose own srun starts one membench per rank with MASTER_ADDR on the allocation's first node.
+rule robust_train_nodes:
+    output:
+        metrics="results/robust/{robust_run}/metrics.json",
+        memlog="results/robust/{robust_run}/memlog.csv",
+        history="results/robust/{robust_run}/history.csv",
+        staleness="results/robust/{robust_run}/staleness.csv",
+    log:
+        log_path("robust_train", "{robust_run}"),
+    benchmark:
+        benchmark_path("robust_train", "{robust_run}")
+    wildcard_constraints:
+        robust_run=alternatives(ROBUST_NODE_RUNS),
+    conda:
+        ENV
+    threads: lambda wildcards: robust_run_cores(wildcards.robust_run)
+    resources:
+        **robust_nodes_gpu_resources(),
+        mem_mb=4000,
+        runtime=lambda wildcards: robust_run_minutes(wildcards.robust_run),
+        nodes=ROBUST["nodes"],
+        tasks=lambda wildcards: robust_run_tasks(wildcards.robust_run),
+        tasks_per_gpu=0,
+        mpi="srun",
+    params:
+        outdir=subpath(output.metrics, parent=True),
+        options=lambda wildcards: robust_train_options(wildcards.robust_run),
+        launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
+    shell:
+        "{params.launcher} robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
 
 
 rule robust_table:

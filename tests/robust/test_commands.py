@@ -156,7 +156,7 @@ def test_plan_names_baselines_for_strong_and_weak_scaling():
 
     config = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["robust"]
     config |= {"root": None, "test_fraction": 0.2, "train_limit": None, "test_limit": None, "momentum": 0.9,
-               "weight_decay": 0.0, "timeout_s": 300, "queue_size": None,
+               "weight_decay": 0.0, "timeout_s": 300, "queue_size": None, "transport": "shared_memory",
                "guard": {"steps": 10, "samples": 256, "drop": 0.5, "action": "shrink", "shrink": 0.5}}
     config["sequential_threads"] = [1, 2]
     runs = plan_runs(config)

@@ -364,3 +364,26 @@ def test_rules_are_snakefmt_clean():
     result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "rules", "Snakefile"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_robust_runs_across_nodes_are_multi_task_jobs_of_one_srun_task_per_rank(tmp_path):
+    jobs = cluster_dry_run(tmp_path, robust={"transport": "distributed", "nodes": 2, "producers": [1, 2]})
+    spread = [job for job in jobs if job["rule"] == "robust_train_nodes"]
+    assert {re.search(r"--producers (\d+)", job["shell"]).group(1) for job in spread} == {"1", "2"}
+    for job in spread:
+        ranks = 1 + int(re.search(r"--producers (\d+)", job["shell"]).group(1))
+        line = sbatch_line(job).split()
+        # One CPU and, on GPUs, one GPU per rank; Slurm puts up to ceil(ranks / 2) ranks on a node.
+        assert {"--nodes=2", f"--ntasks={ranks}", "--cpus-per-task=1", f"--gres=gpu:{-(-ranks // 2)}"} <= set(line)
+        assert not any(word.startswith(("--gpus", "--ntasks-per-gpu")) for word in line)
+        assert job["resources"]["mpi"] == "srun"
+        words = shlex.split(job["shell"])
+        assert words[:9] == [
+            "MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)", "MASTER_PORT=29500",
+            "srun", "--nodes", "2", "--ntasks", str(ranks), "--cpus-per-task", "1",
+        ]
+        assert words[9:12] == ["membench", "robust", "train"]
+        assert words[words.index("--transport") + 1] == "distributed"
+    for job in jobs:
+        if job["rule"] == "robust_train":
+            assert "--mode sequential" in job["shell"] and "--nodes" not in sbatch_line(job)

@@ -131,6 +131,27 @@ def division_train_resources(gpus: int, nodes: int, on_gpu: bool) -> dict[str, A
     return {"gres": f"gpu:{gpus}", "nodes": nodes, "tasks": nodes, "tasks_per_gpu": 0, "mpi": "srun"}
 
 
+# -- robust ------------------------------------------------------------------------------------------
+
+
+def robust_train_launcher(options: Mapping[str, Any], nodes: int) -> str:
+    """What starts a robust training run of ``options`` (as :func:`membench.robust.plan.plan_runs`
+    gives them): membench itself (sequential, or parallel on shared memory, which spawns its
+    producers), torchrun with one process per rank (trainer and P producers) on one node, or across
+    ``nodes`` one ``srun`` task per rank, each taking its rank from Slurm and the trainer's address
+    (the allocation's first node) from ``MASTER_ADDR``."""
+    if options["mode"] != "parallel" or options["transport"] != "distributed":
+        return "membench"
+    ranks = options["producers"] + 1
+    if nodes == 1:
+        return f"torchrun --standalone --nproc-per-node {ranks} -m membench.cli"
+    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+    return (
+        f"MASTER_ADDR={head} MASTER_PORT={RENDEZVOUS_PORT}"
+        f" srun --nodes {nodes} --ntasks {ranks} --cpus-per-task {options['threads']} membench"
+    )
+
+
 # -- local runs --------------------------------------------------------------------------------------
 
 

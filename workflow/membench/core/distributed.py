@@ -2,13 +2,16 @@
 
 A job launched as ``torchrun --nproc-per-node N -m membench.cli ...`` finds ``RANK``,
 ``WORLD_SIZE`` and ``LOCAL_RANK`` in its environment; :func:`process_group` joins the group they
-describe (NCCL on GPUs, gloo on CPUs) and gives each process its own GPU. Launched plainly, the
-same code runs as one process with no group at all.
+describe (NCCL on GPUs, gloo on CPUs) and gives each process its own GPU. A caller may also accept
+one task per rank started by ``srun`` (``from_slurm``): ranks then come from ``SLURM_PROCID``,
+``SLURM_NTASKS`` and ``SLURM_LOCALID``, and the launcher sets ``MASTER_ADDR`` and ``MASTER_PORT``.
+Launched plainly, the same code runs as one process with no group at all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -37,33 +40,47 @@ class Ranks:
 SINGLE_PROCESS = Ranks()
 
 
-def launched_ranks() -> Ranks:
-    """The ranks ``torchrun`` put in the environment (one process when it did not launch us)."""
+def launched_ranks(from_slurm: bool = False) -> Ranks:
+    """The ranks ``torchrun`` put in the environment (one process when it did not launch us); with
+    ``from_slurm``, where torchrun did not, those of an ``srun`` task."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+    if from_slurm and "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
+        names = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
     try:
         return Ranks(
-            rank=int(os.environ.get("RANK", 0)),
-            world_size=int(os.environ.get("WORLD_SIZE", 1)),
-            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            rank=int(os.environ.get(names[0], 0)),
+            world_size=int(os.environ.get(names[1], 1)),
+            local_rank=int(os.environ.get(names[2], 0)),
         )
     except ValueError as exc:
-        raise InputError(None, f"torchrun's RANK/WORLD_SIZE/LOCAL_RANK are not integers ({exc})", "environment") from None
+        raise InputError(None, f"{'/'.join(names)} are not integers ({exc})", "environment") from None
 
 
 @contextlib.contextmanager
-def process_group(device: torch.device) -> Iterator[tuple[Ranks, torch.device]]:
+def process_group(
+    device: torch.device, timeout_s: float | None = None, from_slurm: bool = False
+) -> Iterator[tuple[Ranks, torch.device]]:
     """Join the launcher's process group for the enclosed code; yield ``(ranks, this process's device)``.
 
     On CUDA each process takes GPU ``local_rank`` of its node and the group uses NCCL; on a CPU it
-    uses gloo. Without a launcher this yields :data:`SINGLE_PROCESS` and ``device`` unchanged.
+    uses gloo. ``timeout_s`` bounds the rendezvous and every operation of the group (torch's
+    default where None). Without a launcher this yields :data:`SINGLE_PROCESS` and ``device`` unchanged.
     """
-    ranks = launched_ranks()
+    ranks = launched_ranks(from_slurm)
     if ranks.world_size == 1:
         yield ranks, device
         return
     if device.type == "cuda":
         device = torch.device("cuda", ranks.local_rank)
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method="env://",
+        rank=ranks.rank,
+        world_size=ranks.world_size,
+        timeout=timeout,
+    )
     try:
         yield ranks, device
     finally:

@@ -18,6 +18,7 @@ from membench.robust.train import GUARD_ACTIONS, LR_SCHEDULES, OPTIMIZERS
 
 SYSTEM = "robust"
 MODES = ("sequential", "parallel")
+TRANSPORTS = ("shared_memory", "distributed")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -49,8 +50,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and of each producer)")
     train.add_argument("--producers", type=int, default=1, help="parallel: adversary-generating processes P")
     train.add_argument("--publish-every", type=int, default=1, help="parallel: trainer steps between weight publications k")
-    train.add_argument("--max-staleness", type=int, default=16,
+    train.add_argument("--max-staleness", type=int, default=4,
                        help="parallel: a batch staler than this is attacked again on current weights")
+    train.add_argument("--transport", default="shared_memory", choices=TRANSPORTS,
+                       help="parallel: producers as child processes on this node (shared_memory), or as ranks "
+                       "1..P of a process group started by torchrun or srun (distributed; this process is a rank)")
     train.add_argument("--queue-size", type=int, default=None, help="parallel: attacked batches in flight (default 2 P)")
     train.add_argument("--timeout-s", type=float, default=300.0, help="parallel: longest wait for any process")
     train.add_argument("--eval-steps", type=int, default=40, help="PGD steps of the final evaluation")
@@ -88,6 +92,7 @@ def _sigterm_as_interrupt(signum, frame):
 
 def run(args: argparse.Namespace) -> None:
     if args.step == "train":
+        from membench.robust.distributed import TrainerGone
         from membench.robust.job import run_training_job
         from membench.robust.parallel import ProducerFailed
 
@@ -95,7 +100,7 @@ def run(args: argparse.Namespace) -> None:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
         try:
             run_training_job(args)
-        except ProducerFailed as exc:
+        except (ProducerFailed, TrainerGone) as exc:
             print(f"membench robust: error: {exc}", file=sys.stderr)
             sys.exit(1)
         except KeyboardInterrupt:

@@ -13,11 +13,13 @@ import torch
 
 from membench.core import atomic
 from membench.core.device import resolve_device
+from membench.core.distributed import process_group
 from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
 from membench.robust.attacks import evaluate
 from membench.robust.data import load_dataset
+from membench.robust.distributed import DistributedSource, run_producer
 from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource
 from membench.robust.train import SequentialSource, TrainSettings, train
@@ -55,16 +57,26 @@ def variant_name(args: argparse.Namespace) -> str:
     return f"par-{attack}-p{args.producers}-k{args.publish_every}"
 
 
-def run_training_job(args: argparse.Namespace) -> Path:
-    """Run the job ``args`` describe; returns the path of its ``metrics.json``."""
+def run_training_job(args: argparse.Namespace) -> Path | None:
+    """Run the job ``args`` describe; returns the path of its ``metrics.json`` (None on a producer
+    rank of the distributed transport, which writes nothing)."""
     started = time.perf_counter()
     _check_options(args)
     if args.alpha is None:
         args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.steps
-    outdir = Path(args.outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.mode == "parallel" and args.transport == "distributed":
+        with process_group(device, timeout_s=args.timeout_s, from_slurm=True) as (ranks, device):
+            if ranks.world_size != args.producers + 1:
+                raise InputError(None, f"the distributed transport runs one process per rank, trainer and "
+                                 f"{args.producers} producers: start {args.producers + 1} (torchrun --nproc-per-node "
+                                 f"or srun --ntasks), got {ranks.world_size}", "option --transport")
+            return _run(args, started, device, ranks.rank)
+    return _run(args, started, device, rank=0)
+
+
+def _run(args: argparse.Namespace, started: float, device: torch.device, rank: int) -> Path | None:
     data = load_dataset(args.source, args.root, test_fraction=args.test_fraction, seed=args.seed,
                         train_limit=args.train_limit, test_limit=args.test_limit)
     spec = ModelSpec(args.model, data.input_shape, data.num_classes, args.hidden_units)
@@ -78,11 +90,22 @@ def run_training_job(args: argparse.Namespace) -> Path:
         guard_action=args.guard_action, guard_shrink=args.guard_shrink,
         max_staleness=args.max_staleness if parallel else None,
     )
+    # NCCL carries tensors on the GPU, gloo on the CPU.
+    comm_device = device if device.type == "cuda" else torch.device("cpu")
+    if rank != 0:
+        run_producer(rank, args.producers, spec, settings, data.x_train, data.y_train, device, comm_device)
+        return None
+    outdir = Path(args.outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
     variant = variant_name(args)
     record = job_record("robust", variant, args.source, device, args.seed, args.batch_size)
-    if parallel:
+    queue_size = args.queue_size or 2 * args.producers
+    if parallel and args.transport == "distributed":
+        source = DistributedSource(spec, data.y_train, args.producers, args.publish_every, queue_size,
+                                   args.timeout_s, comm_device=str(comm_device))
+    elif parallel:
         source = ParallelSource(spec, data.x_train, data.y_train, settings, args.producers, args.publish_every,
-                                args.queue_size or 2 * args.producers, args.timeout_s, device=str(device),
+                                queue_size, args.timeout_s, device=str(device),
                                 threads_per_producer=args.threads)
     else:
         source = SequentialSource(data.x_train, data.y_train, settings, device)
@@ -105,6 +128,7 @@ def run_training_job(args: argparse.Namespace) -> Path:
         "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,
         "resumed_from_epoch": result.resumed_from_epoch, "model": args.model, "threads": args.threads,
         "producers": args.producers if parallel else 0, "publish_every": args.publish_every if parallel else None,
+        "transport": args.transport if parallel else None,
         "max_staleness": settings.max_staleness, "cores": args.threads * (args.producers + 1 if parallel else 1),
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "lr_schedule": args.lr_schedule,
         "train_samples": len(data.x_train), "test_samples": len(x_test),

@@ -1,4 +1,5 @@
-"""Parallel adversary generation on one node: P producer processes, one trainer.
+"""Parallel adversary generation on one node: P producer processes, one trainer (the shared-memory
+transport; :mod:`membench.robust.distributed` carries the same protocol over torch.distributed).
 
 Each producer holds its own copy of the model and attacks its share of every epoch's batches
 (batch ``b`` goes to producer ``b mod P``) on the newest weights the trainer has published; the
@@ -61,12 +62,12 @@ def _float_state(model: nn.Module) -> list[torch.Tensor]:
     return [t for t in model.state_dict().values() if t.is_floating_point()]
 
 
-def _flatten(model: nn.Module) -> torch.Tensor:
+def flatten_weights(model: nn.Module) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).float().cpu() for t in _float_state(model)])
 
 
 @torch.no_grad()
-def _load_flat(model: nn.Module, flat: torch.Tensor) -> None:
+def load_flat_weights(model: nn.Module, flat: torch.Tensor) -> None:
     offset = 0
     for t in _float_state(model):
         t.copy_(flat[offset:offset + t.numel()].view_as(t))
@@ -120,7 +121,7 @@ def _producer_main(rank: int, producers: int, spec: ModelSpec, settings: TrainSe
             for b in range(rank, len(batches), producers):
                 with shared["lock"]:
                     if shared["version"].value != version:
-                        _load_flat(model, shared["weights"])
+                        load_flat_weights(model, shared["weights"])
                         version = shared["version"].value
                     alpha = shared["alpha"].value
                 idx = batches[b]
@@ -175,7 +176,7 @@ class ParallelSource:
         model = build_model(self.spec.name, self.spec.input_shape, self.spec.num_classes, self.spec.hidden_units,
                             self.settings.seed)
         self.shared = {
-            "weights": _flatten(model).share_memory_(),
+            "weights": flatten_weights(model).share_memory_(),
             "version": ctx.Value("q", -1, lock=False),
             "alpha": ctx.Value("d", self.settings.alpha, lock=False),
             "epoch": ctx.Value("q", -1, lock=False),
@@ -250,7 +251,7 @@ class ParallelSource:
     def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None:
         """Publish the trainer's weights as version ``step`` when ``step`` is a multiple of k."""
         if force or step % self.publish_every == 0:
-            flat = _flatten(model)
+            flat = flatten_weights(model)
             with self.shared["lock"]:
                 self.shared["weights"].copy_(flat)
                 self.shared["version"].value = step

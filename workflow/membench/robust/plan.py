@@ -44,6 +44,7 @@ def plan_runs(robust: dict) -> dict[str, dict]:
                 add(eps, f"par-pgd{steps}-p{p}-k{k}", {
                     "mode": "parallel", "attack": "pgd", "steps": steps, "threads": 1, "producers": p,
                     "publish_every": k, "max_staleness": robust["max_staleness"], "queue_size": robust["queue_size"],
+                    "transport": robust["transport"],
                 })
     if robust["fgsm"]:
         for t in threads:
@@ -54,8 +55,14 @@ def plan_runs(robust: dict) -> dict[str, dict]:
     return runs
 
 
-def run_cores(options: dict) -> int:
-    """Cores a run keeps busy: its threads, times P + 1 processes when parallel."""
-    if options["mode"] == "parallel":
+def spans_nodes(options: dict, nodes: int) -> bool:
+    """Whether a run's processes spread over ``nodes`` > 1 nodes (parallel, distributed transport)."""
+    return nodes > 1 and options["mode"] == "parallel" and options["transport"] == "distributed"
+
+
+def run_cores(options: dict, nodes: int = 1) -> int:
+    """Cores a run keeps busy: its threads, times P + 1 processes when parallel on one node; the
+    threads of one of its tasks when it spans nodes (Slurm gives each task its cores)."""
+    if options["mode"] == "parallel" and not spans_nodes(options, nodes):
         return options["threads"] * (options["producers"] + 1)
     return options["threads"]
