@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from membench.core.distributed import SINGLE_PROCESS, Ranks, launched_ranks, per_process_batch
+from membench.core.distributed import SINGLE_PROCESS, Ranks, launched_ranks, per_process_batch, process_group
 from membench.core.errors import InputError
 
 # Run by torchrun in two processes: each takes half of a fixed batch, gradients are averaged by
@@ -72,3 +72,13 @@ def test_global_batch_must_divide_among_processes():
     assert per_process_batch(64, Ranks(0, 4, 0)) == 16
     with pytest.raises(InputError, match="batch size 30 is not divisible by the 4 processes"):
         per_process_batch(30, Ranks(0, 4, 0))
+
+
+def test_a_missing_rendezvous_is_one_clear_error(monkeypatch):
+    # Rank 1 of 2 with nobody listening at the master's address: no torch traceback, no hang.
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MASTER_PORT", "29731")
+    with pytest.raises(InputError, match=r"rank 1 of 2 found no process group at 127\.0\.0\.1:29731"):
+        with process_group(torch.device("cpu"), timeout_s=2):
+            pass

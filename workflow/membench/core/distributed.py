@@ -74,13 +74,23 @@ def process_group(
         device = torch.device("cuda", ranks.local_rank)
         torch.cuda.set_device(device)
     timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
-    dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
-        init_method="env://",
-        rank=ranks.rank,
-        world_size=ranks.world_size,
-        timeout=timeout,
-    )
+    try:
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo",
+            init_method="env://",
+            rank=ranks.rank,
+            world_size=ranks.world_size,
+            timeout=timeout,
+        )
+    except (dist.DistStoreError, dist.DistNetworkError) as exc:
+        # A rank that never started or an unreachable MASTER_ADDR: one line, not torch's traceback.
+        address = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        raise InputError(
+            None,
+            f"rank {ranks.rank} of {ranks.world_size} found no process group at {address} "
+            f"(a rank did not start, or the address is unreachable): {str(exc).splitlines()[0]}",
+            "environment MASTER_ADDR/MASTER_PORT",
+        ) from None
     try:
         yield ranks, device
     finally:
