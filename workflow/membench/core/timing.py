@@ -36,6 +36,8 @@ import torch
 from membench.core.device import synchronize
 
 TIME_UNITS = ("epoch", "step", "iteration", "repeat")
+TIMING_FIELDS = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count",
+                 "timing_reliable", "timing_flag")
 # Steps of one method on an idle machine vary by a few percent; a quarter means something else
 # (another job, frequency scaling, swapping) changed the machine's speed while it was timed.
 SPREAD_PCT_MAX = 25.0
