@@ -26,6 +26,7 @@ Fields:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import time
@@ -65,16 +66,20 @@ def load_1m() -> float:
 
 
 def timing_fields(
-    samples_s: Sequence[float], unit: str, load_1m_max: float | None, threads: int, cpu_count: int | None = None
+    samples_s: Sequence[float], unit: str, loads_1m: Sequence[float | None], threads: int,
+    cpu_count: int | None = None,
 ) -> dict[str, object]:
     """The timing fields (module docstring) of ``samples_s`` taken by a job running ``threads``
-    threads while the 1-minute load average reached ``load_1m_max``.
+    threads, with ``loads_1m`` the 1-minute load averages seen around them (``None`` or NaN where
+    unknown, e.g. epochs from a checkpoint that did not record them).
 
     ``cpu_count`` defaults to :func:`available_cpus`.
     """
     if unit not in TIME_UNITS:
         raise ValueError(f"time unit {unit!r} is not one of {', '.join(TIME_UNITS)}")
     cpu_count = available_cpus() if cpu_count is None else cpu_count
+    known_loads = [load for load in loads_1m if load is not None and not math.isnan(load)]
+    load_1m_max = max(known_loads) if known_loads else None
     steady = list(samples_s[1:] if len(samples_s) >= 2 else samples_s)
     median_s = statistics.median(steady) if steady else None
     spread_pct = None
@@ -149,5 +154,4 @@ class Timer:
 
     def fields(self) -> dict[str, object]:
         """The timing fields of the samples so far (module docstring)."""
-        loads = [load for load in self.loads_1m if load is not None]
-        return timing_fields(self.samples_s, self.unit, max(loads) if loads else None, self.threads)
+        return timing_fields(self.samples_s, self.unit, self.loads_1m, self.threads)
