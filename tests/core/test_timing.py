@@ -10,7 +10,8 @@ from membench.core.timing import LOAD_RATIO_MAX, SPREAD_PCT_MAX, Timer, timing_f
 def test_one_sample_is_kept_and_flagged():
     fields = timing_fields([8.0], "epoch", [0.5], threads=2, cpu_count=2)
     assert fields == {
-        "time_unit": "epoch", "time_median_s": 8.0, "time_spread_pct": None, "time_samples": 1,
+        "time_unit": "epoch", "time_median_s": 8.0, "time_spread_pct": None, "time_min_s": 8.0, "time_max_s": 8.0,
+        "time_samples": 1,
         "load_1m_max": 0.5, "cpu_count": 2, "timing_reliable": False, "timing_flag": "1 sample",
     }
 
@@ -26,7 +27,7 @@ def test_steady_samples_exclude_the_warm_up_sample():
     fields = timing_fields([8.0, 2.0, 2.2, 2.1], "epoch", [1.0], threads=2, cpu_count=2)
     assert fields["time_median_s"] == pytest.approx(2.1)
     assert fields["time_spread_pct"] == pytest.approx(0.2 / 2.1 * 100)
-    assert fields["time_samples"] == 3
+    assert fields["time_samples"] == 3 and (fields["time_min_s"], fields["time_max_s"]) == (2.0, 2.2)
     assert fields["timing_reliable"] and fields["timing_flag"] == ""
 
 

@@ -13,6 +13,8 @@ Fields:
     (the first pays for warm-up: lazy initialisation, allocator growth, caches).
 ``time_spread_pct``
     (max - min) / median x 100 over the steady-state samples (empty with fewer than two).
+``time_min_s``, ``time_max_s``
+    the fastest and slowest steady-state sample (the error bars of a timing plot).
 ``time_samples``
     number of steady-state samples.
 ``load_1m_max``, ``cpu_count``
@@ -37,8 +39,8 @@ import torch
 from membench.core.device import synchronize
 
 TIME_UNITS = ("epoch", "step", "iteration", "repeat")
-TIMING_FIELDS = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count",
-                 "timing_reliable", "timing_flag")
+TIMING_FIELDS = ("time_unit", "time_median_s", "time_spread_pct", "time_min_s", "time_max_s", "time_samples",
+                 "load_1m_max", "cpu_count", "timing_reliable", "timing_flag")
 # Steps of one method on an idle machine vary by a few percent; a quarter means something else
 # (another job, frequency scaling, swapping) changed the machine's speed while it was timed.
 SPREAD_PCT_MAX = 25.0
@@ -99,6 +101,8 @@ def timing_fields(
         "time_unit": unit,
         "time_median_s": median_s,
         "time_spread_pct": spread_pct,
+        "time_min_s": min(steady) if steady else None,
+        "time_max_s": max(steady) if steady else None,
         "time_samples": len(steady),
         "load_1m_max": load_1m_max,
         "cpu_count": cpu_count,
