@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from membench.core import atomic  # noqa: E402
+from membench.core.timing import SPREAD_PCT_MAX  # noqa: E402
 
 # The width a report figure is drawn for (inches at SAVE_DPI: 960 px), and the font size that stays
 # readable when the report shows it at that width.
@@ -91,13 +92,8 @@ def use_log_scale(values: Sequence[float]) -> bool:
 
 
 def ratio_label(value: float, baseline: float) -> str:
-    """``value / baseline`` as a bar annotation: ``x0.031``, ``x1.00``, ``x12.4``."""
-    ratio = value / baseline
-    if ratio < 0.1:
-        return f"x{ratio:.3f}"
-    if ratio < 10:
-        return f"x{ratio:.2f}"
-    return f"x{ratio:.0f}" if ratio >= 100 else f"x{ratio:.1f}"
+    """``value / baseline`` as a bar annotation, two significant digits: ``x0.0048``, ``x1``, ``x12``."""
+    return f"x{value / baseline:.2g}"
 
 
 def method_bars(
@@ -106,6 +102,7 @@ def method_bars(
     values: Sequence[float],
     *,
     ylabel: str,
+    title: str = "",
     baseline: str | None = None,
     low: Sequence[float] | None = None,
     high: Sequence[float] | None = None,
@@ -114,8 +111,8 @@ def method_bars(
     width: float = 0.8,
     log: bool | None = None,
 ) -> None:
-    """Bars of ``values`` coloured by method, each annotated with its ratio to ``baseline``'s value
-    (when it is among ``methods``). ``low``/``high`` draw error bars from low to high; ``flagged``
+    """Bars of ``values`` coloured by method under ``title``, ``ylabel`` naming the unit, each
+    annotated with its ratio to ``baseline``'s value (when it is among ``methods``). ``low``/``high`` draw error bars from low to high; ``flagged``
     bars are hatched (an unreliable timing). ``log`` defaults to :func:`use_log_scale`; a log axis
     says so in its label."""
     positions = list(range(len(methods))) if positions is None else list(positions)
@@ -134,13 +131,52 @@ def method_bars(
     if log:
         ax.set_yscale("log")
     ax.set_ylabel(f"{ylabel}, log scale" if log else ylabel)
+    if title:
+        ax.set_title(title)
     reference = dict(zip(methods, values)).get(baseline) if baseline is not None else None
     if reference is not None and reference > 0 and not math.isnan(reference):
-        for x, value in zip(positions, values):
+        tops = values if high is None else [v if math.isnan(hi) else max(v, hi) for v, hi in zip(values, high)]
+        for x, value, top in zip(positions, values, tops):
             if not math.isnan(value):
-                ax.annotate(ratio_label(value, reference), (x, value), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=FONT_SIZE - 2)
-        ax.margins(y=0.15)
+                ax.annotate(ratio_label(value, reference), (x, top), xytext=(0, 2), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=FONT_SIZE - 1)
+        ax.margins(y=0.25 if log else 0.15)
+
+
+def timing_by_method(frame, method_column: str = "variant"):
+    """Per method of ``frame`` (rows carrying :mod:`membench.core.timing`'s fields): the median of
+    ``time_median_s``, the smallest ``time_min_s``, the largest ``time_max_s`` and whether any
+    timing was flagged; methods without a timing are left out. Returns a frame indexed by method
+    with columns ``median_s``, ``min_s``, ``max_s``, ``flagged``, ``flag``."""
+    import pandas as pd
+
+    columns = ["median_s", "min_s", "max_s", "flagged", "flag"]
+    if "time_median_s" not in frame:
+        return pd.DataFrame(columns=columns)
+    timed = frame[pd.to_numeric(frame["time_median_s"], errors="coerce").notna()]
+    rows = {}
+    for method, part in timed.groupby(method_column, sort=False):
+        reliable = part["timing_reliable"].map(lambda v: v is True or str(v).lower() == "true")
+        flags = sorted({str(f) for f in part["timing_flag"] if isinstance(f, str) and f})
+        rows[method] = {
+            "median_s": pd.to_numeric(part["time_median_s"]).median(),
+            "min_s": pd.to_numeric(part["time_min_s"], errors="coerce").min(),
+            "max_s": pd.to_numeric(part["time_max_s"], errors="coerce").max(),
+            "flagged": not reliable.all(),
+            "flag": "; ".join(flags),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index", columns=columns)
+
+
+def flagged_note(timing, what: str, mark: str = "hatched") -> str:
+    """``"<mark>: <what> flagged as unreliable (too few samples, machine loaded); ..."``, or ``""``
+    when no timing of ``timing`` (:func:`timing_by_method`) is flagged."""
+    if timing.empty or not timing["flagged"].any():
+        return ""
+    flags = " ".join(timing["flag"])
+    kinds = [kind for kind, word in (("no or one sample", "sample"), (f"spread over {SPREAD_PCT_MAX:.0f}%", "spread"),
+                                     ("machine loaded", "load")) if word in flags]
+    return f"{mark}: {what} flagged as unreliable ({', '.join(kinds)}); see timing_flag in the table"
 
 
 def label_methods(ax, methods: Sequence[str], positions: Sequence[float] | None = None) -> None:
@@ -150,13 +186,21 @@ def label_methods(ax, methods: Sequence[str], positions: Sequence[float] | None 
 
 
 def method_legend(ax, methods: Sequence[str], flagged: bool = False, **kwargs) -> None:
-    """A legend of the methods' colours (and of the hatch, when a timing is flagged)."""
+    """A legend of the methods' colours (and of the hatch, when a timing is flagged) on ``ax``
+    (an axes or the figure)."""
     from matplotlib.patches import Patch
 
     handles = [Patch(facecolor=method_colour(m), edgecolor="black", linewidth=0.5, label=m) for m in methods]
     if flagged:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch=FLAG_HATCH, label="timing flagged"))
     ax.legend(handles=handles, **kwargs)
+
+
+def plain_log_ticks(axis) -> None:
+    """Tick labels of a log ``axis`` (``ax.xaxis``) as plain numbers (64, 128) instead of powers."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
 def figure_note(fig, text: str) -> None:
