@@ -139,8 +139,35 @@ def method_bars(
         for x, value, top in zip(positions, values, tops):
             if not math.isnan(value):
                 ax.annotate(ratio_label(value, reference), (x, top), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=FONT_SIZE - 1)
+                            ha="center", va="bottom", fontsize=FONT_SIZE - 2)
         ax.margins(y=0.25 if log else 0.15)
+
+
+def grouped_method_bars(ax, frame, group_column: str, methods: Sequence[str], value_column: str, *,
+                        ylabel: str, title: str = "", baseline: str | None = None, group_label: str = "{}",
+                        low_column: str | None = None, high_column: str | None = None,
+                        flag_timing: bool = False) -> None:
+    """One group of bars per value of ``group_column`` (e.g. batch size), one bar per method of
+    ``frame['variant']`` in the order of ``methods``; ratios to ``baseline`` within each group.
+    ``flag_timing`` hatches rows whose ``timing_reliable`` is not true. The axis is logarithmic when
+    all values together span :data:`LOG_SCALE_RATIO`."""
+    import pandas as pd
+
+    values_all = pd.to_numeric(frame[value_column], errors="coerce")
+    log = use_log_scale(values_all.tolist())
+    groups = sorted(frame[group_column].dropna().unique())
+    for index, group in enumerate(groups):
+        rows = frame[frame[group_column] == group].drop_duplicates("variant").set_index("variant")
+        shown = [m for m in methods if m in rows.index and pd.notna(pd.to_numeric(rows.at[m, value_column], errors="coerce"))]
+        rows = rows.loc[shown]
+        column = lambda name: pd.to_numeric(rows[name], errors="coerce").tolist() if name else None  # noqa: E731
+        flagged = ([str(v).lower() != "true" for v in rows["timing_reliable"]]
+                   if flag_timing and "timing_reliable" in rows else None)
+        method_bars(ax, shown, column(value_column), ylabel=ylabel, title=title, baseline=baseline, log=log,
+                    positions=[index * (len(methods) + 1) + methods.index(m) for m in shown],
+                    low=column(low_column), high=column(high_column), flagged=flagged)
+    ax.set_xticks([index * (len(methods) + 1) + (len(methods) - 1) / 2 for index in range(len(groups))],
+                  [group_label.format(g) for g in groups])
 
 
 def timing_by_method(frame, method_column: str = "variant"):
