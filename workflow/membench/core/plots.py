@@ -92,8 +92,10 @@ def use_log_scale(values: Sequence[float]) -> bool:
 
 
 def ratio_label(value: float, baseline: float) -> str:
-    """``value / baseline`` as a bar annotation, two significant digits: ``x0.0048``, ``x1``, ``x12``."""
-    return f"x{value / baseline:.2g}"
+    """``value / baseline`` as a bar annotation, two significant digits below 10 and whole numbers
+    above: ``x0.0048``, ``x1``, ``x2.5``, ``x390``."""
+    ratio = value / baseline
+    return f"x{ratio:.0f}" if ratio >= 10 else f"x{ratio:.2g}"
 
 
 def method_bars(
@@ -148,18 +150,21 @@ def method_bars(
 def grouped_method_bars(ax, frame, group_column: str, methods: Sequence[str], value_column: str, *,
                         ylabel: str, title: str = "", baseline: str | None = None, group_label: str = "{}",
                         low_column: str | None = None, high_column: str | None = None,
-                        flag_timing: bool = False) -> None:
+                        flag_timing: bool = False, method_column: str = "variant", log: bool | None = None) -> None:
     """One group of bars per value of ``group_column`` (e.g. batch size), one bar per method of
-    ``frame['variant']`` in the order of ``methods``; ratios to ``baseline`` within each group.
+    ``frame[method_column]`` in the order of ``methods``; ratios to ``baseline`` within each group.
     ``flag_timing`` hatches rows whose ``timing_reliable`` is not true. The axis is logarithmic when
-    all values together span :data:`LOG_SCALE_RATIO`."""
+    all values together span :data:`LOG_SCALE_RATIO` (unless ``log`` says). Numeric groups are
+    sorted, others keep the order they first appear in."""
     import pandas as pd
 
     values_all = pd.to_numeric(frame[value_column], errors="coerce")
-    log = use_log_scale(values_all.tolist())
-    groups = sorted(frame[group_column].dropna().unique())
+    log = use_log_scale(values_all.tolist()) if log is None else log
+    groups = list(dict.fromkeys(frame[group_column].dropna()))
+    if all(isinstance(g, (int, float)) for g in groups):
+        groups = sorted(groups)
     for index, group in enumerate(groups):
-        rows = frame[frame[group_column] == group].drop_duplicates("variant").set_index("variant")
+        rows = frame[frame[group_column] == group].drop_duplicates(method_column).set_index(method_column)
         shown = [m for m in methods if m in rows.index and pd.notna(pd.to_numeric(rows.at[m, value_column], errors="coerce"))]
         rows = rows.loc[shown]
         column = lambda name: pd.to_numeric(rows[name], errors="coerce").tolist() if name else None  # noqa: E731
