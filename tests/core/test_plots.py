@@ -1,8 +1,12 @@
 """The figure helpers: one colour per method, ratios on bars, grids without empty panels."""
 
+import json
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from membench.cli import main
+from membench.core.commands.meter import _memlog_title
 from membench.core.plots import (
     BASELINE_COLOUR, BASELINE_METHODS, METHOD_COLOURS, method_bars, method_colour, panel_grid, ratio_label,
     timing_by_method,
@@ -40,3 +44,16 @@ def test_timing_by_method_takes_the_median_and_any_flag():
     timing = timing_by_method(frame)
     assert timing.loc["a", "median_s"] == 2.0 and timing.loc["a", "min_s"] == 0.9 and timing.loc["a", "max_s"] == 3.5
     assert timing.loc["a", "flagged"] and not timing.loc["b", "flagged"]
+
+
+def test_memlog_figure_is_titled_by_its_job_not_its_path(tmp_path):    memlog = tmp_path / "job" / "memlog.csv"
+    memlog.parent.mkdir()
+    pd.DataFrame({"t_s": [0.0, 0.5, 1.0], "phase": ["setup", "train", "train"], "rss_mib": [10.0, 12.0, 11.0],
+                  "nvml_used_mib": [None] * 3, "nvml_process_used_mib": [None] * 3,
+                  "cuda_allocated_mib": [None] * 3}).to_csv(memlog, index=False)
+    (memlog.parent / "metrics.json").write_text(json.dumps({"system": "meter", "variant": "reference_cnn",
+                                                             "device": "cpu"}))
+    assert main(["meter", "plot", "--memlog", str(memlog), "--out", str(tmp_path / "memlog.png")]) == 0
+    assert (tmp_path / "memlog.png").stat().st_size > 0
+    assert _memlog_title(memlog) == "meter reference_cnn on cpu: memory over time"
+    assert _memlog_title(tmp_path / "elsewhere" / "memlog.csv") == "memory over time"
