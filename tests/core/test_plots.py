@@ -46,7 +46,8 @@ def test_timing_by_method_takes_the_median_and_any_flag():
     assert timing.loc["a", "flagged"] and not timing.loc["b", "flagged"]
 
 
-def test_memlog_figure_is_titled_by_its_job_not_its_path(tmp_path):    memlog = tmp_path / "job" / "memlog.csv"
+def test_memlog_figure_is_titled_by_its_job_not_its_path(tmp_path):
+    memlog = tmp_path / "job" / "memlog.csv"
     memlog.parent.mkdir()
     pd.DataFrame({"t_s": [0.0, 0.5, 1.0], "phase": ["setup", "train", "train"], "rss_mib": [10.0, 12.0, 11.0],
                   "nvml_used_mib": [None] * 3, "nvml_process_used_mib": [None] * 3,
