@@ -13,6 +13,7 @@ import zlib
 from typing import Sequence
 
 import matplotlib
+import pandas as pd
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -115,15 +116,15 @@ def method_bars(
     colour_methods: Sequence[str] | None = None,
 ) -> None:
     """Bars of ``values`` coloured by method under ``title``, ``ylabel`` naming the unit, each
-    annotated with its ratio to ``baseline``'s value (when it is among ``methods``). ``low``/``high`` draw error bars from low to high; ``flagged``
-    bars are hatched (an unreliable timing). ``log`` defaults to :func:`use_log_scale`; a log axis
+    annotated with its ratio to ``baseline``'s value (when it is among ``methods``). ``low`` and
+    ``high`` draw error bars from low to high; ``flagged`` bars are hatched (an unreliable timing). ``log`` defaults to :func:`use_log_scale`; a log axis
     says so in its label. ``colour_methods`` names the method whose colour each bar takes when the
     bars are configurations of methods (appclass variants of the torch implementation)."""
     positions = list(range(len(methods))) if positions is None else list(positions)
     values = [float("nan") if v is None else float(v) for v in values]
     flagged = [False] * len(values) if flagged is None else list(flagged)
     bars = ax.bar(positions, values, width, color=[method_colour(m) for m in (colour_methods or methods)],
-                  hatch=None, edgecolor="black", linewidth=0.5)
+                  edgecolor="black", linewidth=0.5)
     for bar, is_flagged in zip(bars, flagged):
         if is_flagged:
             bar.set_hatch(FLAG_HATCH)
@@ -156,12 +157,10 @@ def grouped_method_bars(ax, frame, group_column: str, methods: Sequence[str], va
     ``flag_timing`` hatches rows whose ``timing_reliable`` is not true. The axis is logarithmic when
     all values together span :data:`LOG_SCALE_RATIO` (unless ``log`` says). Numeric groups are
     sorted, others keep the order they first appear in."""
-    import pandas as pd
-
     values_all = pd.to_numeric(frame[value_column], errors="coerce")
     log = use_log_scale(values_all.tolist()) if log is None else log
     groups = list(dict.fromkeys(frame[group_column].dropna()))
-    if all(isinstance(g, (int, float)) for g in groups):
+    if pd.api.types.is_numeric_dtype(frame[group_column]):
         groups = sorted(groups)
     for index, group in enumerate(groups):
         rows = frame[frame[group_column] == group].drop_duplicates(method_column).set_index(method_column)
@@ -182,8 +181,6 @@ def timing_by_method(frame, method_column: str = "variant"):
     ``time_median_s``, the smallest ``time_min_s``, the largest ``time_max_s`` and whether any
     timing was flagged; methods without a timing are left out. Returns a frame indexed by method
     with columns ``median_s``, ``min_s``, ``max_s``, ``flagged``, ``flag``."""
-    import pandas as pd
-
     columns = ["median_s", "min_s", "max_s", "flagged", "flag"]
     if "time_median_s" not in frame:
         return pd.DataFrame(columns=columns)
