@@ -259,7 +259,12 @@ def plot_memlog(memlog, png_path: str | os.PathLike, title: str = "") -> None:
         if values.notna().any():
             ax.plot(memlog["t_s"], values, marker=".", label=label)
     duration_s = float(memlog["t_s"].max() - memlog["t_s"].min()) if len(memlog) else 0.0
-    for index, (phase, rows) in enumerate(memlog.groupby("phase", sort=False)):
+    # Spans of consecutive samples of one phase: a job returns to "setup" between phases.
+    runs = (memlog["phase"] != memlog["phase"].shift()).cumsum()
+    phases = list(dict.fromkeys(memlog["phase"]))
+    for _, rows in memlog.groupby(runs, sort=False):
+        phase = rows["phase"].iloc[0]
+        index = phases.index(phase)
         start, end = rows["t_s"].min(), rows["t_s"].max()
         # A phase of a single sample has no extent to shade or to name without covering another.
         if end <= start or end - start < 0.02 * duration_s:
