@@ -146,13 +146,14 @@ rule hotconv_bench:
 
 rule plot_hotconv_variants:
     input:
-        rules.hotconv_table.output.csv,
+        table=rules.hotconv_table.output.csv,
+        sweep=rules.hotconv_sweep.output.csv,
     output:
         report(
             "results/plots/hotconv_variants.png",
             caption="../workflow/report/hotconv_variants.rst",
             category="HotConv",
-            labels={"figure": "memory, time, CO2e and accuracy per variant"},
+            labels={"figure": "step memory, epoch time and accuracy per variant"},
         ),
     log:
         log_path("plot_hotconv_variants"),
@@ -165,7 +166,7 @@ rule plot_hotconv_variants:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench hotconv plot --table {input} --out {output} > {log} 2>&1"
+        "membench hotconv plot --table {input.table} --sweep {input.sweep} --out {output} > {log} 2>&1"
 
 
 rule plot_hotconv_sweep:

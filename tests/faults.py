@@ -35,8 +35,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # their unit: ``wall_s``, ``epoch_s_mean``, ``step_ms``, ``peak_rss_mib``, ``energy_j``, ``co2e_g``), and
 # the bookkeeping of where a run resumed. Everything else must match an uninterrupted run exactly.
 VOLATILE_UNITS = {"s", "ms", "mib", "j", "g"}
-# iteration_vs_copy: a ratio of two timings (appclass bench); pid: the measuring process.
-VOLATILE_FIELDS = {"host", "pid", "resumed_from_epoch", "torch_threads", "meter_samples", "iteration_vs_copy"}
+# iteration_vs_copy: a ratio of two timings (appclass bench); pid: the measuring process; the timing
+# fields' spread, load and reliability flag (membench.core.timing) describe the machine while the
+# run was timed.
+VOLATILE_FIELDS = {"host", "pid", "resumed_from_epoch", "torch_threads", "meter_samples", "iteration_vs_copy",
+                   "time_spread_pct", "load_1m_max", "timing_reliable", "timing_flag"}
 _POLL_S = 0.05
 _KILL_ATTEMPTS = 4
 # Kills per job: 2 keeps CI short; MEMBENCH_FAULT_KILLS=10 gives the figures in docs/reliability.md.

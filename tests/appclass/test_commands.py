@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from membench.cli import main
+from membench.core.timing import TIMING_FIELDS
 
 
 def test_run_prints_exactly_the_reference_output(georgiy_paths, capsys, tmp_path):
@@ -60,6 +61,7 @@ def test_generators_stats_bench_and_plots(tmp_path, capsys):
         record = json.loads((outdir / "metrics.json").read_text())
         assert record["system"] == "appclass" and record["data_nodes"] == 129 and record["pattern_nodes"] == 5
         assert record["total_ms"] > 0 and record["read_ms"] > 0 and record["formula_mib"] > 0
+        assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "repeat" and record["time_samples"] == 1
         assert (outdir / "memlog.csv").is_file()
     assert record["agrees_with_reference"] is True and record["reference_max_rel_diff"] < 1e-9
     assert record["peak_tensor_mib"] > 0 and record["trace_live_tensors"] is True

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from membench.cli import GROUPS, main
+from membench.core.timing import TIMING_FIELDS
 
 
 def test_help_lists_every_group(capsys):
@@ -37,6 +38,7 @@ def test_console_script_runs_meter_check(tmp_path):
     assert metrics["nvml_available"] is False and metrics["activation_mib"] > 0
     assert metrics["alloc_peak_mib"] > 0 and metrics["trace_allocator"] is True
     assert metrics["allocator_trace_overhead_pct"] is not None
+    assert set(TIMING_FIELDS) <= set(metrics) and metrics["time_unit"] == "repeat" and metrics["time_samples"] == 1
     assert (tmp_path / "memlog.csv").exists()
 
 

@@ -156,15 +156,6 @@ def test_nvml_is_not_opened_for_cpu():
     assert sources.NvmlGpu.open(torch.device("cpu")) is None
 
 
-def test_time_calls_times_each_call():
-    from membench.core.device import time_calls
-
-    calls = []
-    seconds = time_calls(lambda: calls.append(sum(range(10000))), 3, torch.device("cpu"))
-    assert len(seconds) == 3 == len(calls)
-    assert all(s > 0 for s in seconds)
-
-
 def test_nvml_lookups_never_take_torch_index_as_nvml_index_when_devices_are_hidden():
     uuid = "6a1b2c3d-0000-1111-2222-333344445555"
     # CUDA_VISIBLE_DEVICES=3,1: torch's device 0 is NVML's 3 (with PCI order), never NVML's 0.

@@ -51,6 +51,7 @@ def test_throughput_fields():
     fields = measure_throughput(model, optimizer, inputs, targets, iterations=3, warmup=1)
     assert fields["step_ms_min"] <= fields["step_ms_median"] <= fields["step_ms_max"]
     assert fields["images_per_s"] == pytest.approx(8 / (fields["step_ms_median"] / 1e3))
+    assert fields["time_samples"] == 2 and fields["step_ms_median"] == fields["time_median_s"] * 1e3
 
 
 class _FailingModel(torch.nn.Module):

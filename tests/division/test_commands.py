@@ -7,6 +7,7 @@ import json
 import pytest
 
 from membench.cli import main
+from membench.core.timing import TIMING_FIELDS
 
 
 def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
@@ -28,6 +29,7 @@ def test_speed_job(tmp_path):
                  "--device", "cpu", "--sample-interval-s", "0"]) == 0
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["images_per_s"] > 0 and record["iterations"] == 2
+    assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "step" and record["time_samples"] == 1
 
 
 @pytest.mark.parametrize("argv,message", [

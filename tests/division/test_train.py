@@ -71,7 +71,7 @@ def _run_interrupted(lmdbs, checkpoint):
 
 def test_checkpoint_of_another_configuration_is_not_resumed(digits_lmdbs, tmp_path):
     history, _, _ = _run(digits_lmdbs, tmp_path / "e.pt", epochs=1)
-    assert len(history) == 1
+    assert len(history) == 1 and history[0]["epoch_s"] > 0 and history[0]["load_1m_max"] >= 0
     longer, _, _ = _run(digits_lmdbs, tmp_path / "e.pt", epochs=2, identity="two epochs")
     assert [h["epoch"] for h in longer] == [1, 2]  # started over, did not continue the 1-epoch run
 
@@ -101,3 +101,4 @@ def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["batch_size"] == 32
     assert metrics["val_accuracy"] >= 0 and (tmp_path / "history.csv").exists()
+    assert metrics["time_unit"] == "epoch" and metrics["time_samples"] == 1 and metrics["timing_flag"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from membench.core.metrics import write_job_outputs
+from membench.core.timing import TIMING_FIELDS
 from membench.hotconv.bench import SweepSpec, measure_point, sweep_table
 from membench.hotconv.models import VARIANTS
 from membench.hotconv.plots import plot_sweep
@@ -51,7 +52,8 @@ def test_points_rank_the_variants_and_the_table_compares_them_on_the_allocator_p
             assert alloc[(variant, max_len)] >= peak[(variant, max_len)]
     eco = frame[frame["variant"] == "hotconv_eco"]
     assert (eco["alloc_vs_hotconv_eco"] == 1.0).all() and (eco["peak_tensor_vs_hotconv_eco"] == 1.0).all()
-    assert (frame["step_ms"] > 0).all()
+    assert (frame["step_ms"] > 0).all() and (frame["step_ms"] == frame["time_median_s"] * 1000).all()
+    assert set(TIMING_FIELDS) <= set(frame.columns) and (frame["time_unit"] == "step").all()
     plot_sweep(frame, tmp_path / "sweep.png")
     assert (tmp_path / "sweep.png").stat().st_size > 0
 

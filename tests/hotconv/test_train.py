@@ -10,6 +10,7 @@ import torch
 
 from membench.core.checkpoint import load_checkpoint
 from membench.core.metrics import read_metrics
+from membench.core.timing import TIMING_FIELDS
 from membench.hotconv import train as train_module
 from membench.hotconv.models import ModelSpec
 from membench.hotconv.train import TrainSpec, class_weights, classification_metrics, train_job
@@ -34,7 +35,9 @@ def test_tiny_training_run_writes_a_valid_metrics_file(tiny_fold, tmp_path):
     matrix = np.array(json.loads(record["confusion_matrix"]))
     assert matrix.shape == (2, 2) and matrix.sum() == record["test_samples"]
     assert record["train_probe_peak_tensor_mib"] > 0 and record["val_peak_tensor_mib"] > 0
-    assert record["activation_mib"] > 0 and record["time_per_epoch_s"] > 0
+    assert record["activation_mib"] > 0 and record["time_median_s"] > 0 and record["time_unit"] == "epoch"
+    assert set(TIMING_FIELDS) <= set(record) and record["time_samples"] == 1  # two epochs, the first excluded
+    assert record["time_median_s"] == json.loads(record["epoch_s_per_epoch"])[1]
     assert (tmp_path / "memlog.csv").exists()
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["epoch"] == 2 and state["best_epoch"] in (1, 2)

@@ -5,6 +5,7 @@ import json
 import pandas as pd
 
 from membench.cli import main
+from membench.core.timing import TIMING_FIELDS
 from membench.memnet.dataset import DEFAULT_BINS
 from membench.memnet.estimators import new_estimator
 
@@ -34,6 +35,7 @@ def test_evaluate_writes_one_row_per_estimator(tmp_path, toy_jobs):
     assert table["estimator"].tolist() == ["gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"]
     assert {"accuracy", "f1_weighted", "under_rate", "inference_ms", "grouped_accuracy"} <= set(table.columns)
     assert table.loc[table["estimator"] == "faketensor", "rows"].item() == 3  # one per fold
+    assert set(TIMING_FIELDS) <= set(table.columns) and (table["time_unit"] == "iteration").all()
 
 
 def test_train_then_predict_a_model_factory(tmp_path, toy_jobs):

@@ -15,6 +15,7 @@ import pytest
 
 from membench.cli import main
 from membench.core.metrics import MEASURED_FIELDS
+from membench.core.timing import TIMING_FIELDS
 from membench.robust.plan import plan_runs
 from membench.robust.scaling import scaling_table
 
@@ -53,6 +54,8 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
     assert 1 <= resumed["resumed_from_epoch"] < 5 and resumed["epochs_done"] == 5
     for key in ("clean_accuracy", "robust_accuracy", "staleness_max"):
         assert resumed[key] == reference[key]
+    # The epochs trained before the kill (read back from the checkpoint) count in the timing.
+    assert set(TIMING_FIELDS) <= set(resumed) and resumed["time_unit"] == "epoch" and resumed["time_samples"] == 4
     history = pd.read_csv(tmp_path / "killed" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3, 4, 5]
     assert history["train_loss"].tolist() == pd.read_csv(tmp_path / "whole" / "history.csv")["train_loss"].tolist()

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from membench.core.metrics import read_metrics
+from membench.core.timing import TIMING_FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = Path(__file__).with_name("config.yaml")
@@ -60,6 +61,10 @@ def test_default_target_writes_tables_and_figures(finished_run):
     assert set(memnet["dataset"]) == {"measured_mlp"}
     assert set(memnet["estimator"]) == {"gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"}
     assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
+    for table in ("hotconv", "hotconv_sweep", "appclass", "division_speed", "division_accuracy", "robust", "memnet",
+                  "meter"):
+        columns = set(pd.read_csv(tables / f"{table}.csv", nrows=0).columns)
+        assert set(TIMING_FIELDS) <= columns, f"{table}: {set(TIMING_FIELDS) - columns}"
     figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
                "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png",
                "robust_scaling.png", "robust_staleness.png", "memnet_confusion.png", "memnet_comparison.png")

@@ -24,7 +24,8 @@ from membench.core.device import DEVICE_CHOICES  # noqa: E402
 from membench.core.meter import add_allocator_option, add_meter_options  # noqa: E402
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
-PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "total_ms")
+PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "time_median_s", "time_min_s",
+                "time_max_s", "timing_reliable")
 
 
 def _add_graph_files(parser: argparse.ArgumentParser) -> None:

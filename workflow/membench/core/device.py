@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import platform
-import time
-from typing import Callable
 
 import torch
 
@@ -45,14 +43,3 @@ def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
-
-def time_calls(call: Callable[[], object], repeats: int, device: torch.device) -> list[float]:
-    """Wall seconds of each of ``repeats`` calls of ``call``, synchronised with ``device`` around each."""
-    seconds = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        call()
-        synchronize(device)
-        seconds.append(time.perf_counter() - start)
-    return seconds

@@ -11,8 +11,8 @@ import statistics
 import torch
 from torch import nn
 
-from membench.core.device import time_calls
 from membench.core.meter import Meter
+from membench.core.timing import Timer
 
 
 def reference_model(num_classes: int = 10) -> nn.Module:
@@ -47,12 +47,13 @@ def _train_steps(model, optimizer, inputs, targets, steps: int, meter: Meter | N
 _BLOCKS = ("plain", "sampled", "counted", "allocator")
 
 
-def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str) -> float:
-    """Seconds of ``steps`` steps: without the meter (``plain``), under its sampling thread
-    (``sampled``), under the thread with saved activations counted (``counted``), or with the
-    CPU allocator tracer on as well (``allocator``; the same as ``counted`` on CUDA)."""
+def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str, plain: Timer) -> float:
+    """Seconds of ``steps`` steps: without the meter (``plain``, a sample of the ``plain`` timer),
+    under its sampling thread (``sampled``), under the thread with saved activations counted
+    (``counted``), or with the CPU allocator tracer on as well (``allocator``; the same as
+    ``counted`` on CUDA)."""
     if block == "plain":
-        return time_calls(lambda: _train_steps(model, optimizer, inputs, targets, steps, None), 1, device)[0]
+        return plain.repeat(lambda: _train_steps(model, optimizer, inputs, targets, steps, None), 1)[0]
     with Meter(device, sample_interval_s=sample_interval_s, trace_allocator=block == "allocator") as probe:
         with probe.phase("train"):
             _train_steps(model, optimizer, inputs, targets, steps, None if block == "sampled" else probe)
@@ -83,7 +84,8 @@ def run_meter_check(
     sampling thread's own CPU time as a share of wall time, which machine load does not blur.
     A final phase runs with the live-tensor and allocator tracers on as well, for ``peak_tensor_mib``
     and ``alloc_peak_mib``; the live-tensor tracer
-    costs more, so its step time is reported on its own (``traced_step_ms``).
+    costs more, so its step time is reported on its own (``traced_step_ms``). The timing fields of
+    :mod:`membench.core.timing` (unit ``repeat``) describe the plain blocks.
     """
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -94,11 +96,12 @@ def run_meter_check(
     _train_steps(model, optimizer, inputs, targets, 2, None)  # warm-up: allocator, kernels
 
     seconds: dict[str, list[float]] = {block: [] for block in _BLOCKS}
+    plain_timer = Timer("repeat", device=device)
     for repeat in range(repeats):
         # Rotate the order of the blocks so that drift in machine load cancels out.
         for block in _BLOCKS[repeat % len(_BLOCKS) :] + _BLOCKS[: repeat % len(_BLOCKS)]:
             seconds[block].append(
-                _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block)
+                _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block, plain_timer)
             )
 
     with Meter(
@@ -114,6 +117,7 @@ def run_meter_check(
     summary = meter.summary()
     fields = {
         **summary,
+        **plain_timer.fields(),
         "steps": steps,
         "repeats": repeats,
         "sample_interval_s": sample_interval_s,

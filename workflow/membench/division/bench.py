@@ -5,15 +5,15 @@ They take a prepared model and tensors and return numbers; the job runner (``com
 
 from __future__ import annotations
 
-import statistics
 from typing import Callable
 
 import torch
 from torch import nn
 
-from membench.core.device import synchronize, time_calls
+from membench.core.device import synchronize
 from membench.core.meter import MIB, Meter
 from membench.core.oom import is_out_of_memory, oom_fields
+from membench.core.timing import Timer
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
 from membench.division.models import build_model
@@ -114,19 +114,23 @@ def measure_throughput(
 ) -> dict[str, float]:
     """Median training throughput over ``iterations`` timed steps after ``warmup`` untimed ones.
 
-    Returns ``images_per_s`` (batch / median step time), ``step_ms_median``, ``step_ms_min``,
-    ``step_ms_max``; each step is synchronised on a GPU.
+    Returns the timing fields of :mod:`membench.core.timing` (unit ``step``; the first timed step
+    is excluded too), ``images_per_s`` (batch / median step time), ``step_ms_median``,
+    ``step_ms_min``, ``step_ms_max`` (over the same steady-state steps); each step is synchronised
+    on a GPU.
     """
-    device = inputs.device
     for _ in range(warmup):
         training_step(model, optimizer, inputs, targets, precision=precision)
-    step_s = time_calls(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations, device)
-    median_s = statistics.median(step_s)
+    timer = Timer("step", device=inputs.device)
+    timer.repeat(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations)
+    timing = timer.fields()
+    steady_s = timer.samples_s[-timing["time_samples"]:]
     return {
-        "images_per_s": inputs.shape[0] / median_s,
-        "step_ms_median": median_s * 1e3,
-        "step_ms_min": min(step_s) * 1e3,
-        "step_ms_max": max(step_s) * 1e3,
+        **timing,
+        "images_per_s": inputs.shape[0] / timing["time_median_s"],
+        "step_ms_median": timing["time_median_s"] * 1e3,
+        "step_ms_min": min(steady_s) * 1e3,
+        "step_ms_max": max(steady_s) * 1e3,
     }
 
 

@@ -233,12 +233,14 @@ def _maxbatch(args) -> None:
 def _train(args, device, spec, kernels, meter, ranks) -> dict:
     from membench.core.atomic import write_csv
     from membench.core.errors import InputError
+    from membench.core.timing import timing_fields
     from membench.data.images.lmdb_store import ImageLMDB
     from membench.data.images.transforms import EvalTransform, TrainTransform
     from membench.division.bench import prepare_model
     from membench.division.train import TrainSpec, checkpoint_file, train_model
 
     import pandas as pd
+    import torch
 
     # Per-channel statistics of natural images (ImageNet); close enough for any RGB data here.
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -263,4 +265,6 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
         "num_classes": len(train_set.classes), "val_accuracy": last["val_accuracy"], "val_loss": last["val_loss"],
         "train_loss": last["train_loss"], "best_val_accuracy": max(h["val_accuracy"] for h in history),
         "epoch_s_mean": sum(h["epoch_s"] for h in history) / len(history),
+        **timing_fields([h["epoch_s"] for h in history], "epoch", [h["load_1m_max"] for h in history],
+                        threads=torch.get_num_threads() + args.num_workers),
     }

@@ -7,20 +7,24 @@ import os
 import pandas as pd
 
 from membench.core.errors import InputError
-from membench.core.plots import new_figure, save_figure
+from membench.core.plots import (
+    figure_note, flagged_note, grouped_method_bars, method_legend, panel_grid, save_figure, timing_by_method,
+)
 from membench.core.validate import read_csv_columns
 
 METHOD_ORDER = ("vanilla", "division", "actnn2bit", "checkpoint")
+BASELINE = "vanilla"
 
 
-def _numeric_table(path, columns) -> pd.DataFrame:
+def _numeric_table(path, columns, optional=()) -> pd.DataFrame:
     try:
         header = list(pd.read_csv(path, nrows=0).columns)
     except (FileNotFoundError, pd.errors.EmptyDataError):
         raise InputError(path, "table not found or empty (expected a membench table CSV)") from None
     frame = read_csv_columns(path, ["variant", "batch_size", *columns], optional=header)
-    for column in ["batch_size", *columns]:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    for column in ["batch_size", *columns, *optional]:
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
     if frame["batch_size"].isna().any():
         raise InputError(path, "column batch_size holds a non-number")
     return frame
@@ -32,30 +36,48 @@ def _methods(frame: pd.DataFrame) -> list[str]:
 
 
 def plot_memory(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> None:
-    """Activation memory and total memory (MiB, log scale) against batch size, one line per method."""
-    frame = _numeric_table(table_csv, ["activation_mib", "total_memory_mib"])
-    fig, axes = new_figure(ncols=2, width_in=10.0, height_in=4.0)
-    for ax, column, title in zip(axes, ("activation_mib", "total_memory_mib"), ("activation memory", "total memory")):
-        for method in _methods(frame):
-            rows = frame[frame["variant"] == method].sort_values("batch_size")
-            ax.plot(rows["batch_size"], rows[column], marker="o", label=method)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel("MiB")
-        ax.set_yscale("log")
-        ax.set_title(title)
-        ax.legend()
+    """Per batch size, one bar per method: the bytes saved for backward in one training step
+    (``activation_mib``) and the allocator's peak during that step (``step_alloc_peak_mib``), in
+    MiB, each with its ratio to vanilla. Totals that include weights and optimizer state are in
+    the table, not here: they hide the activations the methods compress."""
+    frame = _numeric_table(table_csv, ["activation_mib"], optional=["step_alloc_peak_mib"])
+    if "status" in frame:
+        frame = frame[frame["status"].fillna("ok") == "ok"]
+    methods = _methods(frame)
+    panels = [("activation_mib", "saved activations of a step")]
+    if "step_alloc_peak_mib" in frame and frame["step_alloc_peak_mib"].notna().any():
+        panels.append(("step_alloc_peak_mib", "allocator peak of a step"))
+    fig, axes = panel_grid(len(panels), ncols=2, panel_height_in=3.4)
+    for ax, (column, title) in zip(axes, panels):
+        grouped_method_bars(ax, frame, "batch_size", methods, column, ylabel="MiB", title=title, baseline=BASELINE,
+                            group_label="batch {:g}")
+    method_legend(fig, methods, loc="outside upper center", ncols=len(methods))
+    if len(panels) == 1:
+        figure_note(fig, "allocator step peak: not measured (allocator tracing off)")
     save_figure(fig, png_path)
 
 
 def plot_speed(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> None:
-    """Training throughput (images/s, median step) against batch size, one line per method."""
-    frame = _numeric_table(table_csv, ["images_per_s"])
-    fig, (ax,) = new_figure()
-    for method in _methods(frame):
-        rows = frame[frame["variant"] == method].sort_values("batch_size")
-        ax.plot(rows["batch_size"], rows["images_per_s"], marker="o", label=method)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("images / s (median over timed steps)")
-    ax.set_title("training throughput")
-    ax.legend()
+    """Training throughput (images/s = batch / median steady-state step time) per batch size, one
+    bar per method with its ratio to vanilla; whiskers span the fastest..slowest step, hatched bars
+    are timings flagged as unreliable."""
+    frame = _numeric_table(table_csv, ["images_per_s"], optional=["time_min_s", "time_max_s"])
+    if "status" in frame:
+        frame = frame[frame["status"].fillna("ok") == "ok"]
+    if {"time_min_s", "time_max_s"} <= set(frame):
+        frame = frame.assign(images_per_s_low=frame["batch_size"] / frame["time_max_s"],
+                             images_per_s_high=frame["batch_size"] / frame["time_min_s"])
+    ranged = "images_per_s_low" in frame
+    methods = _methods(frame)
+    fig, (ax,) = panel_grid(1, ncols=1, panel_height_in=3.6)
+    grouped_method_bars(ax, frame, "batch_size", methods, "images_per_s", ylabel="images / s",
+                        title="training throughput (median step)", baseline=BASELINE, group_label="batch {:g}",
+                        low_column="images_per_s_low" if ranged else None,
+                        high_column="images_per_s_high" if ranged else None, flag_timing=True)
+    timing = timing_by_method(frame)
+    method_legend(ax, methods, flagged=bool(not timing.empty and timing["flagged"].any()),
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    note = flagged_note(timing, "step time")
+    if note:
+        figure_note(fig, note)
     save_figure(fig, png_path)

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from membench.core.checkpoint import load_checkpoint, save_checkpoint
 from membench.core.distributed import SINGLE_PROCESS, Ranks, data_parallel, per_process_batch
 from membench.core.meter import Meter
+from membench.core.timing import Timer
 from membench.division.bench import make_optimizer, training_step
 from membench.division.functions import CompressionContext
 from membench.division.precision import Precision
@@ -82,7 +83,9 @@ def train_model(
     ranks: Ranks = SINGLE_PROCESS,
 ) -> list[dict[str, float]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
-    (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``).
+    (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``: the training
+    epoch's wall time, ``load_1m_max``: the 1-minute load average around it, see
+    :mod:`membench.core.timing`).
 
     Training steps run in meter phase ``train`` (saved activations counted), evaluation in ``eval``.
     The checkpoint at ``checkpoint_path`` is resumed from when present and written by a run of the
@@ -119,26 +122,28 @@ def train_model(
         if precision.scaler is not None and state.get("grad_scaler"):
             precision.scaler.load_state_dict(state["grad_scaler"])
         torch.set_rng_state(state["torch_rng"])
-        history = [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
+        # Epochs from a checkpoint written before load averages were recorded: load unknown (NaN).
+        history = [{"load_1m_max": math.nan, **dict(zip(state["history_columns"], row))}
+                   for row in state["history"].tolist()]
         start_epoch = int(state["epoch"])
         _log.info("resumed from %s at epoch %d", checkpoint_path, start_epoch)
     val_loader = _loader(val_set, spec, shuffle=False, epoch=0)
+    timer = Timer("epoch", device=device)
     for epoch in range(start_epoch, spec.epochs):
         model.train()
         lr = optimizer.param_groups[0]["lr"]
         loss_sum, steps = 0.0, 0
-        with meter.phase("train") as phase:
-            before_s = phase.wall_s
+        with timer.sample(), meter.phase("train"):
             for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
                 loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter, precision)
                 scheduler.step()
                 steps += 1
-        epoch_s = phase.wall_s - before_s
         with meter.phase("eval"):
             val_accuracy, val_loss = evaluate(model, val_loader, device)
         history.append({
             "epoch": epoch + 1, "lr": lr, "train_loss": loss_sum / max(steps, 1),
-            "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": epoch_s,
+            "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": timer.samples_s[-1],
+            "load_1m_max": timer.last_load_1m,
         })
         _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
         if not ranks.is_main:

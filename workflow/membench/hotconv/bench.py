@@ -19,7 +19,8 @@ no padding), and runs under the core meter:
     the AdamW step after it (its state is created here on the first step), traced the same way.
 ``timed`` phase
     ``steps`` further full training steps without tracers, under a second meter whose NVML baseline
-    is read after ``empty_cache``: ``step_ms`` is their median.
+    is read after ``empty_cache``: the timing fields of :mod:`membench.core.timing` (unit ``step``,
+    the first step excluded as warm-up) and ``step_ms``, their median in milliseconds.
 
 Out of memory, whatever raised it, is a result (``status`` ``oom`` with ``status_message``).
 """
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -37,11 +37,11 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from membench.core.device import time_calls
 from membench.core.meter import Meter
 from membench.core.metrics import job_record
 from membench.core.oom import is_out_of_memory, oom_fields
 from membench.core.tables import metrics_table
+from membench.core.timing import Timer
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
 from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
 
@@ -97,6 +97,7 @@ def measure_point(
         fp_slice_size=sweep.fp_slice_size, fp2_slice_size=sweep.fp2_slice_size, status="ok", status_message=None,
         step_ms=None,
     )
+    record.update(Timer("step", device=device).fields())  # no samples, unless the point is measured
     start = time.perf_counter()
     try:
         record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator,
@@ -136,13 +137,16 @@ def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    timer = Timer("step", device=device)
     with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=False, trace_saved_activations=False,
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as timed:
         with timed.phase("timed"):
-            step_s = time_calls(step, sweep.steps, device)
+            timer.repeat(step, sweep.steps)
     timed_fields = timed.summary()
+    timing = timer.fields()
+    fields.update(timing)
     fields.update(
-        step_ms=statistics.median(step_s) * 1000,
+        step_ms=timing["time_median_s"] * 1000,
         timed_wall_s=timed_fields["timed_wall_s"],
         timed_nvml_peak_mib=timed_fields["nvml_peak_mib"],
         timed_nvml_process_peak_mib=timed_fields["nvml_process_peak_mib"],

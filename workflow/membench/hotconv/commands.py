@@ -68,8 +68,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     sweep_table.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
     sweep_table.add_argument("metrics", nargs="+", help="metrics.json of each point")
 
-    plot = steps.add_parser("plot", help="per-variant figure (memory, activations, time, CO2e, accuracy)")
+    plot = steps.add_parser("plot", help="per-variant figure (step memory, activations, epoch time, accuracy, CO2e)")
     plot.add_argument("--table", required=True, help="results/tables/hotconv.csv")
+    plot.add_argument("--sweep", required=True, help="results/tables/hotconv_sweep.csv (the per-step memory)")
     plot.add_argument("--out", required=True, help="PNG path")
 
     plot_sweep = steps.add_parser("plot-sweep", help="sweep figure (step peak memory and time against max_len)")
@@ -157,13 +158,18 @@ def _plot(args: argparse.Namespace) -> None:
     from membench.core.errors import InputError
     from membench.hotconv.plots import plot_sweep, plot_variants
 
-    try:
-        table = pd.read_csv(args.table)
-    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
-        raise InputError(args.table, f"not a readable table ({exc})") from None
-    required = ("variant", "status", "max_len", "batch_size", "step_alloc_peak_mib", "step_ms") if args.step == "plot-sweep" \
-        else ("variant", "test_accuracy")
-    missing = [c for c in required if c not in table]
-    if missing:
-        raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")
-    (plot_sweep if args.step == "plot-sweep" else plot_variants)(table, args.out)
+    def read(path, required):
+        try:
+            table = pd.read_csv(path)
+        except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+            raise InputError(path, f"not a readable table ({exc})") from None
+        missing = [c for c in required if c not in table]
+        if missing:
+            raise InputError(path, f"missing column(s) {', '.join(missing)}", "line 1")
+        return table
+
+    sweep_columns = ("variant", "status", "max_len", "batch_size", "step_alloc_peak_mib", "activation_mib")
+    if args.step == "plot-sweep":
+        plot_sweep(read(args.table, sweep_columns), args.out)
+    else:
+        plot_variants(read(args.table, ("variant", "test_accuracy")), read(args.sweep, sweep_columns), args.out)

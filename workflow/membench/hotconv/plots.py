@@ -6,63 +6,154 @@ import os
 
 import pandas as pd
 
-from membench.core.plots import new_figure, save_figure
+from membench.core.plots import (
+    figure_note, flagged_note, label_methods, method_bars, method_colour, method_legend, panel_grid, plain_log_ticks,
+    save_figure, timing_by_method, use_log_scale,
+)
 from membench.hotconv.models import VARIANTS
 
-# (column, axis label) per panel of the variants figure; the first present column of a tuple is drawn.
-_VARIANT_PANELS = (
-    (("alloc_peak_mib", "nvml_peak_mib", "peak_tensor_mib"), "allocator peak (MiB)"),
-    (("activation_mib",), "saved activations, one step (MiB)"),
-    (("time_per_epoch_s",), "time per epoch (s)"),
-    (("co2e_g",), "CO2e (g)"),
-    (("test_accuracy",), "test accuracy"),
-)
+BASELINE = "malconv2"
 
 
-def plot_variants(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """Bars per variant (mean over datasets and folds, whiskers min..max) of the training table."""
-    variants = [v for v in VARIANTS if v in set(table["variant"])]
-    fig, axes = new_figure(ncols=len(_VARIANT_PANELS), width_in=3.2 * len(_VARIANT_PANELS), height_in=3.6)
-    for ax, (columns, label) in zip(axes, _VARIANT_PANELS):
-        column = next((c for c in columns if c in table and pd.to_numeric(table[c], errors="coerce").notna().any()), None)
-        if column is None:
-            ax.text(0.5, 0.5, "not measured\non this machine", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title(label, fontsize=9)
-            ax.set_xticks([])
-            continue
-        values = pd.to_numeric(table[column], errors="coerce").groupby(table["variant"])
-        means = values.mean().reindex(variants)
-        low = means - values.min().reindex(variants)
-        high = values.max().reindex(variants) - means
-        ax.bar(range(len(variants)), means, yerr=[low, high], capsize=3, color="tab:blue")
-        ax.set_xticks(range(len(variants)), variants, rotation=30, ha="right")
-        ax.set_title(label if column == columns[0] else f"{label.split(' (')[0]} ({column})", fontsize=9)
-        if column == "test_accuracy" and "majority_accuracy" in table:
-            ax.axhline(pd.to_numeric(table["majority_accuracy"]).mean(), color="gray", ls="--", label="majority class")
-            ax.legend(fontsize=7, loc="lower right")
+def _variants(*tables: pd.DataFrame) -> list[str]:
+    present = set().union(*(set(t["variant"]) for t in tables if "variant" in t))
+    return [v for v in VARIANTS if v in present]
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> pd.Series:
+    return pd.to_numeric(frame[column], errors="coerce") if column in frame else pd.Series(float("nan"), frame.index)
+
+
+def largest_sweep_point(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The measured sweep rows at the largest max_len (and, there, the largest batch size) that
+    every measured variant reached: the point where the variants' step memory differs most."""
+    ok = sweep[sweep["status"] == "ok"] if "status" in sweep else sweep
+    if ok.empty:
+        return ok
+    counts = ok.groupby(["max_len", "batch_size"])["variant"].nunique()
+    complete = counts[counts == counts.max()].index.max()
+    return ok[(ok["max_len"] == complete[0]) & (ok["batch_size"] == complete[1])]
+
+
+def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.PathLike) -> None:
+    """The variants compared: one training step's allocator peak and saved activations (from the
+    sweep, at its largest point: the job-level peak is the input batch, equal for all), the median
+    steady-state epoch time (whiskers fastest..slowest epoch, hatched when flagged), test accuracy,
+    and CO2e per job where energy was measured. Bars carry their ratio to MalConv."""
+    point = largest_sweep_point(sweep)
+    panels = []
+    if not point.empty:
+        for column, label in (("step_alloc_peak_mib", "allocator peak of a step"),
+                              ("activation_mib", "saved activations of a step")):
+            values = _numeric(point, column).groupby(point["variant"]).max()
+            if values.notna().any():
+                panels.append(("memory", label, values))
+    timing = timing_by_method(table)
+    if not timing.empty:
+        panels.append(("time", "training epoch time (median)", timing))
+    accuracy = _numeric(table, "test_accuracy").groupby(table["variant"]).mean()
+    panels.append(("accuracy", "test accuracy", accuracy))
+    co2e = _numeric(table, "co2e_g").groupby(table["variant"]).mean()
+    if co2e.notna().any():
+        panels.append(("co2e", "CO2e of a training job", co2e))
+    variants = _variants(table, point)
+    fig, axes = panel_grid(len(panels), ncols=2, panel_height_in=3.0)
+    units = {"memory": "MiB", "time": "s", "accuracy": "fraction", "co2e": "g"}
+    for ax, (kind, title, values) in zip(axes, panels):
+        if kind == "time":
+            shown = [v for v in variants if v in values.index]
+            method_bars(ax, shown, values["median_s"].reindex(shown), ylabel=units[kind], title=title,
+                        baseline=BASELINE, low=values["min_s"].reindex(shown), high=values["max_s"].reindex(shown),
+                        flagged=values["flagged"].reindex(shown).tolist())
+        else:
+            shown = [v for v in variants if v in values.index and pd.notna(values[v])]
+            method_bars(ax, shown, values.reindex(shown), ylabel=units[kind], title=title,
+                        baseline=None if kind == "accuracy" else BASELINE, log=False if kind == "accuracy" else None)
+        label_methods(ax, shown)
+        if kind == "accuracy":
+            ax.set_ylim(0, 1.05)
+            if "majority_accuracy" in table:
+                ax.axhline(_numeric(table, "majority_accuracy").mean(), color="black", ls="--", lw=0.8,
+                           label="majority class")
+                ax.legend(loc="lower right")
+    if not point.empty:
+        row = point.iloc[0]
+        fig.suptitle(f"step memory at batch {int(row['batch_size'])}, max_len {int(row['max_len']) // 1024} KiB; "
+                     f"ratios to {BASELINE}")
+    notes = [flagged_note(timing, "epoch time")]
+    if not co2e.notna().any():
+        notes.append("CO2e: not measured on this machine (no GPU energy counter or readable RAPL)")
+    if point.empty:
+        notes.append("step memory: no measured sweep point")
+    text = "\n".join(n for n in notes if n)
+    if text:
+        figure_note(fig, text)
     save_figure(fig, png_path)
 
 
 def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """Step allocator peak (the live-tensor peak where the allocator was not traced) and step time
-    against max_len, one line per variant and batch size."""
-    fig, (ax_memory, ax_time) = new_figure(ncols=2, width_in=11, height_in=4)
+    """Step allocator peak (the live-tensor peak where the allocator was not traced), saved
+    activations and median step time of every measured sweep point: against max_len (log axes,
+    one line per variant, a line style per batch size) when the sweep has several lengths, as bars
+    per variant and batch size when it has one."""
     measured = table[table["status"] == "ok"]
-    traced = pd.to_numeric(measured["step_alloc_peak_mib"], errors="coerce").notna().all()
-    memory_column, memory_label = (("step_alloc_peak_mib", "step allocator peak (MiB)") if traced
-                                   else ("step_peak_tensor_mib", "step live-tensor peak (MiB)"))
-    for (variant, batch_size), rows in measured.groupby(["variant", "batch_size"], sort=False):
-        rows = rows.sort_values("max_len")
-        label = f"{variant}, batch {batch_size}"
-        ax_memory.plot(rows["max_len"] / 2**10, rows[memory_column], marker="o", label=label)
-        ax_time.plot(rows["max_len"] / 2**10, rows["step_ms"], marker="o", label=label)
-    for ax, ylabel in ((ax_memory, memory_label), (ax_time, "step time, median (ms)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("max_len (KiB)")
-        ax.set_ylabel(ylabel)
+    traced = _numeric(measured, "step_alloc_peak_mib").notna().all()
+    memory_column, memory_label = (("step_alloc_peak_mib", "allocator peak of a step") if traced
+                                   else ("step_peak_tensor_mib", "live-tensor peak of a step"))
+    metrics = ((memory_column, memory_label, "MiB"), ("activation_mib", "saved activations of a step", "MiB"),
+               ("time_median_s", "step time (median)", "s"))
+    variants = _variants(measured)
+    lengths = sorted(measured["max_len"].unique())
+    batches = sorted(measured["batch_size"].unique())
+    lines = len(lengths) > 1
+    # Lines: a fourth panel holds the legend (variant x batch size); bars: a legend above them.
+    fig, axes = panel_grid(len(metrics) + lines, ncols=2, panel_height_in=3.2)
+    timing = timing_by_method(measured)
+    for ax, (column, title, unit) in zip(axes, metrics):
+        ax.set_title(title)
+        if lines:
+            for variant in variants:
+                for style, batch_size in zip(("-", "--", ":", "-."), batches):
+                    rows = measured[(measured["variant"] == variant) & (measured["batch_size"] == batch_size)]
+                    rows = rows.sort_values("max_len")
+                    ax.plot(rows["max_len"] / 2**10, _numeric(rows, column), marker="o", ls=style,
+                            color=method_colour(variant), label=f"{variant}, batch {batch_size}")
+                    if column == "time_median_s":
+                        flagged = rows[rows["timing_reliable"].map(lambda v: str(v).lower() != "true")]
+                        ax.scatter(flagged["max_len"] / 2**10, _numeric(flagged, column), marker="o", s=36,
+                                   facecolor="white", edgecolor=method_colour(variant), zorder=3)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            plain_log_ticks(ax.xaxis)
+            ax.set_xlabel("max_len (KiB), log scale")
+            ax.set_ylabel(f"{unit}, log scale")
+        else:
+            timed = column == "time_median_s"
+            log = use_log_scale(_numeric(measured, column).tolist())
+            for group, batch_size in enumerate(batches):
+                rows = measured[measured["batch_size"] == batch_size].set_index("variant").reindex(variants)
+                rows = rows[_numeric(rows, column).notna()]
+                method_bars(ax, list(rows.index), _numeric(rows, column),
+                            positions=[group * (len(variants) + 1) + variants.index(v) for v in rows.index],
+                            ylabel=unit, baseline=BASELINE, log=log,
+                            low=_numeric(rows, "time_min_s") if timed else None,
+                            high=_numeric(rows, "time_max_s") if timed else None,
+                            flagged=[timed and str(r).lower() != "true" for r in rows.get("timing_reliable", [])])
+            ax.set_xticks([g * (len(variants) + 1) + (len(variants) - 1) / 2 for g in range(len(batches))],
+                          [f"batch {b}" for b in batches])
+            ax.set_xlabel(f"max_len {int(lengths[0]) // 1024} KiB" if lengths else "")
+    if lines:
+        axes[-1].axis("off")
+        axes[-1].legend(*axes[0].get_legend_handles_labels(), loc="center")
+    else:
+        method_legend(fig, variants, flagged=bool(timing["flagged"].any()) if not timing.empty else False,
+                      loc="outside upper center", ncols=3)
+    notes = [flagged_note(timing, "step time", "open markers" if lines else "hatched")]
     oom = table[table["status"] == "oom"]
     if len(oom):
-        ax_memory.set_title(f"{len(oom)} point(s) ran out of device memory", fontsize=9)
-    ax_time.legend(fontsize=7)
+        notes.append(f"{len(oom)} point(s) ran out of device memory: " +
+                     ", ".join(f"{r.variant} batch {r.batch_size} max_len {r.max_len}" for r in oom.itertuples()))
+    text = "\n".join(n for n in notes if n)
+    if text:
+        figure_note(fig, text)
     save_figure(fig, png_path)

@@ -30,6 +30,7 @@ from membench.core.checkpoint import load_checkpoint, save_checkpoint
 from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
+from membench.core.timing import Timer
 from membench.core.validate import int_column, read_csv_columns
 from membench.data.bodmas.folds import read_fold
 from membench.hotconv.data import ByteDataset, make_loader
@@ -197,6 +198,9 @@ def train_job(
     settings = {**asdict(model_spec), **asdict(train_spec), "dataset": dataset, "fold": fold}
     state = _resume(outdir / CHECKPOINT_NAME, settings, model, optimizer)
     resumed_from = state["epoch"]
+    timer = Timer("epoch", threads=torch.get_num_threads() + train_spec.num_workers, device=device)
+    for epoch_s, load in zip(state["epoch_s"], state["epoch_load_1m_max"]):
+        timer.add(epoch_s, load)
 
     def loader(name: str, epoch: int):
         return make_loader(
@@ -210,13 +214,14 @@ def train_job(
                grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
         while state["epoch"] < train_spec.epochs and not state["stopped_early"]:
             epoch = state["epoch"] + 1
-            began = time.perf_counter()
-            train_loss = train_epoch(model, loader("train", epoch), optimizer, weights, device, meter,
-                                     train_spec.memory_probe_steps, desc=f"{model_spec.variant} epoch {epoch}")
-            epoch_s = time.perf_counter() - began
+            with timer.sample():
+                train_loss = train_epoch(model, loader("train", epoch), optimizer, weights, device, meter,
+                                         train_spec.memory_probe_steps, desc=f"{model_spec.variant} epoch {epoch}")
+            epoch_s = timer.samples_s[-1]
             with meter.phase("val"):
                 val_loss, _, _ = predict(model, loader("val", epoch), weights, device)
-            _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, train_spec.early_stopping_patience)
+            _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, timer.last_load_1m,
+                          train_spec.early_stopping_patience)
             save_checkpoint(outdir / CHECKPOINT_NAME, state)
             log.info("%s epoch %d: train loss %.4f, val loss %.4f, %.1f s%s", model_spec.variant, epoch,
                      train_loss, val_loss, epoch_s, " (best)" if state["best_epoch"] == epoch else "")
@@ -226,6 +231,7 @@ def train_job(
 
     record = job_record("hotconv", model_spec.variant, dataset, device, train_spec.seed, train_spec.batch_size)
     record.update(meter.summary())
+    record.update(timer.fields())
     record.update(classification_metrics(labels, probs, model_spec.num_classes))
     record.update(
         fold=fold, num_classes=model_spec.num_classes, max_len=train_spec.max_len, num_filters=model_spec.num_filters,
@@ -235,7 +241,7 @@ def train_job(
         train_samples=len(data["train"]), val_samples=len(data["val"]), test_samples=len(data["test"]),
         epochs_run=state["epoch"], best_epoch=state["best_epoch"], stopped_early=state["stopped_early"],
         resumed_from_epoch=resumed_from, test_loss=test_loss, best_val_loss=state["best_val_loss"],
-        time_per_epoch_s=float(np.mean(state["epoch_s"])),
+        epoch_s_per_epoch=json.dumps(state["epoch_s"]),
         train_loss_per_epoch=json.dumps(state["train_loss"]), val_loss_per_epoch=json.dumps(state["val_loss"]),
         wall_s=time.perf_counter() - start,
     )
@@ -253,18 +259,22 @@ def _resume(path: Path, settings: dict, model, optimizer) -> dict:
             "settings": json.dumps(settings, sort_keys=True), "epoch": 0, "stopped_early": False,
             "best_epoch": 0, "best_val_loss": float("inf"), "epochs_without_improvement": 0,
             "best_model": _copy_state(model), "train_loss": [], "val_loss": [], "epoch_s": [],
+            "epoch_load_1m_max": [],
         }
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
+    # A checkpoint written before load averages were recorded: its epochs' load is unknown.
+    state.setdefault("epoch_load_1m_max", [None] * len(state["epoch_s"]))
     log.info("resuming after epoch %d from %s", state["epoch"], path)
     return state
 
 
-def _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, patience) -> None:
+def _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, load_1m_max, patience) -> None:
     state["epoch"] = epoch
     state["train_loss"].append(train_loss)
     state["val_loss"].append(val_loss)
     state["epoch_s"].append(epoch_s)
+    state["epoch_load_1m_max"].append(load_1m_max)
     if val_loss < state["best_val_loss"]:
         state.update(best_val_loss=val_loss, best_epoch=epoch, epochs_without_improvement=0,
                      best_model=_copy_state(model))

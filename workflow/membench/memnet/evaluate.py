@@ -3,12 +3,12 @@ grouped by architecture; accuracy, weighted F1, under-estimation rate, MAE and i
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
+from membench.core.timing import Timer
 from membench.memnet.dataset import Bins, Jobs
 from membench.memnet.estimators import ESTIMATORS, new_estimator
 
@@ -56,12 +56,15 @@ def evaluate(
     ``factory(name, bins, seed=..., **options)`` is called for every estimator in every fold of
     every split: nothing trained on one fold is reused in another. FakeTensor, which runs a fake
     training step per job, answers for at most ``faketensor_rows`` test jobs per fold. Inference time
-    is the median over ``timing_rows`` single-job predictions per fold, features included.
+    is the median over ``timing_rows`` single-job predictions per fold, features included; the
+    timing fields of :mod:`membench.core.timing` (unit ``iteration``: one single-job prediction)
+    cover every timed prediction of an estimator, both splits.
     """
     options = options or {}
     labels = true_bins(jobs, bins)
     rng = np.random.default_rng(seed)
     predictions = []
+    timers = {name: Timer("iteration") for name in estimators}
     for split in SPLITS:
         for fold, (train, test) in enumerate(split_indices(jobs, labels, split, folds, seed)):
             for name in estimators:
@@ -73,9 +76,9 @@ def evaluate(
                 times_ms = []
                 for i in range(min(timing_rows, len(rows))):
                     one = subset.subset(np.array([i]))
-                    start = time.perf_counter()
-                    estimator.predict(one)
-                    times_ms.append((time.perf_counter() - start) * 1e3)
+                    with timers[name].sample():
+                        estimator.predict(one)
+                    times_ms.append(timers[name].samples_s[-1] * 1e3)
                 predictions.append(pd.DataFrame({
                     "estimator": name, "split": split, "fold": fold, "filename": subset.frame["filename"],
                     "true_bin": labels[rows], "pred_bin": predicted,
@@ -85,7 +88,9 @@ def evaluate(
                     "inference_ms": np.median(times_ms) if times_ms else np.nan,
                 }))
     frame = pd.concat(predictions, ignore_index=True) if predictions else pd.DataFrame()
-    return summarise(frame, estimators), frame
+    table = summarise(frame, estimators)
+    timing = pd.DataFrame([timers[name].fields() for name in table["estimator"]])
+    return pd.concat([table, timing], axis=1), frame
 
 
 def summarise(predictions: pd.DataFrame, estimators: tuple[str, ...]) -> pd.DataFrame:

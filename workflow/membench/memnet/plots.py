@@ -7,41 +7,73 @@ import os
 import numpy as np
 import pandas as pd
 
-from membench.core.plots import new_figure, save_figure
+from membench.core.plots import (
+    FONT_SIZE, figure_note, flagged_note, grouped_method_bars, method_legend, panel_grid, save_figure,
+    timing_by_method,
+)
+
+BASELINE = "horus"
 
 
 def plot_confusions(predictions: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """One panel per (dataset, estimator): true class (rows) against predicted class (columns),
-    counts of the k-fold test predictions; cells below the diagonal are under-estimates."""
+    """A grid, one row per dataset and one column per estimator: true class (rows) against
+    predicted class (columns), counts of the k-fold test predictions; cells left of the diagonal
+    are under-estimates."""
     kfold = predictions[(predictions["split"] == "kfold") & (predictions["pred_bin"] >= 0)]
-    panels = sorted(kfold.groupby(["dataset", "estimator"]).groups) or [("", "")]
-    fig, axes = new_figure(ncols=len(panels), width_in=2.6 * len(panels), height_in=3.0)
-    for ax, (dataset, estimator) in zip(axes, panels):
+    datasets = list(dict.fromkeys(kfold["dataset"])) or [""]
+    estimators = list(dict.fromkeys(kfold["estimator"])) or [""]
+    fig, axes = panel_grid(len(datasets) * len(estimators), ncols=len(estimators), panel_height_in=2.0)
+    for index, ax in enumerate(axes):
+        dataset, estimator = datasets[index // len(estimators)], estimators[index % len(estimators)]
         part = kfold[(kfold["dataset"] == dataset) & (kfold["estimator"] == estimator)]
-        size = int(max(part["true_bin"].max(), part["pred_bin"].max(), 0)) + 1 if len(part) else 1
+        # One size per dataset, so that its estimators' matrices line up.
+        of_dataset = kfold[kfold["dataset"] == dataset]
+        size = int(max(of_dataset["true_bin"].max(), of_dataset["pred_bin"].max(), 0)) + 1 if len(of_dataset) else 1
         matrix = np.zeros((size, size), dtype=int)
         np.add.at(matrix, (part["true_bin"].to_numpy(int), part["pred_bin"].to_numpy(int)), 1)
-        ax.imshow(matrix, cmap="Blues")
+        ax.imshow(matrix, cmap="Blues", vmin=0, vmax=max(int(matrix.max()), 1))
         for (i, j), count in np.ndenumerate(matrix):
             if count:
-                ax.text(j, i, str(count), ha="center", va="center", fontsize=7)
-        ax.set_title(f"{dataset}\n{estimator}", fontsize=8)
-        ax.set_xlabel("predicted class")
-        ax.set_ylabel("true class")
+                ax.text(j, i, str(count), ha="center", va="center", fontsize=FONT_SIZE - 2,
+                        color="white" if count > matrix.max() / 2 else "black")
+        ax.set_xticks(range(size))
+        ax.set_yticks(range(size))
+        ax.tick_params(labelsize=FONT_SIZE - 3)
+        if index < len(estimators):
+            ax.set_title(estimator, fontsize=FONT_SIZE - 1)
+        if index % len(estimators) == 0:
+            ax.set_ylabel(f"{dataset}\ntrue class", fontsize=FONT_SIZE - 2)
+        if index // len(estimators) == len(datasets) - 1:
+            ax.set_xlabel("predicted class", fontsize=FONT_SIZE - 2)
     save_figure(fig, png_path)
 
 
 def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """Accuracy and under-estimation rate of every estimator (k-fold), one group of bars per dataset."""
-    fig, axes = new_figure(ncols=2, width_in=10.0, height_in=3.8)
-    datasets = list(dict.fromkeys(table["dataset"]))
+    """Accuracy, under-estimation rate and inference time of one single-job prediction (median,
+    whiskers fastest..slowest, hatched when flagged; ratios to the Horus formula) of every
+    estimator (k-fold), one group of bars per dataset."""
     estimators = list(dict.fromkeys(table["estimator"]))
-    width = 0.8 / max(len(estimators), 1)
-    for ax, metric, label in ((axes[0], "accuracy", "accuracy"), (axes[1], "under_rate", "under-estimation rate")):
-        for k, estimator in enumerate(estimators):
-            values = [table[(table["dataset"] == d) & (table["estimator"] == estimator)][metric].mean() for d in datasets]
-            ax.bar(np.arange(len(datasets)) + k * width, values, width, label=estimator)
-        ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2, datasets, fontsize=8)
-        ax.set_ylabel(label)
-    axes[0].legend(fontsize=7)
+    timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
+    fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
+    for ax, column, title, unit in ((axes[0], "accuracy", "accuracy (k-fold)", "fraction"),
+                                    (axes[1], "under_rate", "under-estimation rate (k-fold)", "fraction of jobs")):
+        grouped_method_bars(ax, table, "dataset", estimators, column, ylabel=unit, title=title,
+                            method_column="estimator", log=False)
+        ax.set_ylim(0, 1.05)
+    timing = timing_by_method(table, "estimator") if timed else None
+    if timed:
+        frame = table.assign(**{name: pd.to_numeric(table[source], errors="coerce") * 1e3 for name, source in
+                                (("inference_median_ms", "time_median_s"), ("inference_min_ms", "time_min_s"),
+                                 ("inference_max_ms", "time_max_s"))})
+        grouped_method_bars(axes[2], frame, "dataset", estimators, "inference_median_ms", ylabel="ms",
+                            title="inference time of one job (median)", baseline=BASELINE,
+                            method_column="estimator", low_column="inference_min_ms", high_column="inference_max_ms",
+                            flag_timing=True)
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=15)
+    method_legend(fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center",
+                  ncols=3)
+    note = flagged_note(timing, "inference time") if timed else ""
+    if note:
+        figure_note(fig, note)
     save_figure(fig, png_path)

@@ -17,6 +17,7 @@ from membench.core.distributed import process_group
 from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
+from membench.core.timing import timing_fields
 from membench.robust.attacks import evaluate
 from membench.robust.data import load_dataset
 from membench.robust.distributed import DistributedSource, run_producer
@@ -122,14 +123,18 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
             clean_accuracy, robust_accuracy = evaluate(model, x_test, y_test, args.eps, args.eval_steps,
                                                        args.eval_restarts, seed=args.seed + 1)
     staleness = result.staleness
+    cores = args.threads * (args.producers + 1 if parallel else 1)
     record.update(meter.summary())
+    record.update(timing_fields([h["epoch_wall_s"] for h in result.history], "epoch",
+                                # .get: epochs resumed from a checkpoint that predates load averages
+                                [h.get("load_1m_max") for h in result.history], threads=cores))
     record.update({
         "mode": args.mode, "attack": args.attack, "steps": args.steps, "alpha": args.alpha,
         "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,
         "resumed_from_epoch": result.resumed_from_epoch, "model": args.model, "threads": args.threads,
         "producers": args.producers if parallel else 0, "publish_every": args.publish_every if parallel else None,
         "transport": args.transport if parallel else None,
-        "max_staleness": settings.max_staleness, "cores": args.threads * (args.producers + 1 if parallel else 1),
+        "max_staleness": settings.max_staleness, "cores": cores,
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "lr_schedule": args.lr_schedule,
         "train_samples": len(data.x_train), "test_samples": len(x_test),
         "clean_accuracy": clean_accuracy, "robust_accuracy": robust_accuracy,

@@ -14,7 +14,6 @@ import copy
 import math
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Protocol
 
@@ -25,6 +24,7 @@ from tqdm import tqdm
 
 from membench.core.checkpoint import load_checkpoint, save_checkpoint
 from membench.core.errors import InputError
+from membench.core.timing import Timer
 from membench.robust.attacks import attack, evaluate
 
 OPTIMIZERS = ("adam", "sgd")
@@ -190,37 +190,38 @@ def train(
     model.train()
     source.start(model, step, result.alpha)
     epochs = range(result.epochs_done, 0 if result.guard_stopped else s.epochs)
+    timer = Timer("epoch", device=device)
     for epoch in tqdm(epochs, desc="epochs", file=sys.stderr, disable=None):
-        start = time.perf_counter()
-        batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
-        seen = [False] * len(batches)
-        loss_sum = correct = 0.0
-        epoch_staleness = []
-        for item in source.epoch(epoch, batches, model):
-            if seen[item.batch]:
-                raise RuntimeError(f"epoch {epoch}: batch {item.batch} arrived twice")
-            seen[item.batch] = True
-            staleness = 0 if item.version is None else step - item.version
-            x_adv, y = item.x_adv.to(device), item.y.to(device)
-            if s.max_staleness is not None and staleness > s.max_staleness:
-                x_adv = attack(s.attack, model, x_train[batches[item.batch]].to(device), y, s.eps, result.alpha,
-                               s.steps, batch_generator(s.seed, epoch, item.batch))
-                result.regenerated_batches += 1
-                staleness = 0
-            epoch_staleness.append(staleness)
-            logits = model(x_adv)
-            loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            loss_sum += loss.item() * len(y)
-            correct += float((logits.argmax(1) == y).sum())
-            source.after_step(model, step, result.alpha)
-        if not all(seen):
-            raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
-        epoch_wall_s = time.perf_counter() - start
+        with timer.sample():
+            batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
+            seen = [False] * len(batches)
+            loss_sum = correct = 0.0
+            epoch_staleness = []
+            for item in source.epoch(epoch, batches, model):
+                if seen[item.batch]:
+                    raise RuntimeError(f"epoch {epoch}: batch {item.batch} arrived twice")
+                seen[item.batch] = True
+                staleness = 0 if item.version is None else step - item.version
+                x_adv, y = item.x_adv.to(device), item.y.to(device)
+                if s.max_staleness is not None and staleness > s.max_staleness:
+                    x_adv = attack(s.attack, model, x_train[batches[item.batch]].to(device), y, s.eps, result.alpha,
+                                   s.steps, batch_generator(s.seed, epoch, item.batch))
+                    result.regenerated_batches += 1
+                    staleness = 0
+                epoch_staleness.append(staleness)
+                logits = model(x_adv)
+                loss = F.cross_entropy(logits, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                loss_sum += loss.item() * len(y)
+                correct += float((logits.argmax(1) == y).sum())
+                source.after_step(model, step, result.alpha)
+            if not all(seen):
+                raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
+        epoch_wall_s = timer.samples_s[-1]
         result.train_wall_s += epoch_wall_s
         result.trained_samples += len(x_train)
         result.staleness.extend(epoch_staleness)
@@ -245,7 +246,7 @@ def train(
         result.history.append({
             "epoch": epoch + 1, "train_loss": loss_sum / len(x_train), "train_adv_accuracy": correct / len(x_train),
             "guard_robust_accuracy": guard_accuracy, "guard_event": event, "alpha": result.alpha,
-            "epoch_wall_s": epoch_wall_s,
+            "epoch_wall_s": epoch_wall_s, "load_1m_max": timer.last_load_1m,
             "staleness_mean": sum(epoch_staleness) / len(epoch_staleness), "staleness_max": max(epoch_staleness),
         })
         save_checkpoint(checkpoint_path, {

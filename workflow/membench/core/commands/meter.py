@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES, resolve_device
 from membench.core.meter import add_meter_options
@@ -46,7 +47,19 @@ def _plot(args: argparse.Namespace) -> None:
     for column in MEMLOG_COLUMNS:
         if column != "phase":
             memlog[column] = pd.to_numeric(memlog[column], errors="coerce")
-    plot_memlog(memlog, args.out, title=args.memlog)
+    plot_memlog(memlog, args.out, title=_memlog_title(Path(args.memlog)))
+
+
+def _memlog_title(memlog: Path) -> str:
+    """``<system> <variant> on <device>: memory over time`` from the job's metrics.json beside the
+    memlog (a figure is titled by what it shows, not by a file path)."""
+    import json
+
+    try:
+        record = json.loads((memlog.parent / "metrics.json").read_text())
+        return f"{record['system']} {record['variant']} on {record['device']}: memory over time"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "memory over time"
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -1,0 +1,55 @@
+"""HotConv's figures: step memory from the sweep, steady-state epoch time, no empty panels."""
+
+import pandas as pd
+
+import figures
+from membench.hotconv import plots
+from membench.hotconv.plots import largest_sweep_point, plot_sweep, plot_variants
+
+VARIANTS = ("malconv", "malconv2", "hotconv", "hotconv_eco")
+
+
+def _timing(n, reliable=True):
+    return {"time_median_s": [1.0] * n, "time_min_s": [0.9] * n, "time_max_s": [1.2] * n,
+            "timing_reliable": [reliable] * n, "timing_flag": ["" if reliable else "1 sample"] * n}
+
+
+def _sweep(lengths=(131072,)):
+    rows = []
+    for max_len in lengths:
+        for i, variant in enumerate(VARIANTS):
+            rows.append({"variant": variant, "status": "ok", "max_len": max_len, "batch_size": 16,
+                         "step_alloc_peak_mib": 400.0 / 10**i, "activation_mib": 96.0 / 10**i, "time_median_s": 1.0,
+                         "time_min_s": 0.9, "time_max_s": 1.1, "timing_reliable": i % 2 == 0,
+                         "timing_flag": "" if i % 2 == 0 else "1 sample"})
+    return pd.DataFrame(rows)
+
+
+def test_variants_figure_compares_step_memory_not_the_job_peak(tmp_path, monkeypatch):
+    drawn = figures.capture(monkeypatch, plots)
+    table = pd.DataFrame({"variant": list(VARIANTS), "test_accuracy": [0.9] * 4, "majority_accuracy": [0.6] * 4,
+                          "alloc_peak_mib": [6.166] * 4, "co2e_g": [None] * 4, **_timing(4, reliable=False)})
+    plot_variants(table, _sweep(), tmp_path / "variants.png")
+    figures.assert_readable(drawn, tmp_path / "variants.png")
+    memory = drawn[0].axes[0]
+    assert memory.get_title() == "allocator peak of a step"
+    assert [round(p.get_height(), 3) for p in memory.patches] == [400.0, 40.0, 4.0, 0.4]
+    assert [t.get_text() for t in memory.texts] == ["x1", "x0.1", "x0.01", "x0.001"]
+    assert [p.get_hatch() for p in drawn[0].axes[2].patches] == ["//"] * 4  # flagged epoch times
+    assert len(drawn[0].axes) == 4  # no CO2e panel without an energy counter
+    assert "CO2e: not measured" in drawn[0].get_supxlabel()
+    assert figures.bar_colours(drawn[0]) >= {"#7f7f7f", "#2ca02c"}
+
+
+def test_sweep_figure_uses_bars_for_one_length_and_lines_for_several(tmp_path, monkeypatch):
+    drawn = figures.capture(monkeypatch, plots)
+    plot_sweep(_sweep(), tmp_path / "one.png")
+    plot_sweep(_sweep((65536, 131072)), tmp_path / "two.png")
+    figures.assert_readable(drawn, tmp_path / "one.png", tmp_path / "two.png")
+    assert drawn[0].axes[0].patches and not drawn[0].axes[0].lines
+    assert drawn[1].axes[0].get_xscale() == "log" and len(drawn[1].axes[0].lines) == len(VARIANTS)
+
+
+def test_largest_point_is_one_every_variant_reached():
+    sweep = pd.concat([_sweep((65536,)), _sweep((131072,)).iloc[:2]])
+    assert set(largest_sweep_point(sweep)["max_len"]) == {65536}
