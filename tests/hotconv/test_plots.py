@@ -34,7 +34,7 @@ def test_variants_figure_compares_step_memory_not_the_job_peak(tmp_path, monkeyp
     memory = drawn[0].axes[0]
     assert memory.get_title() == "allocator peak of a step"
     assert [round(p.get_height(), 3) for p in memory.patches] == [400.0, 40.0, 4.0, 0.4]
-    assert [t.get_text() for t in memory.texts] == ["x1", "x0.1", "x0.01", "x0.001"]
+    assert [t.get_text() for t in memory.texts] == ["x10", "x1", "x0.1", "x0.01"]  # to MalConv2
     assert [p.get_hatch() for p in drawn[0].axes[2].patches] == ["//"] * 4  # flagged epoch times
     assert len(drawn[0].axes) == 4  # no CO2e panel without an energy counter
     assert "CO2e: not measured" in drawn[0].get_supxlabel()
