@@ -191,10 +191,15 @@ def _method_row(system: str, dataset: str, method: str, baseline: str) -> dict:
     return {"system": system, "dataset": dataset, "method": method, "baseline": baseline, "figures": {}, "context": {}}
 
 
-def _set_memory(rows: dict[str, dict], frame: pd.DataFrame, column: str, key: str, baseline_of) -> None:
-    values = {
+def _values_by(frame: pd.DataFrame, key: str, column: str) -> dict:
+    """``{row[key]: (value of column, the row's context)}`` over the rows that hold a value."""
+    return {
         row[key]: (_value(row, column), _context(row)) for _, row in frame.iterrows() if _value(row, column) is not None
     }
+
+
+def _set_memory(rows: dict[str, dict], frame: pd.DataFrame, column: str, key: str, baseline_of) -> None:
+    values = _values_by(frame, key, column)
     for method, (value, context) in values.items():
         if method not in rows:
             continue
@@ -232,9 +237,7 @@ def _set_time(rows: dict[str, dict], frame: pd.DataFrame, key: str, baseline_of,
 
 
 def _set_quality(rows: dict[str, dict], frame: pd.DataFrame, key: str, column: str, label: str, baseline_of) -> None:
-    values = {
-        row[key]: (_value(row, column), _context(row)) for _, row in frame.iterrows() if _value(row, column) is not None
-    }
+    values = _values_by(frame, key, column)
     for method, (value, context) in values.items():
         if method not in rows:
             continue
