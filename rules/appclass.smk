@@ -14,6 +14,8 @@ rule appclass_build:
         log_path("appclass_build"),
     benchmark:
         benchmark_path("appclass_build")
+    # Start first: the jobs of a whole system wait for it, and it compiles on one core.
+    priority: 2
     conda:
         ENV
     # One source file: one compiler process.

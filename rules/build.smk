@@ -19,6 +19,8 @@ rule division_build:
         log_path("division_build"),
     benchmark:
         benchmark_path("division_build")
+    # Start first: the jobs of a whole system wait for it, and it compiles on one core.
+    priority: 2
     conda:
         ENV
     # One compiler process (the CUDA source compiles beside it only where CUDA is built).

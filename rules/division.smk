@@ -81,6 +81,8 @@ rule division_memory:
         benchmark_path(
             "division_memory", "{division_model}/{division_method}/b{division_batch}"
         )
+    # Before the timing jobs, which claim every core locally: points of one core then run in pairs.
+    priority: 1
     conda:
         ENV
     # Memory figures are exact counts, not timings: two points may run side by side.

@@ -82,6 +82,8 @@ rule hotconv_sweep_point:
         variant=alternatives(HOTCONV_SWEEP_VARIANTS),
         batch_size=r"\d+",
         max_len=r"\d+",
+    # Before the timing jobs, which claim every core locally: points of one core then run in pairs.
+    priority: 1
     conda:
         ENV
     # Memory figures are exact counts, not timings: two points may run side by side.
