@@ -11,7 +11,7 @@ import pandas as pd
 
 from membench.core.errors import InputError
 from membench.report.html import STYLE, download_links, page, table_html
-from membench.report.views import TABLE_VIEWS
+from membench.report.views import TABLE_VIEWS, read_table
 
 # The headline as the summary page shows it: one table per system and dataset, whose baseline and
 # figure definitions head it; the published figures with their notes, and the reasons of timing
@@ -121,12 +121,7 @@ def table_page(name: str, csv_path: str | os.PathLike, parquet_path: str | os.Pa
     view = TABLE_VIEWS.get(name)
     if view is None:
         raise InputError(csv_path, f"no page is defined for table {name!r} (known: {', '.join(TABLE_VIEWS)})")
-    try:
-        frame = pd.read_csv(csv_path)
-    except FileNotFoundError:
-        raise InputError(csv_path, "table not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(csv_path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None
+    frame = read_table(csv_path)
     files = [Path(csv_path)] + ([Path(parquet_path)] if parquet_path is not None else [])
     shown = [column for column in view.columns if column in frame.columns]
     body = (

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from membench.core.errors import InputError
+from membench.report.views import read_table
 
 # The aggregated tables the headline reads, with the columns each must hold to be read at all.
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
@@ -67,10 +68,7 @@ def read_tables(tables_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
         path = directory / f"{name}.csv"
         if not path.exists():
             continue
-        try:
-            frame = pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise InputError(path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None
+        frame = read_table(path)
         missing = [key for key in keys if key not in frame.columns]
         if missing:
             raise InputError(path, f"missing column(s) {', '.join(missing)}; expected a table written by membench")

@@ -3,7 +3,12 @@ columns (a column a run did not record is left out). The one list of them."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+import pandas as pd
+
+from membench.core.errors import InputError
 
 # Timing fields every timing job records (median of steady-state samples, first excluded).
 TIMING = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count", "timing_reliable",
@@ -102,3 +107,14 @@ TABLE_VIEWS: dict[str, TableView] = {
          "max_bytes", "total_mib"),
     ),
 }
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """An aggregated table's CSV, typed as pandas reads it; InputError naming the file when it is
+    missing or unreadable."""
+    try:
+        return pd.read_csv(path)
+    except FileNotFoundError:
+        raise InputError(path, "table not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None
