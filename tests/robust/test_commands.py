@@ -162,6 +162,7 @@ def test_plan_names_baselines_for_strong_and_weak_scaling():
                "weight_decay": 0.0, "timeout_s": 300, "queue_size": None, "transport": "shared_memory",
                "guard": {"steps": 10, "samples": 256, "drop": 0.5, "action": "shrink", "shrink": 0.5}}
     config["sequential_threads"] = [1, 2]
+    config["publish_every"] = [1, 4]  # the paper's k; the default config runs k = 1 only
     runs = plan_runs(config)
     names = {name.split("/", 2)[2] for name in runs if "/eps0.1/" in name}
     assert {"seq-pgd10-t1", "seq-pgd10-t2", "seq-pgd5-t1", "seq-pgd5-t2", "par-pgd10-p1-k1", "par-pgd10-p2-k4",
