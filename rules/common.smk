@@ -638,6 +638,18 @@ def division_accuracy_dataset():
     return name
 
 
+def division_accuracy_methods():
+    methods = DIVISION["accuracy"].get("methods")
+    if methods is None:
+        return DIVISION_METHODS
+    unknown = [m for m in methods if m not in DIVISION_METHODS]
+    if unknown:
+        raise WorkflowError(
+            f"config key division.accuracy.methods: {', '.join(unknown)} not in division.methods ({', '.join(DIVISION_METHODS)})"
+        )
+    return methods
+
+
 def division_accuracy_files():
     if not DIVISION_METHODS:
         return []
@@ -645,7 +657,7 @@ def division_accuracy_files():
     dataset = division_accuracy_dataset()
     return [
         f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json"
-        for method in DIVISION_METHODS
+        for method in division_accuracy_methods()
     ]
 
 
