@@ -113,6 +113,35 @@ def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     assert normprob.peak_bytes == max(8 * cols * (1 + threads), 8 * cols * 2 + scratch, 8 * cols * 3)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads):
+    """The fused node pass against index_select, subtraction and column_max one by one, with NaN,
+    infinities and signed zeros among the values; its scratch is the (4, C) result and a
+    (threads, 4, C) table of partial maxima."""
+    from membench.core.tracers import CpuAllocatorTracker
+
+    generator = torch.Generator().manual_seed(3)
+    rows, nodes, cols = 37, 4, 6
+    mu, fmax, rmax, ce_min_forward, ce_min_src = (
+        torch.randn(rows, width, generator=generator, dtype=torch.float64) for width in (nodes, cols, cols, cols, cols)
+    )
+    mu[3, 1], fmax[5, 2], rmax[7, 0], ce_min_src[2, 4] = float("nan"), float("inf"), -float("inf"), float("inf")
+    mu[9], fmax[9] = 0.0, -0.0
+    pattern_src = torch.tensor([0, 1, 2, 3, 0, 2])
+    pattern_dst = torch.tensor([1, 2, 3, 0, 3, 1])
+    vf, vr = torch.empty(rows, cols, dtype=torch.float64), torch.empty(rows, cols, dtype=torch.float64)
+    with CpuAllocatorTracker() as allocations:
+        maxima = kernels.prepare_messages(mu, fmax, rmax, pattern_src, pattern_dst, ce_min_forward, ce_min_src, vf, vr, threads)
+    assert allocations.peak_bytes == 8 * 4 * cols * (1 + threads)
+
+    expected_vf = mu.index_select(1, pattern_dst) - fmax
+    expected_vr = mu.index_select(1, pattern_src) - rmax
+    expected = [kernels.column_max(x, threads) for x in (expected_vf, expected_vr, expected_vr - ce_min_forward,
+                                                         expected_vf - ce_min_src)]
+    for got, want in [(vf, expected_vf), (vr, expected_vr), *zip(maxima.unbind(0), expected)]:
+        assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
+
+
 def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest, tmp_path):
     from membench.appclass.bench import BenchSpec, run_bench_job
     from membench.data.graphs import write_graph

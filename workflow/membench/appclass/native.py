@@ -85,16 +85,15 @@ def iterate(state: NativeState) -> None:
     """One PNNL iteration (VF_VR .. MU, NormProb), updating ``state`` in place."""
     s = state
     ops, threads = s.ops, s.threads
-    vf = torch.index_select(s.mu, 1, s.pattern_dst, out=s.vf).sub_(s.fmax)
-    vr = torch.index_select(s.mu, 1, s.pattern_src, out=s.vr).sub_(s.rmax)
-    vf_max = ops.column_max(vf, threads)
-    vr_max = ops.column_max(vr, threads)
-    # The messages' column maxima, from each node's smallest edge distance (see the kernel source).
-    forward_max = ops.column_max(torch.sub(vr, s.ce_min_forward, out=s.fmax), threads)
-    reverse_max = ops.column_max(torch.sub(vf, s.ce_min_src, out=s.rmax), threads)
-    # fmax and rmax held the scratch differences above; the pass overwrites them with the new maxima.
+    # VF, VR and the column maxima of VF, VR and of the messages (the last two from each node's
+    # smallest edge distance; see the kernel source), in one pass over the node arrays.
+    maxima = ops.prepare_messages(
+        s.mu, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, s.ce_min_forward, s.ce_min_src, s.vf, s.vr, threads
+    )
+    vf_max, vr_max, forward_max, reverse_max = maxima.unbind(0)
+    # The pass overwrites fmax and rmax with the new maxima.
     sums = ops.message_pass(
-        s.ce, s.forward_rows, s.src, s.dst, vr, vf, forward_max, reverse_max, s.fmax, s.rmax, threads
+        s.ce, s.forward_rows, s.src, s.dst, s.vr, s.vf, forward_max, reverse_max, s.fmax, s.rmax, threads
     )
     ops.normalise_maxima_(s.fmax, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
     ops.normalise_maxima_(s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)

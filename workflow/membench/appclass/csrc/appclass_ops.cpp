@@ -211,6 +211,71 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
   return out;
 }
 
+// The node side of an iteration in one pass over the rows: vf = mu[:, pattern_dst] - fmax and
+// vr = mu[:, pattern_src] - rmax (written into vf and vr), and the column maxima, as column_max
+// takes them (same row shares, NaN ignored, floored at the lowest finite value), of vf, vr,
+// vr - ce_min_forward and vf - ce_min_src: the four rows of the returned (4, pattern edges) tensor.
+torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tensor rmax, torch::Tensor pattern_src_tensor,
+                               torch::Tensor pattern_dst_tensor, torch::Tensor ce_min_forward, torch::Tensor ce_min_src,
+                               torch::Tensor vf, torch::Tensor vr, int64_t threads) {
+  check_matrix(mu, "mu");
+  for (const auto* x : {&fmax, &rmax, &ce_min_forward, &ce_min_src, &vf, &vr}) {
+    check_matrix(*x, "node array");
+    TORCH_CHECK(x->sizes() == fmax.sizes() && x->scalar_type() == mu.scalar_type(),
+                "node arrays must be (nodes, pattern edges) of mu's dtype");
+  }
+  const int64_t rows = mu.size(0), nodes = mu.size(1), cols = fmax.size(1);
+  TORCH_CHECK(fmax.size(0) == rows, "node arrays must have mu's rows");
+  check_index(pattern_src_tensor, cols, "pattern_src");
+  check_index(pattern_dst_tensor, cols, "pattern_dst");
+  const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
+  const int64_t* pattern_dst = pattern_dst_tensor.data_ptr<int64_t>();
+  auto out = torch::empty({4, cols}, mu.options());
+  dispatch_float(mu.scalar_type(), [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const scalar_t lowest = std::numeric_limits<scalar_t>::lowest();
+    const int parts = threads_of(threads);
+    torch::Tensor partial = torch::full({parts, 4, cols}, lowest, mu.options());
+    scalar_t* pp = partial.data_ptr<scalar_t>();
+    const scalar_t* mup = mu.data_ptr<scalar_t>();
+    const scalar_t* fp = fmax.data_ptr<scalar_t>();
+    const scalar_t* rp = rmax.data_ptr<scalar_t>();
+    const scalar_t* cfp = ce_min_forward.data_ptr<scalar_t>();
+    const scalar_t* csp = ce_min_src.data_ptr<scalar_t>();
+    scalar_t* vfp = vf.data_ptr<scalar_t>();
+    scalar_t* vrp = vr.data_ptr<scalar_t>();
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      const auto [begin, end] = share(rows, t, parts);
+      scalar_t* vf_max = pp + t * 4 * cols;
+      scalar_t* vr_max = vf_max + cols;
+      scalar_t* forward_max = vr_max + cols;
+      scalar_t* reverse_max = forward_max + cols;
+      for (int64_t i = begin; i < end; ++i) {
+        const scalar_t* mu_row = mup + i * nodes;
+        const int64_t row = i * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const scalar_t f = mu_row[pattern_dst[j]] - fp[row + j];
+          const scalar_t r = mu_row[pattern_src[j]] - rp[row + j];
+          vfp[row + j] = f;
+          vrp[row + j] = r;
+          vf_max[j] = fmax_keep(vf_max[j], f);
+          vr_max[j] = fmax_keep(vr_max[j], r);
+          forward_max[j] = fmax_keep(forward_max[j], static_cast<scalar_t>(r - cfp[row + j]));
+          reverse_max[j] = fmax_keep(reverse_max[j], static_cast<scalar_t>(f - csp[row + j]));
+        }
+      }
+    }
+    scalar_t* op = out.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < 4 * cols; ++k) {
+      scalar_t m = lowest;
+      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * 4 * cols + k]);
+      op[k] = m;
+    }
+  });
+  return out;
+}
+
 // sums[j - begin] += exp(x[i, j] - m[j]) for every row i in order, columns [begin, end); y and e
 // are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
@@ -464,6 +529,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("column_max", &column_max, "per-column maximum, NaN ignored, floored at the lowest finite value");
   m.def("normprob_", &normprob_, "column-wise log-softmax in place");
   m.def("group_min", &group_min, "per-node minimum of grouped rows");
+  m.def("prepare_messages", &prepare_messages, "node-side messages of an iteration and their four column maxima");
   m.def("message_pass", &message_pass, "fused edge pass: raw per-node maxima (into the outputs) and exp-sums of both messages");
   m.def("normalise_maxima_", &normalise_maxima_, "normalise raw maxima in place, floored");
   m.def("update_beliefs_", &update_beliefs_, "beliefs from node distances and message maxima, into mu");
