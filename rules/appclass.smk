@@ -112,7 +112,7 @@ rule appclass_bench:
     input:
         graphs=appclass_pair_files,
         reference=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
-        manifest=APPCLASS_BUILD_MANIFEST,
+        manifest=lambda wildcards: appclass_build_input(wildcards.variant),
     output:
         metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
@@ -137,7 +137,7 @@ rule appclass_bench:
         options=lambda wildcards: appclass_bench_options(wildcards.variant),
     shell:
         "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
-        " --reference-npy {input.reference} --build-manifest {input.manifest} {params.options} > {log} 2>&1"
+        " --reference-npy {input.reference} {params.options} > {log} 2>&1"
 
 
 rule appclass_table:

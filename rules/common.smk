@@ -326,6 +326,17 @@ def appclass_rmat_options(graph):
     )
 
 
+def appclass_build_input(variant_name):
+    """The build manifest a variant's jobs wait for; none for the NumPy reference and for variants
+    that pick the pure-torch kernels."""
+    variant = APPCLASS_VARIANTS[variant_name]
+    uses_build = (
+        variant["implementation"] == "torch"
+        and variant.get("kernels", "auto") != "torch"
+    )
+    return APPCLASS_BUILD_MANIFEST if uses_build else []
+
+
 def appclass_bench_options(variant_name):
     variant = APPCLASS_VARIANTS[variant_name]
     options = cli_options(
@@ -335,6 +346,7 @@ def appclass_bench_options(variant_name):
             "threads": variant["threads"],
             "precision": variant["precision"],
             "kernels": variant.get("kernels", "auto"),
+            "build_manifest": appclass_build_input(variant_name) or None,
             "repeats": APPCLASS["repeats"],
             "trace_live_tensors": APPCLASS["trace_live_tensors"]
             and variant["implementation"] == "torch",

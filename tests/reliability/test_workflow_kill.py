@@ -23,8 +23,16 @@ def _snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> lis
 
 
 def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
+    # The pure-torch appclass kernels: no C++ build, whose compile time would dominate the runs, so
+    # the kills land among the data, benchmark and table jobs (killed builds:
+    # tests/division/test_build_recovery.py).
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    for variant in config["appclass"]["variants"]:
+        variant["kernels"] = "torch"
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
     clean, killed = tmp_path / "clean", tmp_path / "killed"
-    reference = faults.run(_snakemake(clean, *TABLES), timeout_s=900)
+    reference = faults.run(_snakemake(clean, *TABLES, configfile=configfile), timeout_s=900)
     # Kill once a job has finished (the lock is held and some outputs exist), at a seeded random time.
     first_output = killed / "results" / "data" / "bodmas" / "tiny" / "metadata.csv"
     delays = faults.kill_delays(21, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.5)
@@ -38,7 +46,7 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
             if (killed / table).exists():
                 faults.comparable_table(killed / table)  # a table present is a whole one
 
-    outcome = faults.kill_and_rerun(_snakemake(killed, *TABLES), delays, after_kill, started=first_output.exists,
+    outcome = faults.kill_and_rerun(_snakemake(killed, *TABLES, configfile=configfile), delays, after_kill, started=first_output.exists,
                                     job="snakemake (whole workflow)")
     assert outcome.kills_injected >= 1 and any(locks_left), "no kill left Snakemake's lock behind"
     if locks_left[-1]:
@@ -57,3 +65,16 @@ def test_division_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, ke
     dry = faults.run(_snakemake(tmp_path / "work", "-n", configfile=configfile))
     assert ("division_build" in dry.output) == builds
     assert "division_memory" in dry.output
+
+
+@pytest.mark.parametrize("kernels,builds", [("torch", False), ("auto", True)])
+def test_appclass_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, kernels, builds):
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    for variant in config["appclass"]["variants"]:
+        variant["kernels"] = kernels
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    dry = faults.run(_snakemake(tmp_path / "work", "-n", "-p", "results/tables/appclass.csv", configfile=configfile))
+    assert ("appclass_build" in dry.output) == builds
+    assert ("--build-manifest" in dry.output) == builds
+    assert "appclass_bench" in dry.output
