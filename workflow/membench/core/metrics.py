@@ -17,10 +17,8 @@ import socket
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from membench.core import atomic
-from membench.core.device import device_name
 from membench.core.errors import InputError
 from membench.core.validate import read_json_object
 
@@ -54,6 +52,11 @@ def job_record(
     system: str, variant: str, dataset: str, device: torch.device, seed: int, batch_size: int | None
 ) -> dict[str, object]:
     """Start a metrics record with the identifying fields of a job (``wall_s`` is set at the end)."""
+    # Imported here, not at the top: table and plot jobs read metrics without torch (~2 s a job).
+    import torch
+
+    from membench.core.device import device_name
+
     device = torch.device(device)
     return {
         "system": system,
