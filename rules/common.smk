@@ -690,14 +690,16 @@ def division_train_options():
     return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
 
 
-# Threads of a training job: CPUs for each node's processes (data loading, the host side of the step).
-DIVISION_TRAIN_THREADS = 2
+def division_train_threads():
+    return workflow_support.division_train_threads(
+        local_cores(), workflow_support.local_gpu_count()
+    )
 
 
 def division_train_launcher():
     spec = DIVISION["accuracy"]
     return workflow_support.division_train_launcher(
-        spec["gpus"], spec["nodes"], DIVISION_TRAIN_THREADS
+        spec["gpus"], spec["nodes"], division_train_threads()
     )
 
 

@@ -176,7 +176,7 @@ rule division_train:
         )
     conda:
         ENV
-    threads: DIVISION_TRAIN_THREADS
+    threads: division_train_threads()
     resources:
         **division_train_resources(),
         mem_mb=4000,

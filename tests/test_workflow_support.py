@@ -66,6 +66,12 @@ def test_division_memory_on_cpu_grows_with_batch_and_is_fixed_on_gpu():
     assert ws.division_job_mem_mb(224, 64, on_gpu=False) == int(2000 + 0.005 * 64 * 224**2)
 
 
+def test_division_training_takes_one_thread_only_in_a_local_run_without_gpu():
+    assert ws.division_train_threads(local_cores=2, local_gpus=0) == 1
+    assert ws.division_train_threads(local_cores=2, local_gpus=1) == 2
+    assert ws.division_train_threads(local_cores=None, local_gpus=0) == 2
+
+
 def test_launcher_single_process_one_node_and_several_nodes():
     assert ws.division_train_launcher(1, 1, threads=2) == "membench"
     assert ws.division_train_launcher(4, 1, threads=8) == "torchrun --standalone --nproc-per-node 4 -m membench.cli"
