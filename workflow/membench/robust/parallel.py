@@ -8,8 +8,11 @@ A batch made with weight version ``v`` and trained at step ``t`` has staleness `
 
 Transport (torch.multiprocessing, ``spawn``): the published weights are one flat float32 tensor in
 shared memory with a version number, guarded by a lock; attacked batches travel through a bounded
-queue (``queue_size``), so producers run at most that far ahead. The trainer opens each epoch by
-writing its batch order to shared memory; producers wait for it.
+queue (``queue_size``), so producers run at most that far ahead. They travel as NumPy arrays, pickled
+through the queue's pipe, not as shared-memory tensors: passing a tensor's file descriptor needs the
+producer to serve it while the trainer unpickles, and a trainer stopped by a signal mid-transfer left
+the producer printing a broken-pipe traceback. The trainer opens each epoch by writing its batch order
+to shared memory; producers wait for it.
 
 Shutdown: every wait has a timeout. The trainer checks its producers while it waits and ends the
 run with :class:`ProducerFailed` (naming the producer, its exit code and its error) when one dies;
@@ -128,7 +131,7 @@ def _producer_main(rank: int, producers: int, spec: ModelSpec, settings: TrainSe
                 x, y = x_train[idx].to(device), y_train[idx].to(device)
                 x_adv = attack(settings.attack, model, x, y, settings.eps, alpha, settings.steps,
                                batch_generator(settings.seed, epoch, b)).cpu()
-                item = (epoch, b, rank, version, x_adv)
+                item = (epoch, b, rank, version, x_adv.numpy())
 
                 def put():
                     try:
@@ -264,7 +267,7 @@ class ParallelSource:
             got_epoch, b, rank, version, x_adv = self._next_batch()
             if got_epoch != epoch:
                 raise RuntimeError(f"producer {rank} sent batch {b} of epoch {got_epoch} during epoch {epoch}")
-            yield AdversarialBatch(b, x_adv, self.y_train[batches[b]], version, rank)
+            yield AdversarialBatch(b, torch.from_numpy(x_adv), self.y_train[batches[b]], version, rank)
 
     def _next_batch(self):
         start = time.perf_counter()
