@@ -101,9 +101,8 @@ RENDEZVOUS_PORT = 29500
 def division_train_threads(local_cores: int | None, local_gpus: int) -> int:
     """Threads of a DIVISION accuracy job: 2 on a cluster (``local_cores`` None) or beside a GPU, the
     CPUs of each node's processes (data loading, the host side of the step); 1 in a local run without
-    a GPU. There the accuracy run is not a timing job, and a second torch thread made it only about
-    15 % faster (3 epochs of digits: 17.6 -> 15.2 s) for twice the CPU time, so the other core is
-    better left to the next job."""
+    a GPU. There the accuracy run is not a timing job, and a second torch thread saves only 12 to
+    32 % of its time (docs/benchmarks/division.md), so the other core is better left to the next job."""
     return 2 if local_cores is None or local_gpus > 0 else 1
 
 

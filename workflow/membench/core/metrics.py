@@ -15,12 +15,16 @@ import os
 import platform
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from membench.core import atomic
 from membench.core.errors import InputError
 from membench.core.validate import read_json_object
+
+if TYPE_CHECKING:
+    import torch
 
 REQUIRED_FIELDS = (
     "system",
