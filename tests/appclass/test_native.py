@@ -142,6 +142,79 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
 
 
+def _edge_case_graph(dtype=torch.float64):
+    """9 nodes (nodes 4 and 7 without edges either way), 40 edges, 5 columns of edge distances with
+    NaN, infinities, signed zeros and ties among them; node arrays likewise."""
+    generator = torch.Generator().manual_seed(11)
+    nodes, edges, cols = 9, 40, 5
+    keep = torch.tensor([u for u in range(nodes) if u not in (4, 7)])
+    src = keep[torch.randint(len(keep), (edges,), generator=generator)]
+    dst = keep[torch.randint(len(keep), (edges,), generator=generator)]
+    ce = torch.randn(edges, cols, generator=generator, dtype=dtype) * 3
+    ce[3, 1], ce[8, 2], ce[12, 4] = float("nan"), float("inf"), -float("inf")
+    ce[20, 0], ce[21, 0] = 0.0, -0.0
+    ce[30] = ce[31]  # ties
+    node = torch.randn(nodes, cols, generator=generator, dtype=dtype)
+    node[src[20], 0], node[2, 3], node[4, 2], node[7, 1] = -0.0, float("nan"), float("inf"), float("nan")
+    return src, dst, ce, node
+
+
+def _fmax_keep(a, b):
+    return a if (a >= b or b != b) else b
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_edge_kernels_equal_their_definitions(kernels, threads):
+    """group_exp_sums, scatter_max_ and node_exp_sums against loops over the edges in edge order
+    (the maxima bit for bit, the sums within the exp polynomial's rounding), for any thread split;
+    nodes without edges add nothing even where their values are NaN or infinite."""
+    from membench.appclass.native import owner_bounds
+
+    src, dst, ce, node = _edge_case_graph()
+    nodes, cols = node.shape
+    bounds = owner_bounds(dst, nodes, threads)
+    assert bounds[0] == 0 and bounds[-1] == nodes and bool((bounds[1:] >= bounds[:-1]).all())
+
+    raw = torch.full_like(node, 5.0)  # overwritten, not merged
+    kernels.scatter_max_(raw, ce, src, dst, node, bounds)
+    expected = torch.full_like(node, -float("inf"))
+    for e in range(len(src)):
+        for j in range(cols):
+            expected[dst[e], j] = _fmax_keep(expected[dst[e], j].item(), (node[src[e], j] - ce[e, j]).item())
+    assert torch.equal(raw.view(torch.int64), expected.view(torch.int64))
+
+    ce_min = kernels.group_min(ce, src, nodes, threads)
+    sums = kernels.group_exp_sums(ce, src, ce_min, owner_bounds(src, nodes, threads))
+    expected_sums = torch.zeros(nodes, cols, dtype=torch.float64)
+    for e in range(len(src)):
+        expected_sums[src[e]] += torch.exp(ce_min[src[e]] - ce[e])
+    torch.testing.assert_close(sums, expected_sums, rtol=1e-15, atol=0, equal_nan=True)
+    assert bool((sums[4] == 0).all() and (sums[7] == 0).all())
+
+    m = torch.nan_to_num(torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0)
+    both = kernels.node_exp_sums(node, ce_min, sums, m, node.flip(1), ce_min, sums, m.flip(0), threads)
+    for direction, (values, maxima) in enumerate([(node, m), (node.flip(1), m.flip(0))]):
+        terms = torch.exp((values - ce_min) - maxima) * sums
+        terms[sums == 0] = 0.0
+        expected_total = torch.zeros(cols, dtype=torch.float64)
+        for u in range(nodes):
+            expected_total += terms[u]
+        torch.testing.assert_close(both[direction], expected_total, rtol=1e-15, atol=0, equal_nan=True)
+
+
+def test_owner_bounds_share_the_edges_evenly():
+    from membench.appclass.native import owner_bounds
+
+    graph = rmat_graph(12, 8, 1, 1, seed=2)
+    groups = torch.from_numpy(graph.edge_dst.astype(np.int64))
+    nodes, edges = graph.num_nodes, len(groups)
+    in_degree = torch.bincount(groups, minlength=nodes)
+    for parts in (1, 2, 3, 7):
+        bounds = owner_bounds(groups, nodes, parts)
+        shares = [int(in_degree[bounds[t]:bounds[t + 1]].sum()) for t in range(parts)]
+        assert sum(shares) == edges and max(shares) <= edges / parts + int(in_degree.max())
+
+
 def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest, tmp_path):
     from membench.appclass.bench import BenchSpec, run_bench_job
     from membench.data.graphs import write_graph

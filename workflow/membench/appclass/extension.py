@@ -22,7 +22,7 @@ SPEC = extension.ExtensionSpec(
     name="membench_appclass_ops",
     source_dir=Path(__file__).parent / "csrc",
     cpu_sources=("appclass_ops.cpp",),
-    kernels=("distances", "column_max", "normprob_", "group_min", "prepare_messages", "message_pass", "normalise_maxima_", "update_beliefs_", "format_e"),
+    kernels=("distances", "column_max", "normprob_", "group_min", "prepare_messages", "group_exp_sums", "scatter_max_", "node_exp_sums", "normalise_maxima_", "update_beliefs_", "format_e"),
     build_command="membench appclass build",
     cflags=("-O3", "-ffp-contract=off", "-fopenmp"),
     ldflags=("-fopenmp",),

@@ -1,9 +1,9 @@
 """The CPU implementation on the C++ kernels (``csrc/appclass_ops.cpp``): the reference's operations
 in the reference's order where the order changes a double, without storing edge messages.
 
-Per iteration one fused pass streams the normalised edge distances CE once per direction and
-column; everything else works on (nodes x pattern edges) arrays. Why each step equals the
-reference's is in the kernel source's header comment.
+Per iteration one pass over the edges takes the forward messages' maxima by destination; the
+reverse maxima and both directions' exp-sums come from (nodes x pattern edges) arrays. Why each step
+equals the reference's is in the kernel source's header comment.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ class NativeState:
     forward_rows: torch.Tensor  # (DE,) int64: the VR row each forward message reads (src as PNNL, or dst)
     ce_min_forward: torch.Tensor  # (DV, PE) minimum of CE over each node's edges by forward_rows
     ce_min_src: torch.Tensor  # (DV, PE) the same by source
+    exp_sums_forward: torch.Tensor  # (DV, PE) float64 sum of exp(ce_min_forward - CE) over each node's edges
+    exp_sums_src: torch.Tensor  # (DV, PE) float64 the same by source
+    dst_bounds: torch.Tensor  # (threads + 1,) int64 node ranges of about equal in-degree, one per thread
     fmax: torch.Tensor  # (DV, PE)
     rmax: torch.Tensor  # (DV, PE)
     vf: torch.Tensor  # (DV, PE) work buffers, reused every iteration (fresh pages cost a fault each)
@@ -39,6 +42,27 @@ class NativeState:
     minus_cnull: torch.Tensor  # (PE,) -Cnull: -0.0 (PNNL's normalised one-row table, negated)
     pattern_src: torch.Tensor  # (PE,) int64
     pattern_dst: torch.Tensor  # (PE,) int64
+
+
+def owner_bounds(groups: torch.Tensor, num_nodes: int, parts: int) -> torch.Tensor:
+    """(parts + 1,) int64 node boundaries: part t owns the nodes [b[t], b[t + 1]), which hold about
+    1 / parts of the edges of ``groups``; RMAT-like graphs put most edges on a few low node ids."""
+    edges_up_to = torch.bincount(groups, minlength=num_nodes).cumsum(0)
+    targets = torch.arange(1, parts, dtype=torch.int64) * len(groups) // parts
+    inner = torch.searchsorted(edges_up_to, targets, right=True)
+    return torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.full((1,), num_nodes, dtype=torch.int64)])
+
+
+def _raw_maxima(out, node, ce, rows, groups, ce_min, bounds, ops) -> None:
+    """``out`` = per node, the maximum over its edges (by ``groups``) of ``node[rows] - ce``, -inf without edges.
+
+    Where rows are the groups, ``fl(v - c)`` is non-increasing in ``c``, so the maximum is the
+    node's value minus its smallest edge distance, taken from the nodes alone.
+    """
+    if rows is groups:
+        torch.sub(node, ce_min, out=out)
+    else:
+        ops.scatter_max_(out, ce, rows, groups, node, bounds)
 
 
 def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: torch.dtype, ops: ModuleType, threads: int) -> NativeState:
@@ -54,28 +78,43 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     ops.normprob_(mu, stable, threads)
     src = tensor(data.edge_src, torch.int64)
     dst = tensor(data.edge_dst, torch.int64)
+    forward_rows = src if options.forward_message_index == "src" else dst
+    src_bounds = owner_bounds(src, data.num_nodes, threads)
+    dst_bounds = owner_bounds(dst, data.num_nodes, threads)
     ce = ops.distances(tensor(data.edge_features), tensor(pattern.edge_features), threads)
     pattern_src = tensor(pattern.edge_src, torch.int64)
     pattern_dst = tensor(pattern.edge_dst, torch.int64)
     minus_cnull = torch.zeros(pattern.num_edges, dtype=dtype).neg_()
 
+    def edge_statistics(distances):
+        """Per node, by source and by forward_rows: the smallest edge distance and the exp-sums over its edges."""
+        ce_min_src = ops.group_min(distances, src, data.num_nodes, threads)
+        exp_sums_src = ops.group_exp_sums(distances, src, ce_min_src, src_bounds)
+        if forward_rows is src:
+            return ce_min_src, exp_sums_src, ce_min_src, exp_sums_src
+        ce_min_dst = ops.group_min(distances, dst, data.num_nodes, threads)
+        return ce_min_dst, ops.group_exp_sums(distances, dst, ce_min_dst, dst_bounds), ce_min_src, exp_sums_src
+
     # The first messages FE = RE = normprob(-CE) of the raw distances: zero node arrays minus CE.
     first_max = ce.amin(0).neg_()
     zeros = torch.zeros((data.num_nodes, pattern.num_edges), dtype=dtype)
+    min_forward, sums_forward, min_src, sums_src = edge_statistics(ce)
     forward_raw, reverse_raw = torch.empty_like(zeros), torch.empty_like(zeros)
-    sums = ops.message_pass(ce, src, src, dst, zeros, zeros, first_max, first_max, forward_raw, reverse_raw, threads)
+    _raw_maxima(forward_raw, zeros, ce, forward_rows, dst, min_forward, dst_bounds, ops)
+    _raw_maxima(reverse_raw, zeros, ce, src, src, min_src, None, ops)
+    sums = ops.node_exp_sums(zeros, min_forward, sums_forward, first_max, zeros, min_src, sums_src, first_max, threads)
+    del min_forward, sums_forward, min_src, sums_src
     vr_max = ops.column_max(mu.index_select(1, pattern_src), threads)
     vf_max = ops.column_max(mu.index_select(1, pattern_dst), threads)
     ops.normalise_maxima_(forward_raw, first_max, sums[0], minus_cnull + vr_max, stable, threads)
     ops.normalise_maxima_(reverse_raw, first_max, sums[1], minus_cnull + vf_max, stable, threads)
 
     ops.normprob_(ce, stable, threads)
-    forward_rows = src if options.forward_message_index == "src" else dst
-    ce_min_src = ops.group_min(ce, src, data.num_nodes, threads)
-    ce_min_forward = ce_min_src if forward_rows is src else ops.group_min(ce, dst, data.num_nodes, threads)
+    ce_min_forward, exp_sums_forward, ce_min_src, exp_sums_src = edge_statistics(ce)
     return NativeState(
         ops=ops, threads=threads, stable=stable, cv=cv, mu=mu, ce=ce, src=src, dst=dst, forward_rows=forward_rows,
-        ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, fmax=forward_raw, rmax=reverse_raw, vf=zeros,
+        ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, exp_sums_forward=exp_sums_forward,
+        exp_sums_src=exp_sums_src, dst_bounds=dst_bounds, fmax=forward_raw, rmax=reverse_raw, vf=zeros,
         vr=torch.empty_like(zeros),
         minus_cnull=minus_cnull, pattern_src=pattern_src, pattern_dst=pattern_dst,
     )
@@ -91,10 +130,12 @@ def iterate(state: NativeState) -> None:
         s.mu, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, s.ce_min_forward, s.ce_min_src, s.vf, s.vr, threads
     )
     vf_max, vr_max, forward_max, reverse_max = maxima.unbind(0)
-    # The pass overwrites fmax and rmax with the new maxima.
-    sums = ops.message_pass(
-        s.ce, s.forward_rows, s.src, s.dst, s.vr, s.vf, forward_max, reverse_max, s.fmax, s.rmax, threads
+    sums = ops.node_exp_sums(
+        s.vr, s.ce_min_forward, s.exp_sums_forward, forward_max, s.vf, s.ce_min_src, s.exp_sums_src, reverse_max, threads
     )
+    # The raw maxima overwrite fmax and rmax (prepare_messages has read them).
+    _raw_maxima(s.fmax, s.vr, s.ce, s.forward_rows, s.dst, s.ce_min_forward, s.dst_bounds, ops)
+    _raw_maxima(s.rmax, s.vf, s.ce, s.src, s.src, s.ce_min_src, None, ops)
     ops.normalise_maxima_(s.fmax, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
     ops.normalise_maxima_(s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)
     ops.update_beliefs_(s.mu, s.cv, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, threads)
