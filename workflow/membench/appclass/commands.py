@@ -157,17 +157,33 @@ def _kernels(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> None:
-    import torch
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
 
-    from membench.appclass.api import classify
-    from membench.appclass.output import format_beliefs, write_npy
-    from membench.core.device import resolve_device
     from membench.data.graphs import read_graph_pair
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    kernels = _kernels(args)
-    data, pattern = read_graph_pair(*_graph_paths(args))
+    # pyarrow parses the tables without holding the GIL, so reading them overlaps importing torch
+    # and loading the kernels (about two seconds each on a two-core machine).
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        graphs = reader.submit(read_graph_pair, *_graph_paths(args))
+        # Importing torch creates so many objects that the cycle collector runs again and again, and
+        # once more over all of them when the interpreter exits: about a second, measured. They live
+        # as long as the process, so they are collected neither during the imports nor after.
+        gc.disable()
+        try:
+            import torch
+
+            from membench.appclass.api import classify
+            from membench.appclass.output import format_beliefs, write_npy
+            from membench.core.device import resolve_device
+
+            kernels = _kernels(args)
+        finally:
+            gc.freeze()
+            gc.enable()
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        data, pattern = graphs.result()
     beliefs = classify(
         data, pattern, implementation=args.implementation, options=_options(args), device=resolve_device(args.device),
         precision=args.precision, chunk_edges=args.chunk_edges, kernels=kernels,

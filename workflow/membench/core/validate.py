@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable
 
 from membench.core.errors import InputError
+
+if TYPE_CHECKING:  # pandas takes half a second to import; runs that read no CSV table skip it
+    import pandas as pd
 
 
 def csv_line(row_index: int) -> str:
@@ -32,6 +33,8 @@ def read_csv_columns(
     Values are read as strings (unless ``dtype`` says otherwise) so that later checks can name the
     line of a malformed value instead of pandas guessing a type.
     """
+    import pandas as pd
+
     path = Path(path)
     required = list(required)
     allowed = set(required) | set(optional)
@@ -61,6 +64,8 @@ def read_csv_columns(
 
 def int_column(frame: pd.DataFrame, column: str, path, minimum: int | None = None, maximum: int | None = None) -> pd.Series:
     """Parse ``frame[column]`` as integers within ``[minimum, maximum]``; name the first bad line."""
+    import pandas as pd
+
     values = pd.to_numeric(frame[column], errors="coerce")
     bad = values.isna() | (values != values.round())
     if bad.any():

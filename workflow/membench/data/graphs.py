@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from membench.core import atomic
 from membench.core.errors import InputError
@@ -254,6 +253,8 @@ def write_graph(graph: Graph, vertex_path: str | os.PathLike, edge_path: str | o
     ``float_format`` (printf style) formats the features; the default, the shortest repr, round-trips
     float64 exactly.
     """
+    import pandas as pd
+
     vertex_frame = pd.DataFrame(graph.node_features)
     vertex_frame.insert(0, "id", np.arange(graph.num_nodes, dtype=np.int64))
     edge_frame = pd.DataFrame(graph.edge_features)
