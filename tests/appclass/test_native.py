@@ -142,7 +142,7 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
 
 
-def _edge_case_graph(dtype=torch.float64):
+def _edge_case_graph():
     """9 nodes (nodes 4 and 7 without edges either way), 40 edges, 5 columns of edge distances with
     NaN, infinities, signed zeros and ties among them; node arrays likewise."""
     generator = torch.Generator().manual_seed(11)
@@ -150,11 +150,11 @@ def _edge_case_graph(dtype=torch.float64):
     keep = torch.tensor([u for u in range(nodes) if u not in (4, 7)])
     src = keep[torch.randint(len(keep), (edges,), generator=generator)]
     dst = keep[torch.randint(len(keep), (edges,), generator=generator)]
-    ce = torch.randn(edges, cols, generator=generator, dtype=dtype) * 3
+    ce = torch.randn(edges, cols, generator=generator, dtype=torch.float64) * 3
     ce[3, 1], ce[8, 2], ce[12, 4] = float("nan"), float("inf"), -float("inf")
     ce[20, 0], ce[21, 0] = 0.0, -0.0
     ce[30] = ce[31]  # ties
-    node = torch.randn(nodes, cols, generator=generator, dtype=dtype)
+    node = torch.randn(nodes, cols, generator=generator, dtype=torch.float64)
     node[src[20], 0], node[2, 3], node[4, 2], node[7, 1] = -0.0, float("nan"), float("inf"), float("nan")
     return src, dst, ce, node
 

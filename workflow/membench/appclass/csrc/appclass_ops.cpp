@@ -49,7 +49,7 @@
 namespace {
 
 constexpr int64_t kBlockRows = 64;  // rows per exp block: the block stays in L1
-constexpr int64_t kPrefetchEdges = 16;  // how far ahead the message pass fetches node rows
+constexpr int64_t kPrefetchEdges = 16;  // how far ahead scatter_max_ fetches an edge's rows
 
 // exp(y) for y in [-708, 709] (normal results).
 inline double exp_normal(double y) {
