@@ -47,6 +47,9 @@ class Graph:
         int64, shape (num_edges,); node ids in ``[0, num_nodes)``.
     edge_features : np.ndarray
         float64, shape (num_edges, edge_feature_dim).
+
+    The feature arrays may have any memory layout: :func:`read_graph` gives column-major views of
+    the tables it parses (a copy into rows would cost a pass over the largest array).
     """
 
     node_features: np.ndarray
@@ -140,7 +143,7 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
         return None
     # Column by column into a column-major array (contiguous copies, where filling the columns of a
     # row-major one writes every cache line once per column); the caller gets its (rows, columns)
-    # view, and the graph's arrays are copied out of it row-major once.
+    # view.
     out = np.empty((table.num_columns, table.num_rows), dtype=np.float64)
     for index, column in enumerate(table.columns):
         start = 0
@@ -215,10 +218,10 @@ def read_graph(vertex_path: str | os.PathLike, edge_path: str | os.PathLike, rol
             edge_path, f"{end} {int(edges[row, column])} is not a node of {vertex_path} (ids 0..{num_nodes - 1})", _line(Path(edge_path), row)
         )
     return Graph(
-        node_features=np.ascontiguousarray(vertices[:, 1:]),
+        node_features=vertices[:, 1:],
         edge_src=edges[:, 0].astype(np.int64),
         edge_dst=edges[:, 1].astype(np.int64),
-        edge_features=np.ascontiguousarray(edges[:, 2:]),
+        edge_features=edges[:, 2:],
     )
 
 
