@@ -165,26 +165,36 @@ def _fmax_keep(a, b):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_edge_kernels_equal_their_definitions(kernels, threads):
-    """group_exp_sums, scatter_max_ and node_exp_sums against loops over the edges in edge order
+    """group_min, group_exp_sums, scatter_max_ and node_exp_sums against loops over the edges in edge order
     (the maxima bit for bit, the sums within the exp polynomial's rounding), for any thread split;
     nodes without edges add nothing even where their values are NaN or infinite."""
-    from membench.appclass.native import owner_bounds
+    from membench.appclass.native import edge_parts, nodes_with_edges, owner_bounds
 
     src, dst, ce, node = _edge_case_graph()
     nodes, cols = node.shape
-    bounds = owner_bounds(dst, nodes, threads)
+    parts = edge_parts(dst, nodes, threads)
+    bounds = parts.bounds
     assert bounds[0] == 0 and bounds[-1] == nodes and bool((bounds[1:] >= bounds[:-1]).all())
+    for t in range(threads):  # each part lists exactly the edges into its nodes, in edge order
+        listed = parts.order[parts.edge_bounds[t]:parts.edge_bounds[t + 1]]
+        assert listed.tolist() == torch.nonzero((dst >= bounds[t]) & (dst < bounds[t + 1])).squeeze(1).tolist()
 
     raw = torch.full_like(node, 5.0)  # overwritten, not merged
-    kernels.scatter_max_(raw, ce, src, dst, node, bounds)
+    kernels.scatter_max_(raw, ce, src, dst, node, bounds, parts.order, parts.edge_bounds)
     expected = torch.full_like(node, -float("inf"))
     for e in range(len(src)):
         for j in range(cols):
             expected[dst[e], j] = _fmax_keep(expected[dst[e], j].item(), (node[src[e], j] - ce[e, j]).item())
     assert torch.equal(raw.view(torch.int64), expected.view(torch.int64))
 
-    ce_min = kernels.group_min(ce, src, nodes, threads)
-    sums = kernels.group_exp_sums(ce, src, ce_min, owner_bounds(src, nodes, threads))
+    src_bounds = owner_bounds(src, nodes, threads)
+    ce_min = kernels.group_min(ce, src, nodes, src_bounds)
+    expected_min = torch.full_like(node, float("inf"))
+    for e in range(len(src)):
+        for j in range(cols):
+            expected_min[src[e], j] = min(expected_min[src[e], j].item(), ce[e, j].item())
+    assert torch.equal(ce_min.view(torch.int64), expected_min.view(torch.int64))
+    sums = kernels.group_exp_sums(ce, src, ce_min, src_bounds)
     expected_sums = torch.zeros(nodes, cols, dtype=torch.float64)
     for e in range(len(src)):
         expected_sums[src[e]] += torch.exp(ce_min[src[e]] - ce[e])
@@ -192,7 +202,9 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
     assert bool((sums[4] == 0).all() and (sums[7] == 0).all())
 
     m = torch.nan_to_num(torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0)
-    both = kernels.node_exp_sums(node, ce_min, sums, m, node.flip(1), ce_min, sums, m.flip(0), threads)
+    listed = nodes_with_edges(src, nodes)
+    assert listed.tolist() == [0, 1, 2, 3, 5, 6, 8]
+    both = kernels.node_exp_sums(node, ce_min, sums, m, listed, node.flip(1), ce_min, sums, m.flip(0), listed, threads)
     for direction, (values, maxima) in enumerate([(node, m), (node.flip(1), m.flip(0))]):
         terms = torch.exp((values - ce_min) - maxima) * sums
         terms[sums == 0] = 0.0

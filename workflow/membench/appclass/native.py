@@ -1,9 +1,10 @@
 """The CPU implementation on the C++ kernels (``csrc/appclass_ops.cpp``): the reference's operations
 in the reference's order where the order changes a double, without storing edge messages.
 
-Per iteration one pass over the edges takes the forward messages' maxima by destination; the
-reverse maxima and both directions' exp-sums come from (nodes x pattern edges) arrays. Why each step
-equals the reference's is in the kernel source's header comment.
+Per iteration one pass over the edges takes the forward messages' maxima by destination (each thread
+over the edges into its own nodes); the reverse maxima and both directions' exp-sums come from
+(nodes x pattern edges) arrays. Why each step equals the reference's is in the kernel source's
+header comment.
 """
 
 from __future__ import annotations
@@ -11,10 +12,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
+import numpy as np
 import torch
 
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
+
+
+def owner_bounds(groups: torch.Tensor, num_nodes: int, parts: int) -> torch.Tensor:
+    """(parts + 1,) int64 node boundaries: part t owns the nodes [b[t], b[t + 1]), which hold about
+    1 / parts of the edges of ``groups``; RMAT-like graphs put most edges on a few low node ids."""
+    edges_up_to = torch.bincount(groups, minlength=num_nodes).cumsum(0)
+    targets = torch.arange(1, parts, dtype=torch.int64) * len(groups) // parts
+    inner = torch.searchsorted(edges_up_to, targets, right=True)
+    return torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.full((1,), num_nodes, dtype=torch.int64)])
+
+
+@dataclass
+class EdgeParts:
+    """A split of the nodes and their edges (by a grouping such as the destinations) into parts.
+
+    Part t owns the nodes ``bounds[t] .. bounds[t + 1]`` and the edges ``order[edge_bounds[t] ..
+    edge_bounds[t + 1]]``, in edge order: those whose group is one of its nodes.
+    """
+
+    bounds: torch.Tensor  # (parts + 1,) int64 node boundaries
+    order: torch.Tensor  # (DE,) int64 edge indices, part by part
+    edge_bounds: torch.Tensor  # (parts + 1,) int64 boundaries in order
+
+
+def edge_parts(groups: torch.Tensor, num_nodes: int, parts: int) -> EdgeParts:
+    """``parts`` parts of about equal edge counts (:func:`owner_bounds`) with their edges listed."""
+    bounds = owner_bounds(groups, num_nodes, parts)
+    part_of_edge = torch.bucketize(groups, bounds[1:-1], right=True)
+    order = torch.cat([torch.nonzero(part_of_edge == t).squeeze(1) for t in range(parts)])
+    counts = torch.bincount(part_of_edge, minlength=parts)
+    return EdgeParts(bounds, order, torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]))
+
+
+def nodes_with_edges(groups: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """The nodes (int64, increasing) that group at least one edge."""
+    return torch.nonzero(torch.bincount(groups, minlength=num_nodes)).squeeze(1)
 
 
 @dataclass
@@ -34,7 +72,9 @@ class NativeState:
     ce_min_src: torch.Tensor  # (DV, PE) the same by source
     exp_sums_forward: torch.Tensor  # (DV, PE) float64 sum of exp(ce_min_forward - CE) over each node's edges
     exp_sums_src: torch.Tensor  # (DV, PE) float64 the same by source
-    dst_bounds: torch.Tensor  # (threads + 1,) int64 node ranges of about equal in-degree, one per thread
+    listed_forward: torch.Tensor  # int64 nodes with edges by forward_rows (the others' exp-sums are 0)
+    listed_src: torch.Tensor  # int64 nodes with edges by source
+    dst_parts: EdgeParts  # one per thread: node ranges of about equal in-degree and their edges
     fmax: torch.Tensor  # (DV, PE)
     rmax: torch.Tensor  # (DV, PE)
     vf: torch.Tensor  # (DV, PE) work buffers, reused every iteration (fresh pages cost a fault each)
@@ -44,16 +84,7 @@ class NativeState:
     pattern_dst: torch.Tensor  # (PE,) int64
 
 
-def owner_bounds(groups: torch.Tensor, num_nodes: int, parts: int) -> torch.Tensor:
-    """(parts + 1,) int64 node boundaries: part t owns the nodes [b[t], b[t + 1]), which hold about
-    1 / parts of the edges of ``groups``; RMAT-like graphs put most edges on a few low node ids."""
-    edges_up_to = torch.bincount(groups, minlength=num_nodes).cumsum(0)
-    targets = torch.arange(1, parts, dtype=torch.int64) * len(groups) // parts
-    inner = torch.searchsorted(edges_up_to, targets, right=True)
-    return torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.full((1,), num_nodes, dtype=torch.int64)])
-
-
-def _raw_maxima(out, node, ce, rows, groups, ce_min, bounds, ops) -> None:
+def _raw_maxima(out, node, ce, rows, groups, ce_min, parts, ops) -> None:
     """``out`` = per node, the maximum over its edges (by ``groups``) of ``node[rows] - ce``, -inf without edges.
 
     Where rows are the groups, ``fl(v - c)`` is non-increasing in ``c``, so the maximum is the
@@ -62,7 +93,7 @@ def _raw_maxima(out, node, ce, rows, groups, ce_min, bounds, ops) -> None:
     if rows is groups:
         torch.sub(node, ce_min, out=out)
     else:
-        ops.scatter_max_(out, ce, rows, groups, node, bounds)
+        ops.scatter_max_(out, ce, rows, groups, node, parts.bounds, parts.order, parts.edge_bounds)
 
 
 def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: torch.dtype, ops: ModuleType, threads: int) -> NativeState:
@@ -72,7 +103,11 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     def tensor(array, kind=dtype):
         return torch.as_tensor(array).to(dtype=kind).contiguous()
 
-    cv = ops.distances(tensor(data.node_features), tensor(pattern.node_features), threads)
+    def by_column(features):
+        """(features, rows): no copy for the reader's column-major tables."""
+        return tensor(np.asarray(features).T)
+
+    cv = ops.distances(by_column(data.node_features), tensor(pattern.node_features), threads)
     mu = cv.neg()
     ops.normprob_(cv, stable, threads)
     ops.normprob_(mu, stable, threads)
@@ -80,32 +115,39 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     dst = tensor(data.edge_dst, torch.int64)
     forward_rows = src if options.forward_message_index == "src" else dst
     src_bounds = owner_bounds(src, data.num_nodes, threads)
-    dst_bounds = owner_bounds(dst, data.num_nodes, threads)
-    ce = ops.distances(tensor(data.edge_features), tensor(pattern.edge_features), threads)
+    listed_src = nodes_with_edges(src, data.num_nodes)
+    listed_forward = listed_src if forward_rows is src else nodes_with_edges(dst, data.num_nodes)
+    dst_parts = edge_parts(dst, data.num_nodes, threads)
+    ce = ops.distances(by_column(data.edge_features), tensor(pattern.edge_features), threads)
     pattern_src = tensor(pattern.edge_src, torch.int64)
     pattern_dst = tensor(pattern.edge_dst, torch.int64)
     minus_cnull = torch.zeros(pattern.num_edges, dtype=dtype).neg_()
 
     def edge_statistics(distances):
         """Per node, by source and by forward_rows: the smallest edge distance and the exp-sums over its edges."""
-        ce_min_src = ops.group_min(distances, src, data.num_nodes, threads)
+        ce_min_src = ops.group_min(distances, src, data.num_nodes, src_bounds)
         exp_sums_src = ops.group_exp_sums(distances, src, ce_min_src, src_bounds)
         if forward_rows is src:
             return ce_min_src, exp_sums_src, ce_min_src, exp_sums_src
-        ce_min_dst = ops.group_min(distances, dst, data.num_nodes, threads)
-        return ce_min_dst, ops.group_exp_sums(distances, dst, ce_min_dst, dst_bounds), ce_min_src, exp_sums_src
+        ce_min_dst = ops.group_min(distances, dst, data.num_nodes, dst_parts.bounds)
+        return ce_min_dst, ops.group_exp_sums(distances, dst, ce_min_dst, dst_parts.bounds), ce_min_src, exp_sums_src
 
     # The first messages FE = RE = normprob(-CE) of the raw distances: zero node arrays minus CE.
-    first_max = ce.amin(0).neg_()
+    # Their column maxima are minus the smallest distances, the smallest of the nodes' (every edge
+    # has a source; min is exact).
     zeros = torch.zeros((data.num_nodes, pattern.num_edges), dtype=dtype)
     min_forward, sums_forward, min_src, sums_src = edge_statistics(ce)
+    first_max = min_src.amin(0).neg_()
     forward_raw, reverse_raw = torch.empty_like(zeros), torch.empty_like(zeros)
-    _raw_maxima(forward_raw, zeros, ce, forward_rows, dst, min_forward, dst_bounds, ops)
+    _raw_maxima(forward_raw, zeros, ce, forward_rows, dst, min_forward, dst_parts, ops)
     _raw_maxima(reverse_raw, zeros, ce, src, src, min_src, None, ops)
-    sums = ops.node_exp_sums(zeros, min_forward, sums_forward, first_max, zeros, min_src, sums_src, first_max, threads)
+    sums = ops.node_exp_sums(
+        zeros, min_forward, sums_forward, first_max, listed_forward, zeros, min_src, sums_src, first_max, listed_src, threads
+    )
     del min_forward, sums_forward, min_src, sums_src
-    vr_max = ops.column_max(mu.index_select(1, pattern_src), threads)
-    vf_max = ops.column_max(mu.index_select(1, pattern_dst), threads)
+    # The column maxima of VR = MU[:, pattern_src] and VF = MU[:, pattern_dst] (the messages are 0).
+    mu_max = ops.column_max(mu, threads)
+    vr_max, vf_max = mu_max[pattern_src], mu_max[pattern_dst]
     ops.normalise_maxima_(forward_raw, first_max, sums[0], minus_cnull + vr_max, stable, threads)
     ops.normalise_maxima_(reverse_raw, first_max, sums[1], minus_cnull + vf_max, stable, threads)
 
@@ -114,8 +156,8 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     return NativeState(
         ops=ops, threads=threads, stable=stable, cv=cv, mu=mu, ce=ce, src=src, dst=dst, forward_rows=forward_rows,
         ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, exp_sums_forward=exp_sums_forward,
-        exp_sums_src=exp_sums_src, dst_bounds=dst_bounds, fmax=forward_raw, rmax=reverse_raw, vf=zeros,
-        vr=torch.empty_like(zeros),
+        exp_sums_src=exp_sums_src, listed_forward=listed_forward, listed_src=listed_src, dst_parts=dst_parts,
+        fmax=forward_raw, rmax=reverse_raw, vf=zeros, vr=torch.empty_like(zeros),
         minus_cnull=minus_cnull, pattern_src=pattern_src, pattern_dst=pattern_dst,
     )
 
@@ -131,10 +173,11 @@ def iterate(state: NativeState) -> None:
     )
     vf_max, vr_max, forward_max, reverse_max = maxima.unbind(0)
     sums = ops.node_exp_sums(
-        s.vr, s.ce_min_forward, s.exp_sums_forward, forward_max, s.vf, s.ce_min_src, s.exp_sums_src, reverse_max, threads
+        s.vr, s.ce_min_forward, s.exp_sums_forward, forward_max, s.listed_forward,
+        s.vf, s.ce_min_src, s.exp_sums_src, reverse_max, s.listed_src, threads,
     )
     # The raw maxima overwrite fmax and rmax (prepare_messages has read them).
-    _raw_maxima(s.fmax, s.vr, s.ce, s.forward_rows, s.dst, s.ce_min_forward, s.dst_bounds, ops)
+    _raw_maxima(s.fmax, s.vr, s.ce, s.forward_rows, s.dst, s.ce_min_forward, s.dst_parts, ops)
     _raw_maxima(s.rmax, s.vf, s.ce, s.src, s.src, s.ce_min_src, None, ops)
     ops.normalise_maxima_(s.fmax, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
     ops.normalise_maxima_(s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)

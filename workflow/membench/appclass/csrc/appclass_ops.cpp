@@ -31,7 +31,7 @@
 // calling thread before a parallel region (each part of the work gets its slice): the CPU
 // allocator trace of the meter (the PyTorch profiler's memory events, which only see the thread
 // that runs the profiler) then counts every byte these kernels hold. (format_e, which prints the
-// result, keeps its text in std::string.)
+// result, keeps its text in std::string; distance_block its 64 running sums on the stack.)
 
 #include <torch/extension.h>
 
@@ -97,16 +97,26 @@ __attribute__((target_clones("avx2", "default"))) void exp_block(const double* y
   }
 }
 
+// Below this exp(y) is subnormal (or 0) and log(exp(y)) is no longer y to the last bit.
+template <typename T>
+constexpr T normal_floor() {
+  return sizeof(T) == 8 ? T(-708) : T(-87);
+}
+
 // log(exp(y)) as the reference computes it (see the header comment).
 template <typename T>
 inline T log_exp(T y) {
-  // Below these exp is subnormal (or 0) and log(exp(y)) is no longer y to the last bit.
-  const T normal_floor = sizeof(T) == 8 ? T(-708) : T(-87);
-  if (y >= normal_floor) return y + T(0);  // + 0 turns -0 into +0, as log(exp(-0)) = log(1) = +0
+  if (y >= normal_floor<T>()) return y + T(0);  // + 0 turns -0 into +0, as log(exp(-0)) = log(1) = +0
   // log(exp(-inf)) = log(0) = -inf (a node without edges); libm gets there through a slow
   // divide-by-zero path.
   if (y == -std::numeric_limits<T>::infinity()) return y;
   return std::log(std::exp(y));
+}
+
+// Whether log_exp(y) needs libm: y below the normal floor but not -inf, or NaN.
+template <typename T>
+inline bool log_exp_needs_libm(T y) {
+  return !(y >= normal_floor<T>()) & (y != -std::numeric_limits<T>::infinity());
 }
 
 // NumPy's fmax(a, b): a unless a < b, NaN ignored.
@@ -153,46 +163,49 @@ void check_index(const torch::Tensor& x, int64_t length, const char* name) {
               name, " must be a contiguous int64 vector of length ", length);
 }
 
-// total[j] = sqrt(sum over f in order of (bt[f, j] - a[f])^2) for the P columns of bt (F, P).
-// Vectorised over j, each sum adding its features in feature order (AVX2 where the CPU has it;
-// without FMA contraction every width rounds alike).
+// out[k, j] = sqrt(sum over f in order of (b[j, f] - at[f, k])^2) for the n rows k of one block;
+// column k of at holds row k's features (stride: the distance between features). Vectorised over
+// the block's rows, each sum adding its features in feature order (AVX2 where the CPU has it;
+// without FMA contraction every width rounds alike). total: kBlockRows values on the stack.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void distance_row(const T* a, const T* bt, int64_t features, int64_t cols,
-                                                                    T* total) {
-  for (int64_t j = 0; j < cols; ++j) total[j] = 0;
-  for (int64_t f = 0; f < features; ++f) {
-    const T a_f = a[f];
-    const T* b_f = bt + f * cols;
+__attribute__((target_clones("avx2", "default"))) void distance_block(const T* at, int64_t stride, int64_t n, const T* b,
+                                                                      int64_t features, int64_t cols, T* out) {
+  T total[kBlockRows];
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t k = 0; k < n; ++k) total[k] = 0;
+    for (int64_t f = 0; f < features; ++f) {
+      const T b_jf = b[j * features + f];
+      const T* a_f = at + f * stride;
 #pragma omp simd
-    for (int64_t j = 0; j < cols; ++j) {
-      const T diff = b_f[j] - a_f;
-      total[j] += diff * diff;
+      for (int64_t k = 0; k < n; ++k) {
+        const T diff = b_jf - a_f[k];
+        total[k] += diff * diff;
+      }
     }
+    for (int64_t k = 0; k < n; ++k) out[k * cols + j] = std::sqrt(total[k]);
   }
-  for (int64_t j = 0; j < cols; ++j) total[j] = std::sqrt(total[j]);
 }
 
-// Euclidean distances between rows of a (R, F) and rows of b (P, F): squares summed feature by feature.
-torch::Tensor distances(torch::Tensor a, torch::Tensor b, int64_t threads) {
-  check_matrix(a, "a");
+// Euclidean distances (R, P) between the R rows whose features are the columns of at (F, R), and
+// the rows of b (P, F): squares summed feature by feature. The data's features come by column, as
+// the reader parses them, so they are never transposed.
+torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads) {
+  check_matrix(at, "at");
   check_matrix(b, "b");
-  TORCH_CHECK(a.size(1) == b.size(1) && a.scalar_type() == b.scalar_type(), "a and b need the same features and dtype");
-  const int64_t rows = a.size(0), cols = b.size(0), features = a.size(1);
-  auto out = torch::empty({rows, cols}, a.options());
-  dispatch_float(a.scalar_type(), [&](auto tag) {
+  TORCH_CHECK(at.size(0) == b.size(1) && at.scalar_type() == b.scalar_type(), "at and b need the same features and dtype");
+  const int64_t rows = at.size(1), cols = b.size(0), features = at.size(0);
+  auto out = torch::empty({rows, cols}, at.options());
+  dispatch_float(at.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
-    const scalar_t* ap = a.data_ptr<scalar_t>();
+    const scalar_t* ap = at.data_ptr<scalar_t>();
     const scalar_t* bp = b.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-    // b transposed to (F, P): the innermost loop runs over pattern rows j, whose sums are
-    // independent, so it vectorises while each sum still adds its features in feature order.
-    // A tensor, not a std::vector: the allocator trace then counts it like every other buffer.
-    auto transposed = torch::empty({features, cols}, b.options());
-    scalar_t* bt = transposed.data_ptr<scalar_t>();
-    for (int64_t j = 0; j < cols; ++j)
-      for (int64_t f = 0; f < features; ++f) bt[f * cols + j] = bp[j * features + f];
+    const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
 #pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) distance_row(ap + i * features, bt, features, cols, op + i * cols);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t first = block * kBlockRows;
+      distance_block(ap + first, rows, std::min(kBlockRows, rows - first), bp, features, cols, op + first * cols);
+    }
   });
   return out;
 }
@@ -290,6 +303,38 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
   return out;
 }
 
+// x[i, j] = (stable ? y : log_exp(y)) - log_sum[j] with y = x[i, j] - m[j], floored at floor[j]
+// (fmax_keep) unless floor is null, for the rows [begin, end). A row whose values all take
+// log_exp's first two branches goes through a loop the compiler vectorises; the others through
+// log_exp itself, value by value.
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int64_t begin, int64_t end, int64_t cols,
+                                                                      const T* m, const T* log_sum, const T* floor,
+                                                                      bool stable) {
+  for (int64_t i = begin; i < end; ++i) {
+    T* row = x + i * cols;
+    bool needs_libm = false;
+    if (!stable)
+      for (int64_t j = 0; j < cols; ++j) needs_libm |= log_exp_needs_libm(static_cast<T>(row[j] - m[j]));
+    if (needs_libm) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const T value = log_exp(static_cast<T>(row[j] - m[j])) - log_sum[j];
+        row[j] = floor ? fmax_keep(floor[j], value) : value;
+      }
+    } else if (floor) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const T y = row[j] - m[j];
+        row[j] = fmax_keep(floor[j], static_cast<T>((stable ? y : y + T(0)) - log_sum[j]));
+      }
+    } else {
+      for (int64_t j = 0; j < cols; ++j) {
+        const T y = row[j] - m[j];
+        row[j] = (stable ? y : y + T(0)) - log_sum[j];
+      }
+    }
+  }
+}
+
 // sums[j - begin] += exp(x[i, j] - m[j]) for every row i in order, columns [begin, end); y and e
 // are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
@@ -332,53 +377,56 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads) {
     auto log_sum_tensor = torch::empty({cols}, x.options());
     scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
-#pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const scalar_t y = xp[i * cols + j] - mp[j];
-        xp[i * cols + j] = (stable ? y : log_exp(y)) - log_sum[j];
-      }
+#pragma omp parallel num_threads(parts)
+    {
+      const auto [begin, end] = share(rows, omp_get_thread_num(), omp_get_num_threads());
+      normalise_rows(xp, begin, end, cols, mp, log_sum, static_cast<const scalar_t*>(nullptr), stable);
     }
   });
 }
 
+// The range [bounds[t], bounds[t + 1]) of part t (nodes or edges), from a (parts + 1) int64 tensor
+// of boundaries.
+std::pair<int64_t, int64_t> part_range(const torch::Tensor& bounds, int t) {
+  const int64_t* b = bounds.data_ptr<int64_t>();
+  return {b[t], b[t + 1]};
+}
+
+// The number of parts of bounds, after checking that they split [0, items).
+int parts_of(const torch::Tensor& bounds, int64_t items) {
+  TORCH_CHECK(bounds.device().is_cpu() && bounds.dim() == 1 && bounds.is_contiguous() && bounds.scalar_type() == torch::kInt64 &&
+                  bounds.size(0) >= 2,
+              "bounds must be a contiguous int64 vector of at least 2 boundaries");
+  const int64_t* b = bounds.data_ptr<int64_t>();
+  TORCH_CHECK(b[0] == 0 && b[bounds.size(0) - 1] == items, "bounds must run from 0 to the number of nodes or edges");
+  for (int64_t t = 1; t < bounds.size(0); ++t) TORCH_CHECK(b[t - 1] <= b[t], "bounds must not decrease");
+  return static_cast<int>(bounds.size(0) - 1);
+}
+
 // (num_nodes, cols): per node, the minimum of x's rows whose group is that node (+inf for none).
-torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes, int64_t threads) {
+// One thread per part: part t takes the rows of the nodes [bounds[t], bounds[t + 1]), in row order.
+torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes, torch::Tensor bounds) {
   check_matrix(x, "x");
   const int64_t rows = x.size(0), cols = x.size(1);
   check_index(groups, rows, "groups");
+  const int parts = parts_of(bounds, num_nodes);
   auto out = torch::full({num_nodes, cols}, std::numeric_limits<double>::infinity(), x.options());
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* xp = x.data_ptr<scalar_t>();
     const int64_t* gp = groups.data_ptr<int64_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
-#pragma omp parallel num_threads(threads_of(threads))
-    {
-      const auto [begin, end] = share(cols, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      const auto [first, last] = part_range(bounds, t);
       for (int64_t i = 0; i < rows; ++i) {
+        if (gp[i] < first || gp[i] >= last) continue;
         scalar_t* o = op + gp[i] * cols;
-        for (int64_t j = begin; j < end; ++j) o[j] = std::min(o[j], xp[i * cols + j]);
+        for (int64_t j = 0; j < cols; ++j) o[j] = std::min(o[j], xp[i * cols + j]);
       }
     }
   });
   return out;
-}
-
-// The nodes [bounds[t], bounds[t + 1]) of part t, from a (parts + 1) int64 tensor of boundaries.
-std::pair<int64_t, int64_t> owned_nodes(const torch::Tensor& bounds, int t) {
-  const int64_t* b = bounds.data_ptr<int64_t>();
-  return {b[t], b[t + 1]};
-}
-
-int parts_of(const torch::Tensor& bounds, int64_t num_nodes) {
-  TORCH_CHECK(bounds.device().is_cpu() && bounds.dim() == 1 && bounds.is_contiguous() && bounds.scalar_type() == torch::kInt64 &&
-                  bounds.size(0) >= 2,
-              "bounds must be a contiguous int64 vector of at least 2 node boundaries");
-  const int64_t* b = bounds.data_ptr<int64_t>();
-  TORCH_CHECK(b[0] == 0 && b[bounds.size(0) - 1] == num_nodes, "bounds must run from 0 to the number of nodes");
-  for (int64_t t = 1; t < bounds.size(0); ++t) TORCH_CHECK(b[t - 1] <= b[t], "bounds must not decrease");
-  return static_cast<int>(bounds.size(0) - 1);
 }
 
 // Part [first, last) of group_exp_sums: the edges of the nodes it owns, in edge order. y and e are
@@ -429,7 +477,7 @@ torch::Tensor group_exp_sums(torch::Tensor ce, torch::Tensor groups, torch::Tens
     const int64_t block = scratch.size(2);
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
-      const auto [first, last] = owned_nodes(bounds, t);
+      const auto [first, last] = part_range(bounds, t);
       double* y = scratch.data_ptr<double>() + t * 2 * block;
       add_group_exp_sums(ce.data_ptr<scalar_t>(), groups.data_ptr<int64_t>(), ce_min.data_ptr<scalar_t>(), edges, cols, first,
                          last, sums.data_ptr<double>(), y, y + block, block_groups.data_ptr<int64_t>() + t * kBlockRows);
@@ -438,15 +486,18 @@ torch::Tensor group_exp_sums(torch::Tensor ce, torch::Tensor groups, torch::Tens
   return sums;
 }
 
-// Part [first, last) of scatter_max_: raw[group(e)] = fmax(raw[group(e)], node[row(e)] - ce[e]) in edge order.
+// One part of scatter_max_: raw[group(e)] = fmax(raw[group(e)], node[row(e)] - ce[e]) for the
+// edges e = order[k], k in [begin, end) (the part's edges, in edge order).
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void scatter_max_part(const T* ce, const int64_t* rows_of,
-                                                                        const int64_t* groups, const T* node, int64_t edges,
-                                                                        int64_t cols, int64_t first, int64_t last, T* raw) {
-  for (int64_t i = 0; i < edges; ++i) {
-    // The groups (destinations) come in random order: fetch the rows of a later edge ahead.
-    const int64_t ahead = i + kPrefetchEdges;
-    if (ahead < edges && groups[ahead] >= first && groups[ahead] < last) {
+                                                                        const int64_t* groups, const T* node,
+                                                                        const int64_t* order, int64_t begin, int64_t end,
+                                                                        int64_t cols, T* raw) {
+  for (int64_t k = begin; k < end; ++k) {
+    // The part's edges are a sparse, increasing subset and their groups (destinations) come in
+    // random order: fetch the rows of a later edge ahead.
+    if (k + kPrefetchEdges < end) {
+      const int64_t ahead = order[k + kPrefetchEdges];
       const char* c_ahead = reinterpret_cast<const char*>(ce + ahead * cols);
       const char* v_ahead = reinterpret_cast<const char*>(node + rows_of[ahead] * cols);
       const char* r_ahead = reinterpret_cast<const char*>(raw + groups[ahead] * cols);
@@ -456,11 +507,10 @@ __attribute__((target_clones("avx2", "default"))) void scatter_max_part(const T*
         __builtin_prefetch(r_ahead + offset, 1);
       }
     }
-    const int64_t g = groups[i];
-    if (g < first || g >= last) continue;
+    const int64_t i = order[k];
     const T* c = ce + i * cols;
     const T* v = node + rows_of[i] * cols;
-    T* r = raw + g * cols;
+    T* r = raw + groups[i] * cols;
     for (int64_t j = 0; j < cols; ++j) r[j] = fmax_keep(r[j], static_cast<T>(v[j] - c[j]));
   }
 }
@@ -468,47 +518,54 @@ __attribute__((target_clones("avx2", "default"))) void scatter_max_part(const T*
 // raw (overwritten) = per node, the maximum over its edges e (by groups) of node[rows(e)] - ce[e],
 // NaN ignored, -inf for a node without edges: the raw maxima of the messages where they cannot be
 // taken from the nodes (forward messages read the source's row and are grouped by destination).
-// One thread per part: part t owns the nodes [bounds[t], bounds[t + 1]), so no two threads write a
-// row and each node's edges are taken in edge order.
+// One thread per part: part t owns the nodes [bounds[t], bounds[t + 1]) and their edges
+// order[edge_bounds[t] .. edge_bounds[t + 1]) in edge order (owner_parts in native.py), so no two
+// threads write a row, each node's edges are taken in edge order, and each thread reads only its
+// own edges' distances.
 void scatter_max_(torch::Tensor raw, torch::Tensor ce, torch::Tensor rows, torch::Tensor groups, torch::Tensor node,
-                  torch::Tensor bounds) {
+                  torch::Tensor bounds, torch::Tensor order, torch::Tensor edge_bounds) {
   check_matrix(raw, "raw");
   check_matrix(ce, "ce");
   check_matrix(node, "node");
   const int64_t edges = ce.size(0), cols = ce.size(1), num_nodes = raw.size(0);
   check_index(rows, edges, "rows");
   check_index(groups, edges, "groups");
+  check_index(order, edges, "order");
   TORCH_CHECK(raw.size(1) == cols && node.size(1) == cols && raw.scalar_type() == ce.scalar_type() &&
                   node.scalar_type() == ce.scalar_type(),
               "raw and node must be (nodes, cols) of ce's dtype");
   const int parts = parts_of(bounds, num_nodes);
+  TORCH_CHECK(parts_of(edge_bounds, edges) == parts, "edge_bounds must hold one edge range per part of bounds");
   dispatch_float(ce.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
-      const auto [first, last] = owned_nodes(bounds, t);
+      const auto [first, last] = part_range(bounds, t);
+      const auto [begin, end] = part_range(edge_bounds, t);
       scalar_t* rp = raw.data_ptr<scalar_t>();
       std::fill(rp + first * cols, rp + last * cols, -std::numeric_limits<scalar_t>::infinity());
       scatter_max_part(ce.data_ptr<scalar_t>(), rows.data_ptr<int64_t>(), groups.data_ptr<int64_t>(),
-                       node.data_ptr<scalar_t>(), edges, cols, first, last, rp);
+                       node.data_ptr<scalar_t>(), order.data_ptr<int64_t>(), begin, end, cols, rp);
     }
   });
 }
 
-// sums[k] += exp((v[i, j] - c[i, j]) - m[j]) * s[i, j] for every row i in order, columns
-// [begin, end), k = j - begin; rows with s = 0 (nodes without edges, whose v - c may be NaN) add
-// nothing. y and e are kBlockRows * (end - begin) doubles of scratch.
+// sums[k] += exp((v[i, j] - c[i, j]) - m[j]) * s[i, j] for the rows i = listed[0 .. count) in
+// order, columns [begin, end), k = j - begin; rows with s = 0 (nodes without edges, whose v - c
+// may be NaN) add nothing, so the list may leave them out. y and e are kBlockRows * (end - begin)
+// doubles of scratch.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T* v, const T* c, const double* s, const T* m,
-                                                                         int64_t rows, int64_t cols, int64_t begin,
+                                                                         const int64_t* listed, int64_t count,
+                                                                         int64_t cols, int64_t begin,
                                                                          int64_t end, double* __restrict__ sums,
                                                                          double* __restrict__ y, double* __restrict__ e) {
   const int64_t width = end - begin;
   if (width <= 0) return;
-  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, rows - r0);
+  for (int64_t r0 = 0; r0 < count; r0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, count - r0);
     for (int64_t b = 0; b < n; ++b) {
-      const int64_t row = (r0 + b) * cols;
+      const int64_t row = listed[r0 + b] * cols;
       for (int64_t j = begin; j < end; ++j) {
         const T x = static_cast<T>(static_cast<T>(v[row + j] - c[row + j]) - m[j]);
         // exp(0) * 0 adds 0. A bit mask rather than ?: which GCC does not vectorise here.
@@ -521,7 +578,7 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
     }
     exp_block(y, e, n * width);
     for (int64_t b = 0; b < n; ++b) {
-      const double* sb = s + (r0 + b) * cols + begin;
+      const double* sb = s + listed[r0 + b] * cols + begin;
       for (int64_t k = 0; k < width; ++k) sums[k] += e[b * width + k] * sb[k];
     }
   }
@@ -530,11 +587,13 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
 // The exp-sums of both message directions, (2, cols) float64, from the nodes. Direction d's
 // messages are x_e = node_d[row(e)] - ce[e] for the rows its node array is read by; the sum over
 // edges of exp(x_e - m_d) groups by that row u: exp((node_d[u] - ce_min_d[u]) - m_d) times
-// group_sums_d[u] (group_exp_sums: the sum of exp(ce_min_d[u] - ce[e]) over u's edges). Threads
-// split the (direction, column) pairs; each sum adds its nodes in node order.
+// group_sums_d[u] (group_exp_sums: the sum of exp(ce_min_d[u] - ce[e]) over u's edges), for the
+// nodes u with edges (d_listed, increasing: the others' group sums are 0). Threads split the
+// (direction, column) pairs; each sum adds its nodes in node order.
 torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce_min, torch::Tensor forward_group_sums,
-                            torch::Tensor forward_max, torch::Tensor reverse_node, torch::Tensor reverse_ce_min,
-                            torch::Tensor reverse_group_sums, torch::Tensor reverse_max, int64_t threads) {
+                            torch::Tensor forward_max, torch::Tensor forward_listed, torch::Tensor reverse_node,
+                            torch::Tensor reverse_ce_min, torch::Tensor reverse_group_sums, torch::Tensor reverse_max,
+                            torch::Tensor reverse_listed, int64_t threads) {
   check_matrix(forward_node, "forward_node");
   const int64_t rows = forward_node.size(0), cols = forward_node.size(1);
   for (const auto* x : {&forward_ce_min, &reverse_node, &reverse_ce_min}) {
@@ -545,6 +604,14 @@ torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce
   for (const auto* x : {&forward_group_sums, &reverse_group_sums})
     TORCH_CHECK(x->sizes() == forward_node.sizes() && x->scalar_type() == torch::kFloat64 && x->is_contiguous(),
                 "group sums must be contiguous float64 (nodes, pattern edges)");
+  for (const auto* x : {&forward_listed, &reverse_listed}) {
+    TORCH_CHECK(x->device().is_cpu() && x->dim() == 1 && x->is_contiguous() && x->scalar_type() == torch::kInt64,
+                "listed nodes must be a contiguous int64 vector");
+    const int64_t* listed = x->data_ptr<int64_t>();
+    for (int64_t k = 0; k < x->size(0); ++k)
+      TORCH_CHECK(listed[k] >= 0 && listed[k] < rows && (k == 0 || listed[k - 1] < listed[k]),
+                  "listed nodes must be increasing node indices");
+  }
   auto sums = torch::zeros({2, cols}, torch::dtype(torch::kFloat64));
   const int parts = threads_of(threads);
   dispatch_float(forward_node.scalar_type(), [&](auto tag) {
@@ -560,11 +627,12 @@ torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce
       const int64_t r0 = std::max(begin, cols) - cols, r1 = std::max(end, cols) - cols;
       double* y = scratch.data_ptr<double>() + t * 2 * block;
       add_node_exp_sums(forward_node.data_ptr<scalar_t>(), forward_ce_min.data_ptr<scalar_t>(),
-                        forward_group_sums.data_ptr<double>(), forward_max.data_ptr<scalar_t>(), rows, cols, f0, f1, sp + f0,
-                        y, y + block);
+                        forward_group_sums.data_ptr<double>(), forward_max.data_ptr<scalar_t>(),
+                        forward_listed.data_ptr<int64_t>(), forward_listed.size(0), cols, f0, f1, sp + f0, y, y + block);
       add_node_exp_sums(reverse_node.data_ptr<scalar_t>(), reverse_ce_min.data_ptr<scalar_t>(),
-                        reverse_group_sums.data_ptr<double>(), reverse_max.data_ptr<scalar_t>(), rows, cols, r0, r1,
-                        sp + cols + r0, y, y + block);
+                        reverse_group_sums.data_ptr<double>(), reverse_max.data_ptr<scalar_t>(),
+                        reverse_listed.data_ptr<int64_t>(), reverse_listed.size(0), cols, r0, r1, sp + cols + r0, y,
+                        y + block);
     }
   });
   return sums;
@@ -584,12 +652,10 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
     auto log_sum_tensor = torch::empty({cols}, raw.options());
     scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
-#pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const scalar_t y = rp[i * cols + j] - mp[j];
-        rp[i * cols + j] = fmax_keep(fp[j], (stable ? y : log_exp(y)) - log_sum[j]);
-      }
+#pragma omp parallel num_threads(threads_of(threads))
+    {
+      const auto [begin, end] = share(rows, omp_get_thread_num(), omp_get_num_threads());
+      normalise_rows(rp, begin, end, cols, mp, log_sum, fp, stable);
     }
   });
 }
