@@ -210,6 +210,15 @@ torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads) {
   return out;
 }
 
+// mine[j] = fmax_keep(mine[j], x[i, j]) for the rows [begin, end) in order (vectorised over j, so
+// each column still takes its rows in order).
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void column_max_rows(const T* __restrict__ x, int64_t begin, int64_t end,
+                                                                       int64_t cols, T* __restrict__ mine) {
+  for (int64_t i = begin; i < end; ++i)
+    for (int64_t j = 0; j < cols; ++j) mine[j] = fmax_keep(mine[j], x[i * cols + j]);
+}
+
 // Per-column maximum ignoring NaN, never below the lowest finite value (PNNL's atomic_fmax loop).
 torch::Tensor column_max(torch::Tensor x, int64_t threads) {
   check_matrix(x, "x");
@@ -224,9 +233,7 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
       const auto [begin, end] = share(rows, t, parts);
-      scalar_t* mine = pp + t * cols;
-      for (int64_t i = begin; i < end; ++i)
-        for (int64_t j = 0; j < cols; ++j) mine[j] = fmax_keep(mine[j], xp[i * cols + j]);
+      column_max_rows(xp, begin, end, cols, pp + t * cols);
     }
     scalar_t* op = out.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) {
@@ -236,6 +243,33 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
     }
   });
   return out;
+}
+
+// The rows [begin, end) of prepare_messages: vf, vr and the running column maxima of vf, vr,
+// vr - ce_min_forward and vf - ce_min_src (maxima: 4 x cols, in that order).
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void prepare_rows(
+    const T* __restrict__ mu, const T* __restrict__ fmax, const T* __restrict__ rmax, const T* __restrict__ ce_min_forward,
+    const T* __restrict__ ce_min_src, const int64_t* __restrict__ pattern_src, const int64_t* __restrict__ pattern_dst,
+    int64_t begin, int64_t end, int64_t nodes, int64_t cols, T* __restrict__ vf, T* __restrict__ vr, T* __restrict__ maxima) {
+  T* vf_max = maxima;
+  T* vr_max = vf_max + cols;
+  T* forward_max = vr_max + cols;
+  T* reverse_max = forward_max + cols;
+  for (int64_t i = begin; i < end; ++i) {
+    const T* mu_row = mu + i * nodes;
+    const int64_t row = i * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const T f = mu_row[pattern_dst[j]] - fmax[row + j];
+      const T r = mu_row[pattern_src[j]] - rmax[row + j];
+      vf[row + j] = f;
+      vr[row + j] = r;
+      vf_max[j] = fmax_keep(vf_max[j], f);
+      vr_max[j] = fmax_keep(vr_max[j], r);
+      forward_max[j] = fmax_keep(forward_max[j], static_cast<T>(r - ce_min_forward[row + j]));
+      reverse_max[j] = fmax_keep(reverse_max[j], static_cast<T>(f - ce_min_src[row + j]));
+    }
+  }
 }
 
 // The node side of an iteration in one pass over the rows: vf = mu[:, pattern_dst] - fmax and
@@ -274,24 +308,7 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
       const auto [begin, end] = share(rows, t, parts);
-      scalar_t* vf_max = pp + t * 4 * cols;
-      scalar_t* vr_max = vf_max + cols;
-      scalar_t* forward_max = vr_max + cols;
-      scalar_t* reverse_max = forward_max + cols;
-      for (int64_t i = begin; i < end; ++i) {
-        const scalar_t* mu_row = mup + i * nodes;
-        const int64_t row = i * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          const scalar_t f = mu_row[pattern_dst[j]] - fp[row + j];
-          const scalar_t r = mu_row[pattern_src[j]] - rp[row + j];
-          vfp[row + j] = f;
-          vrp[row + j] = r;
-          vf_max[j] = fmax_keep(vf_max[j], f);
-          vr_max[j] = fmax_keep(vr_max[j], r);
-          forward_max[j] = fmax_keep(forward_max[j], static_cast<scalar_t>(r - cfp[row + j]));
-          reverse_max[j] = fmax_keep(reverse_max[j], static_cast<scalar_t>(f - csp[row + j]));
-        }
-      }
+      prepare_rows(mup, fp, rp, cfp, csp, pattern_src, pattern_dst, begin, end, nodes, cols, vfp, vrp, pp + t * 4 * cols);
     }
     scalar_t* op = out.data_ptr<scalar_t>();
     for (int64_t k = 0; k < 4 * cols; ++k) {
