@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -140,6 +142,41 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
                                                          expected_vf - ce_min_src)]
     for got, want in [(vf, expected_vf), (vr, expected_vr), *zip(maxima.unbind(0), expected)]:
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
+
+
+def _log_exp(y: float) -> float:
+    """The kernels' log(exp(y)): y + 0 where exp(y) is a normal double, else libm's composition."""
+    if y >= -708.0:
+        return y + 0.0
+    if y == -math.inf or math.exp(y) == 0.0:
+        return -math.inf  # log(0); Python's math.log raises instead
+    return math.log(math.exp(y))
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_normalise_maxima_equals_its_definition_bit_for_bit(kernels, stable, threads):
+    """Rows whose values all have normal exponentials take a vectorised loop, the others log_exp
+    value by value; both give fmax(floor, log_exp(raw - m) - log(sums)) to the bit."""
+    generator = torch.Generator().manual_seed(5)
+    rows, cols = 23, 6
+    raw = torch.randn(rows, cols, generator=generator, dtype=torch.float64) * 300
+    raw[2, 1], raw[11, 1], raw[12, 1] = -740.0, -745.2, -800.0  # subnormal exp, and 0 (column 1 has no floor)
+    raw[5, 3], raw[7, 0], raw[8, 2], raw[9, 4] = -math.inf, math.nan, -0.0, 0.0
+    m = torch.randn(cols, generator=generator, dtype=torch.float64)
+    m[2] = 0.0
+    sums = torch.rand(cols, generator=generator, dtype=torch.float64) * 5 + 0.5
+    floor = torch.full((cols,), -600.0, dtype=torch.float64)
+    floor[1] = -math.inf
+    out = raw.clone()
+    kernels.normalise_maxima_(out, m, sums, floor, stable, threads)
+    expected = torch.empty_like(raw)
+    for i in range(rows):
+        for j in range(cols):
+            y = raw[i, j].item() - m[j].item()
+            value = (y if stable else _log_exp(y)) - math.log(sums[j].item())
+            expected[i, j] = floor[j].item() if (floor[j].item() >= value or value != value) else value
+    assert torch.equal(out.view(torch.int64), expected.view(torch.int64))
 
 
 def _edge_case_graph():
