@@ -536,7 +536,7 @@ __attribute__((target_clones("avx2", "default"))) void scatter_max_part(const T*
 // NaN ignored, -inf for a node without edges: the raw maxima of the messages where they cannot be
 // taken from the nodes (forward messages read the source's row and are grouped by destination).
 // One thread per part: part t owns the nodes [bounds[t], bounds[t + 1]) and their edges
-// order[edge_bounds[t] .. edge_bounds[t + 1]) in edge order (owner_parts in native.py), so no two
+// order[edge_bounds[t] .. edge_bounds[t + 1]) in edge order (edge_parts in native.py), so no two
 // threads write a row, each node's edges are taken in edge order, and each thread reads only its
 // own edges' distances.
 void scatter_max_(torch::Tensor raw, torch::Tensor ce, torch::Tensor rows, torch::Tensor groups, torch::Tensor node,
