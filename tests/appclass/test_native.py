@@ -251,6 +251,25 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
         torch.testing.assert_close(both[direction], expected_total, rtol=1e-15, atol=0, equal_nan=True)
 
 
+def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
+    """node_exp_sums needs increasing in-range node lists; scatter_max_ one edge range per node part."""
+    from membench.appclass.native import edge_parts, nodes_with_edges, owner_bounds
+
+    src, dst, ce, node = _edge_case_graph()
+    nodes, cols = node.shape
+    src_bounds = owner_bounds(src, nodes, 1)
+    ce_min = kernels.group_min(ce, src, nodes, src_bounds)
+    sums = kernels.group_exp_sums(ce, src, ce_min, src_bounds)
+    m, listed = torch.zeros(cols, dtype=torch.float64), nodes_with_edges(src, nodes)
+    for bad in (torch.tensor([3, 1]), torch.tensor([0, nodes])):
+        with pytest.raises(RuntimeError, match="listed nodes must be increasing node indices"):
+            kernels.node_exp_sums(node, ce_min, sums, m, bad, node, ce_min, sums, m, listed, 1)
+    parts = edge_parts(dst, nodes, 2)
+    with pytest.raises(RuntimeError, match="edge_bounds must hold one edge range per part of bounds"):
+        kernels.scatter_max_(torch.empty_like(node), ce, src, dst, node, parts.bounds, parts.order,
+                             torch.tensor([0, len(src)]))
+
+
 def test_owner_bounds_share_the_edges_evenly():
     from membench.appclass.native import owner_bounds
 
