@@ -128,20 +128,69 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
         torch.randn(rows, width, generator=generator, dtype=torch.float64) for width in (nodes, cols, cols, cols, cols)
     )
     mu[3, 1], fmax[5, 2], rmax[7, 0], ce_min_src[2, 4] = float("nan"), float("inf"), -float("inf"), float("inf")
-    mu[9], fmax[9] = 0.0, -0.0
+    mu[9], fmax[9], ce_min_forward[10] = 0.0, -0.0, 0.0
     pattern_src = torch.tensor([0, 1, 2, 3, 0, 2])
     pattern_dst = torch.tensor([1, 2, 3, 0, 3, 1])
-    vf, vr = torch.empty(rows, cols, dtype=torch.float64), torch.empty(rows, cols, dtype=torch.float64)
-    with CpuAllocatorTracker() as allocations:
-        maxima = kernels.prepare_messages(mu, fmax, rmax, pattern_src, pattern_dst, ce_min_forward, ce_min_src, vf, vr, threads)
-    assert allocations.peak_bytes == 8 * 4 * cols * (1 + threads)
-
     expected_vf = mu.index_select(1, pattern_dst) - fmax
     expected_vr = mu.index_select(1, pattern_src) - rmax
-    expected = [kernels.column_max(x, threads) for x in (expected_vf, expected_vr, expected_vr - ce_min_forward,
-                                                         expected_vf - ce_min_src)]
-    for got, want in [(vf, expected_vf), (vr, expected_vr), *zip(maxima.unbind(0), expected)]:
+    expected_forward, expected_reverse = expected_vr - ce_min_forward, expected_vf - ce_min_src
+    vr = torch.empty(rows, cols, dtype=torch.float64)
+    with CpuAllocatorTracker() as allocations:
+        maxima = kernels.prepare_messages(mu, fmax, rmax, pattern_src, pattern_dst, ce_min_forward, ce_min_src, vr, threads)
+    assert allocations.peak_bytes == 8 * 4 * cols * (1 + threads)
+
+    expected = [kernels.column_max(x, threads) for x in (expected_vf, expected_vr, expected_forward, expected_reverse)]
+    for got, want in [(vr, expected_vr), (fmax, expected_forward), (rmax, expected_reverse), *zip(maxima.unbind(0), expected)]:
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
+
+
+@pytest.mark.parametrize("stable", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, threads):
+    """normalise_maxima_ of both directions, the beliefs pattern edge by pattern edge as the
+    reference adds them, and column_max of the beliefs, over more rows than one block, with
+    subnormal and zero exponentials, NaN, infinities and signed zeros; a pattern edge that is a
+    self-loop adds both its terms to one node, forward first. normprob_ given those column maxima
+    equals normprob_ taking them itself."""
+    from membench.core.tracers import CpuAllocatorTracker
+
+    generator = torch.Generator().manual_seed(13)
+    rows, nodes, cols = 150, 4, 6
+    cv = torch.rand(rows, nodes, generator=generator, dtype=torch.float64) * 5
+    fmax, rmax = (torch.randn(rows, cols, generator=generator, dtype=torch.float64) * 300 for _ in range(2))
+    fmax[2, 1], fmax[70, 1], rmax[71, 3], rmax[140, 0] = -740.0, -745.2, -800.0, -math.inf
+    fmax[7, 0], rmax[8, 2], fmax[9, 4], rmax[9, 4], cv[9, 2] = math.nan, -0.0, 0.0, -0.0, 0.0
+    forward_max, reverse_max = (torch.randn(cols, generator=generator, dtype=torch.float64) for _ in range(2))
+    forward_sums, reverse_sums = (torch.rand(cols, generator=generator, dtype=torch.float64) * 5 + 0.5 for _ in range(2))
+    forward_floor = torch.full((cols,), -600.0, dtype=torch.float64)
+    reverse_floor = torch.full((cols,), -650.0, dtype=torch.float64)
+    forward_floor[1], reverse_floor[3] = -math.inf, -math.inf
+    pattern_src = torch.tensor([0, 1, 2, 3, 0, 2])
+    pattern_dst = torch.tensor([1, 2, 3, 0, 3, 2])
+
+    expected_fmax, expected_rmax = fmax.clone(), rmax.clone()
+    kernels.normalise_maxima_(expected_fmax, forward_max, forward_sums, forward_floor, stable, threads)
+    kernels.normalise_maxima_(expected_rmax, reverse_max, reverse_sums, reverse_floor, stable, threads)
+    expected_mu = -cv
+    for j in range(cols):
+        expected_mu[:, pattern_dst[j]] += expected_fmax[:, j]
+        expected_mu[:, pattern_src[j]] += expected_rmax[:, j]
+
+    mu = torch.full_like(cv, 7.0)  # overwritten
+    with CpuAllocatorTracker() as allocations:
+        mu_max = kernels.update_beliefs_(mu, cv, fmax, forward_max, forward_sums, forward_floor, rmax, reverse_max,
+                                         reverse_sums, reverse_floor, pattern_src, pattern_dst, stable, threads)
+    # The terms' table (starts, terms, a fill counter), then the result, the log-sums and the
+    # (threads, nodes) partial maxima.
+    assert allocations.peak_bytes == 8 * ((nodes + 1) + 2 * cols + nodes + 2 * cols + nodes * threads)
+    for got, want in [(fmax, expected_fmax), (rmax, expected_rmax), (mu, expected_mu),
+                      (mu_max, kernels.column_max(expected_mu, threads))]:
+        assert torch.equal(got.view(torch.int64), want.view(torch.int64))
+
+    expected_mu = mu.clone()
+    kernels.normprob_(expected_mu, stable, threads)
+    kernels.normprob_(mu, stable, threads, mu_max)
+    assert torch.equal(mu.view(torch.int64), expected_mu.view(torch.int64))
 
 
 def _log_exp(y: float) -> float:
@@ -241,9 +290,10 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
     m = torch.nan_to_num(torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0)
     listed = nodes_with_edges(src, nodes)
     assert listed.tolist() == [0, 1, 2, 3, 5, 6, 8]
-    both = kernels.node_exp_sums(node, ce_min, sums, m, listed, node.flip(1), ce_min, sums, m.flip(0), listed, threads)
-    for direction, (values, maxima) in enumerate([(node, m), (node.flip(1), m.flip(0))]):
-        terms = torch.exp((values - ce_min) - maxima) * sums
+    diffs = [node - ce_min, node.flip(1) - ce_min]
+    both = kernels.node_exp_sums(diffs[0], sums, m, listed, diffs[1], sums, m.flip(0), listed, threads)
+    for direction, (diff, maxima) in enumerate(zip(diffs, [m, m.flip(0)])):
+        terms = torch.exp(diff - maxima) * sums
         terms[sums == 0] = 0.0
         expected_total = torch.zeros(cols, dtype=torch.float64)
         for u in range(nodes):
@@ -263,7 +313,7 @@ def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
     m, listed = torch.zeros(cols, dtype=torch.float64), nodes_with_edges(src, nodes)
     for bad in (torch.tensor([3, 1]), torch.tensor([0, nodes])):
         with pytest.raises(RuntimeError, match="listed nodes must be increasing node indices"):
-            kernels.node_exp_sums(node, ce_min, sums, m, bad, node, ce_min, sums, m, listed, 1)
+            kernels.node_exp_sums(node, sums, m, bad, node, sums, m, listed, 1)
     parts = edge_parts(dst, nodes, 2)
     with pytest.raises(RuntimeError, match="edge_bounds must hold one edge range per part of bounds"):
         kernels.scatter_max_(torch.empty_like(node), ce, src, dst, node, parts.bounds, parts.order,

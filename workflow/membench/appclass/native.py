@@ -1,10 +1,12 @@
 """The CPU implementation on the C++ kernels (``csrc/appclass_ops.cpp``): the reference's operations
 in the reference's order where the order changes a double, without storing edge messages.
 
-Per iteration one pass over the edges takes the forward messages' maxima by destination (each thread
-over the edges into its own nodes); the reverse maxima and both directions' exp-sums come from
-(nodes x pattern edges) arrays. Why each step equals the reference's is in the kernel source's
-header comment.
+An iteration is four passes: one over the node arrays (``prepare_messages``: the messages' node
+values, their column maxima, and the reverse messages' maxima, which come from the nodes), the
+exp-sums of both directions from the nodes with edges, one over the edges for the forward messages'
+maxima by destination (each thread over the edges into its own nodes), and one over the node arrays
+that normalises the maxima and updates the beliefs, before the beliefs' own normalisation. Why each
+step equals the reference's is in the kernel source's header comment.
 """
 
 from __future__ import annotations
@@ -77,23 +79,10 @@ class NativeState:
     dst_parts: EdgeParts  # one per thread: node ranges of about equal in-degree and their edges
     fmax: torch.Tensor  # (DV, PE)
     rmax: torch.Tensor  # (DV, PE)
-    vf: torch.Tensor  # (DV, PE) work buffers, reused every iteration (fresh pages cost a fault each)
-    vr: torch.Tensor  # (DV, PE)
+    vr: torch.Tensor  # (DV, PE) work buffer, reused every iteration (fresh pages cost a fault each)
     minus_cnull: torch.Tensor  # (PE,) -Cnull: -0.0 (PNNL's normalised one-row table, negated)
     pattern_src: torch.Tensor  # (PE,) int64
     pattern_dst: torch.Tensor  # (PE,) int64
-
-
-def _raw_maxima(out, node, ce, rows, groups, ce_min, parts, ops) -> None:
-    """``out`` = per node, the maximum over its edges (by ``groups``) of ``node[rows] - ce``, -inf without edges.
-
-    Where rows are the groups, ``fl(v - c)`` is non-increasing in ``c``, so the maximum is the
-    node's value minus its smallest edge distance, taken from the nodes alone.
-    """
-    if rows is groups:
-        torch.sub(node, ce_min, out=out)
-    else:
-        ops.scatter_max_(out, ce, rows, groups, node, parts.bounds, parts.order, parts.edge_bounds)
 
 
 def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: torch.dtype, ops: ModuleType, threads: int) -> NativeState:
@@ -138,13 +127,17 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     zeros = torch.zeros((data.num_nodes, pattern.num_edges), dtype=dtype)
     min_forward, sums_forward, min_src, sums_src = edge_statistics(ce)
     first_max = min_src.amin(0).neg_()
-    forward_raw, reverse_raw = torch.empty_like(zeros), torch.empty_like(zeros)
-    _raw_maxima(forward_raw, zeros, ce, forward_rows, dst, min_forward, dst_parts, ops)
-    _raw_maxima(reverse_raw, zeros, ce, src, src, min_src, None, ops)
+    forward_raw, reverse_raw, vr = (torch.empty_like(zeros) for _ in range(3))
+    # Messages grouped by the node they read have the raw maxima node - ce_min (see the kernel
+    # source), which are also what the exp-sums read; PNNL's forward messages need the edges.
+    torch.sub(zeros, min_src, out=reverse_raw)
+    forward_diff = torch.sub(zeros, min_forward, out=vr if forward_rows is src else forward_raw)
     sums = ops.node_exp_sums(
-        zeros, min_forward, sums_forward, first_max, listed_forward, zeros, min_src, sums_src, first_max, listed_src, threads
+        forward_diff, sums_forward, first_max, listed_forward, reverse_raw, sums_src, first_max, listed_src, threads
     )
-    del min_forward, sums_forward, min_src, sums_src
+    if forward_rows is src:
+        ops.scatter_max_(forward_raw, ce, src, dst, zeros, dst_parts.bounds, dst_parts.order, dst_parts.edge_bounds)
+    del min_forward, sums_forward, min_src, sums_src, forward_diff
     # The column maxima of VR = MU[:, pattern_src] and VF = MU[:, pattern_dst] (the messages are 0).
     mu_max = ops.column_max(mu, threads)
     vr_max, vf_max = mu_max[pattern_src], mu_max[pattern_dst]
@@ -157,7 +150,7 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
         ops=ops, threads=threads, stable=stable, cv=cv, mu=mu, ce=ce, src=src, dst=dst, forward_rows=forward_rows,
         ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, exp_sums_forward=exp_sums_forward,
         exp_sums_src=exp_sums_src, listed_forward=listed_forward, listed_src=listed_src, dst_parts=dst_parts,
-        fmax=forward_raw, rmax=reverse_raw, vf=zeros, vr=torch.empty_like(zeros),
+        fmax=forward_raw, rmax=reverse_raw, vr=vr,
         minus_cnull=minus_cnull, pattern_src=pattern_src, pattern_dst=pattern_dst,
     )
 
@@ -166,23 +159,23 @@ def iterate(state: NativeState) -> None:
     """One PNNL iteration (VF_VR .. MU, NormProb), updating ``state`` in place."""
     s = state
     ops, threads = s.ops, s.threads
-    # VF, VR and the column maxima of VF, VR and of the messages (the last two from each node's
-    # smallest edge distance; see the kernel source), in one pass over the node arrays.
+    # VR, the four column maxima, and in fmax and rmax the messages minus their nodes' smallest
+    # edge distance (for rmax, and for fmax in the dst-fixed mode, these are the raw maxima).
     maxima = ops.prepare_messages(
-        s.mu, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, s.ce_min_forward, s.ce_min_src, s.vf, s.vr, threads
+        s.mu, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, s.ce_min_forward, s.ce_min_src, s.vr, threads
     )
     vf_max, vr_max, forward_max, reverse_max = maxima.unbind(0)
     sums = ops.node_exp_sums(
-        s.vr, s.ce_min_forward, s.exp_sums_forward, forward_max, s.listed_forward,
-        s.vf, s.ce_min_src, s.exp_sums_src, reverse_max, s.listed_src, threads,
+        s.fmax, s.exp_sums_forward, forward_max, s.listed_forward, s.rmax, s.exp_sums_src, reverse_max, s.listed_src, threads
     )
-    # The raw maxima overwrite fmax and rmax (prepare_messages has read them).
-    _raw_maxima(s.fmax, s.vr, s.ce, s.forward_rows, s.dst, s.ce_min_forward, s.dst_parts, ops)
-    _raw_maxima(s.rmax, s.vf, s.ce, s.src, s.src, s.ce_min_src, None, ops)
-    ops.normalise_maxima_(s.fmax, forward_max, sums[0], s.minus_cnull + vr_max, s.stable, threads)
-    ops.normalise_maxima_(s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.stable, threads)
-    ops.update_beliefs_(s.mu, s.cv, s.fmax, s.rmax, s.pattern_src, s.pattern_dst, threads)
-    ops.normprob_(s.mu, s.stable, threads)
+    if s.forward_rows is s.src:
+        parts = s.dst_parts
+        ops.scatter_max_(s.fmax, s.ce, s.src, s.dst, s.vr, parts.bounds, parts.order, parts.edge_bounds)
+    mu_max = ops.update_beliefs_(
+        s.mu, s.cv, s.fmax, forward_max, sums[0], s.minus_cnull + vr_max,
+        s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.pattern_src, s.pattern_dst, s.stable, threads,
+    )
+    ops.normprob_(s.mu, s.stable, threads, mu_max)
 
 
 def beliefs(state: NativeState) -> torch.Tensor:

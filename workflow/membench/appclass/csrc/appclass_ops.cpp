@@ -113,10 +113,11 @@ inline T log_exp(T y) {
   return std::log(std::exp(y));
 }
 
-// Whether log_exp(y) needs libm: y below the normal floor but not -inf, or NaN.
+// Whether log_exp(y) needs libm: y below the normal floor but not -inf, or NaN. An integer, so that
+// a loop OR-ing it vectorises.
 template <typename T>
-inline bool log_exp_needs_libm(T y) {
-  return !(y >= normal_floor<T>()) & (y != -std::numeric_limits<T>::infinity());
+inline int64_t log_exp_needs_libm(T y) {
+  return static_cast<int64_t>(!(y >= normal_floor<T>())) & static_cast<int64_t>(y != -std::numeric_limits<T>::infinity());
 }
 
 // NumPy's fmax(a, b): a unless a < b, NaN ignored.
@@ -245,13 +246,14 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
   return out;
 }
 
-// The rows [begin, end) of prepare_messages: vf, vr and the running column maxima of vf, vr,
-// vr - ce_min_forward and vf - ce_min_src (maxima: 4 x cols, in that order).
+// The rows [begin, end) of prepare_messages: vr, the differences vr - ce_min_forward (into fmax) and
+// vf - ce_min_src (into rmax), and the running column maxima of vf, vr and the two differences
+// (maxima: 4 x cols, in that order).
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void prepare_rows(
-    const T* __restrict__ mu, const T* __restrict__ fmax, const T* __restrict__ rmax, const T* __restrict__ ce_min_forward,
+    const T* __restrict__ mu, T* __restrict__ fmax, T* __restrict__ rmax, const T* __restrict__ ce_min_forward,
     const T* __restrict__ ce_min_src, const int64_t* __restrict__ pattern_src, const int64_t* __restrict__ pattern_dst,
-    int64_t begin, int64_t end, int64_t nodes, int64_t cols, T* __restrict__ vf, T* __restrict__ vr, T* __restrict__ maxima) {
+    int64_t begin, int64_t end, int64_t nodes, int64_t cols, T* __restrict__ vr, T* __restrict__ maxima) {
   T* vf_max = maxima;
   T* vr_max = vf_max + cols;
   T* forward_max = vr_max + cols;
@@ -262,25 +264,31 @@ __attribute__((target_clones("avx2", "default"))) void prepare_rows(
     for (int64_t j = 0; j < cols; ++j) {
       const T f = mu_row[pattern_dst[j]] - fmax[row + j];
       const T r = mu_row[pattern_src[j]] - rmax[row + j];
-      vf[row + j] = f;
+      const T forward = r - ce_min_forward[row + j];
+      const T reverse = f - ce_min_src[row + j];
       vr[row + j] = r;
+      fmax[row + j] = forward;
+      rmax[row + j] = reverse;
       vf_max[j] = fmax_keep(vf_max[j], f);
       vr_max[j] = fmax_keep(vr_max[j], r);
-      forward_max[j] = fmax_keep(forward_max[j], static_cast<T>(r - ce_min_forward[row + j]));
-      reverse_max[j] = fmax_keep(reverse_max[j], static_cast<T>(f - ce_min_src[row + j]));
+      forward_max[j] = fmax_keep(forward_max[j], forward);
+      reverse_max[j] = fmax_keep(reverse_max[j], reverse);
     }
   }
 }
 
-// The node side of an iteration in one pass over the rows: vf = mu[:, pattern_dst] - fmax and
-// vr = mu[:, pattern_src] - rmax (written into vf and vr), and the column maxima, as column_max
-// takes them (same row shares, NaN ignored, floored at the lowest finite value), of vf, vr,
-// vr - ce_min_forward and vf - ce_min_src: the four rows of the returned (4, pattern edges) tensor.
+// The node side of an iteration in one pass over the rows. With vf = mu[:, pattern_dst] - fmax and
+// vr = mu[:, pattern_src] - rmax (fmax and rmax as the previous iteration left them), it writes vr,
+// and overwrites fmax with vr - ce_min_forward and rmax with vf - ce_min_src: the messages minus
+// their nodes' smallest edge distance, which node_exp_sums reads, and for the messages grouped by
+// the node they read, their raw maxima. It returns the column maxima, as column_max takes them
+// (same row shares, NaN ignored, floored at the lowest finite value), of vf, vr and the two
+// differences: the four rows of a (4, pattern edges) tensor.
 torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tensor rmax, torch::Tensor pattern_src_tensor,
                                torch::Tensor pattern_dst_tensor, torch::Tensor ce_min_forward, torch::Tensor ce_min_src,
-                               torch::Tensor vf, torch::Tensor vr, int64_t threads) {
+                               torch::Tensor vr, int64_t threads) {
   check_matrix(mu, "mu");
-  for (const auto* x : {&fmax, &rmax, &ce_min_forward, &ce_min_src, &vf, &vr}) {
+  for (const auto* x : {&fmax, &rmax, &ce_min_forward, &ce_min_src, &vr}) {
     check_matrix(*x, "node array");
     TORCH_CHECK(x->sizes() == fmax.sizes() && x->scalar_type() == mu.scalar_type(),
                 "node arrays must be (nodes, pattern edges) of mu's dtype");
@@ -299,16 +307,15 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
     torch::Tensor partial = torch::full({parts, 4, cols}, lowest, mu.options());
     scalar_t* pp = partial.data_ptr<scalar_t>();
     const scalar_t* mup = mu.data_ptr<scalar_t>();
-    const scalar_t* fp = fmax.data_ptr<scalar_t>();
-    const scalar_t* rp = rmax.data_ptr<scalar_t>();
+    scalar_t* fp = fmax.data_ptr<scalar_t>();
+    scalar_t* rp = rmax.data_ptr<scalar_t>();
     const scalar_t* cfp = ce_min_forward.data_ptr<scalar_t>();
     const scalar_t* csp = ce_min_src.data_ptr<scalar_t>();
-    scalar_t* vfp = vf.data_ptr<scalar_t>();
     scalar_t* vrp = vr.data_ptr<scalar_t>();
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
       const auto [begin, end] = share(rows, t, parts);
-      prepare_rows(mup, fp, rp, cfp, csp, pattern_src, pattern_dst, begin, end, nodes, cols, vfp, vrp, pp + t * 4 * cols);
+      prepare_rows(mup, fp, rp, cfp, csp, pattern_src, pattern_dst, begin, end, nodes, cols, vrp, pp + t * 4 * cols);
     }
     scalar_t* op = out.data_ptr<scalar_t>();
     for (int64_t k = 0; k < 4 * cols; ++k) {
@@ -330,9 +337,11 @@ __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int6
                                                                       bool stable) {
   for (int64_t i = begin; i < end; ++i) {
     T* row = x + i * cols;
-    bool needs_libm = false;
-    if (!stable)
+    int64_t needs_libm = 0;
+    if (!stable) {
+#pragma omp simd reduction(| : needs_libm)
       for (int64_t j = 0; j < cols; ++j) needs_libm |= log_exp_needs_libm(static_cast<T>(row[j] - m[j]));
+    }
     if (needs_libm) {
       for (int64_t j = 0; j < cols; ++j) {
         const T value = log_exp(static_cast<T>(row[j] - m[j])) - log_sum[j];
@@ -369,9 +378,15 @@ void add_exp_sums(const T* x, int64_t rows, int64_t cols, int64_t begin, int64_t
   }
 }
 
-// Column-wise log-softmax in place: x = log(exp(x - m)) - log(sum exp(x - m)) (stable: x - m - log(..)).
-void normprob_(torch::Tensor x, bool stable, int64_t threads) {
-  const auto m = column_max(x, threads);
+// Column-wise log-softmax in place: x = log(exp(x - m)) - log(sum exp(x - m)) (stable: x - m - log(..)),
+// m the column maxima: column_max(x), or given where an earlier pass took them (update_beliefs_).
+void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torch::Tensor> column_maxima) {
+  check_matrix(x, "x");
+  if (column_maxima)
+    TORCH_CHECK(column_maxima->dim() == 1 && column_maxima->size(0) == x.size(1) && column_maxima->is_contiguous() &&
+                    column_maxima->scalar_type() == x.scalar_type(),
+                "column_max must be contiguous (columns,) of x's dtype");
+  const auto m = column_maxima ? *column_maxima : column_max(x, threads);
   const int64_t rows = x.size(0), cols = x.size(1);
   const int parts = threads_of(threads);
   auto sums = torch::zeros({cols}, torch::dtype(torch::kFloat64));
@@ -567,12 +582,11 @@ void scatter_max_(torch::Tensor raw, torch::Tensor ce, torch::Tensor rows, torch
   });
 }
 
-// sums[k] += exp((v[i, j] - c[i, j]) - m[j]) * s[i, j] for the rows i = listed[0 .. count) in
-// order, columns [begin, end), k = j - begin; rows with s = 0 (nodes without edges, whose v - c
-// may be NaN) add nothing, so the list may leave them out. y and e are kBlockRows * (end - begin)
-// doubles of scratch.
+// sums[k] += exp(d[i, j] - m[j]) * s[i, j] for the rows i = listed[0 .. count) in order, columns
+// [begin, end), k = j - begin; rows with s = 0 (nodes without edges, whose d may be NaN) add
+// nothing, so the list may leave them out. y and e are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T* v, const T* c, const double* s, const T* m,
+__attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T* d, const double* s, const T* m,
                                                                          const int64_t* listed, int64_t count,
                                                                          int64_t cols, int64_t begin,
                                                                          int64_t end, double* __restrict__ sums,
@@ -584,7 +598,7 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
     for (int64_t b = 0; b < n; ++b) {
       const int64_t row = listed[r0 + b] * cols;
       for (int64_t j = begin; j < end; ++j) {
-        const T x = static_cast<T>(static_cast<T>(v[row + j] - c[row + j]) - m[j]);
+        const T x = static_cast<T>(d[row + j] - m[j]);
         // exp(0) * 0 adds 0. A bit mask rather than ?: which GCC does not vectorise here.
         const double term_y = static_cast<double>(x);
         uint64_t bits;
@@ -603,23 +617,21 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
 
 // The exp-sums of both message directions, (2, cols) float64, from the nodes. Direction d's
 // messages are x_e = node_d[row(e)] - ce[e] for the rows its node array is read by; the sum over
-// edges of exp(x_e - m_d) groups by that row u: exp((node_d[u] - ce_min_d[u]) - m_d) times
-// group_sums_d[u] (group_exp_sums: the sum of exp(ce_min_d[u] - ce[e]) over u's edges), for the
-// nodes u with edges (d_listed, increasing: the others' group sums are 0). Threads split the
-// (direction, column) pairs; each sum adds its nodes in node order.
-torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce_min, torch::Tensor forward_group_sums,
-                            torch::Tensor forward_max, torch::Tensor forward_listed, torch::Tensor reverse_node,
-                            torch::Tensor reverse_ce_min, torch::Tensor reverse_group_sums, torch::Tensor reverse_max,
-                            torch::Tensor reverse_listed, int64_t threads) {
-  check_matrix(forward_node, "forward_node");
-  const int64_t rows = forward_node.size(0), cols = forward_node.size(1);
-  for (const auto* x : {&forward_ce_min, &reverse_node, &reverse_ce_min}) {
-    check_matrix(*x, "node array");
-    TORCH_CHECK(x->sizes() == forward_node.sizes() && x->scalar_type() == forward_node.scalar_type(),
-                "node arrays must be (nodes, pattern edges) of one dtype");
-  }
+// edges of exp(x_e - m_d) groups by that row u: exp(diff_d[u] - m_d), where diff_d[u] =
+// node_d[u] - ce_min_d[u] (prepare_messages), times group_sums_d[u] (group_exp_sums: the sum of
+// exp(ce_min_d[u] - ce[e]) over u's edges), for the nodes u with edges (d_listed, increasing: the
+// others' group sums are 0). Threads split the (direction, column) pairs; each sum adds its nodes
+// in node order.
+torch::Tensor node_exp_sums(torch::Tensor forward_diff, torch::Tensor forward_group_sums, torch::Tensor forward_max,
+                            torch::Tensor forward_listed, torch::Tensor reverse_diff, torch::Tensor reverse_group_sums,
+                            torch::Tensor reverse_max, torch::Tensor reverse_listed, int64_t threads) {
+  check_matrix(forward_diff, "forward_diff");
+  check_matrix(reverse_diff, "reverse_diff");
+  const int64_t rows = forward_diff.size(0), cols = forward_diff.size(1);
+  TORCH_CHECK(reverse_diff.sizes() == forward_diff.sizes() && reverse_diff.scalar_type() == forward_diff.scalar_type(),
+              "node arrays must be (nodes, pattern edges) of one dtype");
   for (const auto* x : {&forward_group_sums, &reverse_group_sums})
-    TORCH_CHECK(x->sizes() == forward_node.sizes() && x->scalar_type() == torch::kFloat64 && x->is_contiguous(),
+    TORCH_CHECK(x->sizes() == forward_diff.sizes() && x->scalar_type() == torch::kFloat64 && x->is_contiguous(),
                 "group sums must be contiguous float64 (nodes, pattern edges)");
   for (const auto* x : {&forward_listed, &reverse_listed}) {
     TORCH_CHECK(x->device().is_cpu() && x->dim() == 1 && x->is_contiguous() && x->scalar_type() == torch::kInt64,
@@ -631,7 +643,7 @@ torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce
   }
   auto sums = torch::zeros({2, cols}, torch::dtype(torch::kFloat64));
   const int parts = threads_of(threads);
-  dispatch_float(forward_node.scalar_type(), [&](auto tag) {
+  dispatch_float(forward_diff.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     double* sp = sums.data_ptr<double>();
     auto scratch = exp_scratch(parts, widest_share(2 * cols, parts));
@@ -643,13 +655,12 @@ torch::Tensor node_exp_sums(torch::Tensor forward_node, torch::Tensor forward_ce
       const int64_t f0 = std::min(begin, cols), f1 = std::min(end, cols);
       const int64_t r0 = std::max(begin, cols) - cols, r1 = std::max(end, cols) - cols;
       double* y = scratch.data_ptr<double>() + t * 2 * block;
-      add_node_exp_sums(forward_node.data_ptr<scalar_t>(), forward_ce_min.data_ptr<scalar_t>(),
-                        forward_group_sums.data_ptr<double>(), forward_max.data_ptr<scalar_t>(),
-                        forward_listed.data_ptr<int64_t>(), forward_listed.size(0), cols, f0, f1, sp + f0, y, y + block);
-      add_node_exp_sums(reverse_node.data_ptr<scalar_t>(), reverse_ce_min.data_ptr<scalar_t>(),
-                        reverse_group_sums.data_ptr<double>(), reverse_max.data_ptr<scalar_t>(),
-                        reverse_listed.data_ptr<int64_t>(), reverse_listed.size(0), cols, r0, r1, sp + cols + r0, y,
-                        y + block);
+      add_node_exp_sums(forward_diff.data_ptr<scalar_t>(), forward_group_sums.data_ptr<double>(),
+                        forward_max.data_ptr<scalar_t>(), forward_listed.data_ptr<int64_t>(), forward_listed.size(0),
+                        cols, f0, f1, sp + f0, y, y + block);
+      add_node_exp_sums(reverse_diff.data_ptr<scalar_t>(), reverse_group_sums.data_ptr<double>(),
+                        reverse_max.data_ptr<scalar_t>(), reverse_listed.data_ptr<int64_t>(), reverse_listed.size(0),
+                        cols, r0, r1, sp + cols + r0, y, y + block);
     }
   });
   return sums;
@@ -677,33 +688,120 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
   });
 }
 
-// mu = -cv (mu overwritten in place); for each pattern edge j in order: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] += rmax[:, j].
-void update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor fmax, torch::Tensor rmax,
-                     torch::Tensor pattern_src_tensor, torch::Tensor pattern_dst_tensor, int64_t threads) {
+// The rows [begin, end) of mu = -cv plus the message maxima, each pattern node k adding its terms
+// in the order of the pattern-edge loop (for j: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] +=
+// rmax[:, j]): terms[term_starts[k] .. term_starts[k + 1]) are columns of the row [fmax | rmax]
+// (j for fmax, cols + j for rmax). Each sum stays in a register.
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void belief_rows(const T* __restrict__ cv, const T* __restrict__ fmax,
+                                                                   const T* __restrict__ rmax,
+                                                                   const int64_t* __restrict__ term_starts,
+                                                                   const int64_t* __restrict__ terms, int64_t begin,
+                                                                   int64_t end, int64_t nodes, int64_t cols,
+                                                                   T* __restrict__ mu) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T* f = fmax + i * cols;
+    const T* r = rmax + i * cols;
+    for (int64_t k = 0; k < nodes; ++k) {
+      T total = -cv[i * nodes + k];
+      for (int64_t t = term_starts[k]; t < term_starts[k + 1]; ++t) total += terms[t] < cols ? f[terms[t]] : r[terms[t] - cols];
+      mu[i * nodes + k] = total;
+    }
+  }
+}
+
+// The end of an iteration in one pass over blocks of rows: fmax and rmax (raw maxima) normalised
+// in place as normalise_maxima_ does, each with its column maxima, exp-sums and floors; then mu =
+// -cv plus, pattern edge by pattern edge in order, mu[:, dst_j] += fmax[:, j] and mu[:, src_j] +=
+// rmax[:, j]. Returns mu's column maxima as column_max takes them (rows shared alike, combined in
+// order), for normprob_.
+torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor fmax, torch::Tensor forward_max,
+                              torch::Tensor forward_sums, torch::Tensor forward_floor, torch::Tensor rmax,
+                              torch::Tensor reverse_max, torch::Tensor reverse_sums, torch::Tensor reverse_floor,
+                              torch::Tensor pattern_src_tensor, torch::Tensor pattern_dst_tensor, bool stable,
+                              int64_t threads) {
   check_matrix(cv, "cv");
   check_matrix(mu, "mu");
+  check_matrix(fmax, "fmax");
+  check_matrix(rmax, "rmax");
   TORCH_CHECK(mu.sizes() == cv.sizes() && mu.scalar_type() == cv.scalar_type(), "mu must match cv");
-  const int64_t rows = cv.size(0), nodes = cv.size(1), pattern_edges = fmax.size(1);
-  check_index(pattern_src_tensor, pattern_edges, "pattern_src");
-  check_index(pattern_dst_tensor, pattern_edges, "pattern_dst");
+  TORCH_CHECK(rmax.sizes() == fmax.sizes() && fmax.size(0) == cv.size(0) && fmax.scalar_type() == cv.scalar_type() &&
+                  rmax.scalar_type() == cv.scalar_type(),
+              "fmax and rmax must be (nodes, pattern edges) of cv's dtype");
+  const int64_t rows = cv.size(0), nodes = cv.size(1), cols = fmax.size(1);
+  for (const auto* x : {&forward_max, &forward_floor, &reverse_max, &reverse_floor})
+    TORCH_CHECK(x->dim() == 1 && x->size(0) == cols && x->is_contiguous() && x->scalar_type() == cv.scalar_type(),
+                "column maxima and floors must be contiguous (pattern edges,) of cv's dtype");
+  for (const auto* x : {&forward_sums, &reverse_sums})
+    TORCH_CHECK(x->dim() == 1 && x->size(0) == cols && x->is_contiguous() && x->scalar_type() == torch::kFloat64,
+                "exp-sums must be contiguous float64 (pattern edges,)");
+  check_index(pattern_src_tensor, cols, "pattern_src");
+  check_index(pattern_dst_tensor, cols, "pattern_dst");
   const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
   const int64_t* pattern_dst = pattern_dst_tensor.data_ptr<int64_t>();
+  for (int64_t j = 0; j < cols; ++j)
+    TORCH_CHECK(pattern_src[j] >= 0 && pattern_src[j] < nodes && pattern_dst[j] >= 0 && pattern_dst[j] < nodes,
+                "pattern edges must join pattern nodes");
+  // Each pattern node's terms in the loop's order (counting sort by node, stable).
+  auto term_starts_tensor = torch::zeros({nodes + 1}, torch::dtype(torch::kInt64));
+  auto terms_tensor = torch::empty({2 * cols}, torch::dtype(torch::kInt64));
+  int64_t* term_starts = term_starts_tensor.data_ptr<int64_t>();
+  int64_t* terms = terms_tensor.data_ptr<int64_t>();
+  for (int64_t j = 0; j < cols; ++j) {
+    ++term_starts[pattern_dst[j] + 1];
+    ++term_starts[pattern_src[j] + 1];
+  }
+  for (int64_t k = 0; k < nodes; ++k) term_starts[k + 1] += term_starts[k];
+  {
+    auto filled_tensor = term_starts_tensor.slice(0, 0, nodes).clone();
+    int64_t* filled = filled_tensor.data_ptr<int64_t>();
+    for (int64_t j = 0; j < cols; ++j) {
+      terms[filled[pattern_dst[j]]++] = j;
+      terms[filled[pattern_src[j]]++] = cols + j;
+    }
+  }
+  auto out = torch::empty({nodes}, cv.options());
   dispatch_float(cv.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
-    const scalar_t* cp = cv.data_ptr<scalar_t>();
-    const scalar_t* fp = fmax.data_ptr<scalar_t>();
-    const scalar_t* rp = rmax.data_ptr<scalar_t>();
+    const scalar_t lowest = std::numeric_limits<scalar_t>::lowest();
+    const int parts = threads_of(threads);
+    auto log_sums_tensor = torch::empty({2, cols}, cv.options());
+    scalar_t* log_sums = log_sums_tensor.data_ptr<scalar_t>();
+    const double* fs = forward_sums.data_ptr<double>();
+    const double* rs = reverse_sums.data_ptr<double>();
+    for (int64_t j = 0; j < cols; ++j) {
+      log_sums[j] = std::log(static_cast<scalar_t>(fs[j]));
+      log_sums[cols + j] = std::log(static_cast<scalar_t>(rs[j]));
+    }
+    torch::Tensor partial = torch::full({parts, nodes}, lowest, cv.options());
+    scalar_t* pp = partial.data_ptr<scalar_t>();
+    scalar_t* fp = fmax.data_ptr<scalar_t>();
+    scalar_t* rp = rmax.data_ptr<scalar_t>();
     scalar_t* mp = mu.data_ptr<scalar_t>();
-#pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
-    for (int64_t i = 0; i < rows; ++i) {
-      scalar_t* row = mp + i * nodes;
-      for (int64_t k = 0; k < nodes; ++k) row[k] = -cp[i * nodes + k];
-      for (int64_t j = 0; j < pattern_edges; ++j) {
-        row[pattern_dst[j]] += fp[i * pattern_edges + j];
-        row[pattern_src[j]] += rp[i * pattern_edges + j];
+#pragma omp parallel for num_threads(parts) schedule(static)
+    for (int t = 0; t < parts; ++t) {
+      const auto [begin, end] = share(rows, t, parts);
+      // Blocks small enough that the maxima are still in cache when the beliefs read them.
+      for (int64_t first = begin; first < end; first += kBlockRows) {
+        const int64_t last = std::min(first + kBlockRows, end);
+        normalise_rows(fp, first, last, cols, forward_max.data_ptr<scalar_t>(), log_sums,
+                       static_cast<const scalar_t*>(forward_floor.data_ptr<scalar_t>()), stable);
+        normalise_rows(rp, first, last, cols, reverse_max.data_ptr<scalar_t>(), log_sums + cols,
+                       static_cast<const scalar_t*>(reverse_floor.data_ptr<scalar_t>()), stable);
+        belief_rows(cv.data_ptr<scalar_t>(), static_cast<const scalar_t*>(fp), static_cast<const scalar_t*>(rp),
+                    static_cast<const int64_t*>(term_starts), static_cast<const int64_t*>(terms), first, last, nodes, cols,
+                    mp);
+        column_max_rows(static_cast<const scalar_t*>(mp), first, last, nodes, pp + t * nodes);
       }
     }
+    scalar_t* op = out.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < nodes; ++k) {
+      scalar_t m = lowest;
+      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * nodes + k]);
+      op[k] = m;
+    }
   });
+  return out;
 }
 
 // C printf("%e\n") of every value (float64, row-major), as one byte string.
@@ -743,14 +841,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "application classification kernels (OpenMP)";
   m.def("distances", &distances, "Euclidean distances between the rows of two matrices");
   m.def("column_max", &column_max, "per-column maximum, NaN ignored, floored at the lowest finite value");
-  m.def("normprob_", &normprob_, "column-wise log-softmax in place");
+  m.def("normprob_", &normprob_, "column-wise log-softmax in place", pybind11::arg("x"), pybind11::arg("stable"),
+        pybind11::arg("threads"), pybind11::arg("column_max") = pybind11::none());
   m.def("group_min", &group_min, "per-node minimum of grouped rows");
   m.def("prepare_messages", &prepare_messages, "node-side messages of an iteration and their four column maxima");
   m.def("group_exp_sums", &group_exp_sums, "per-node sums of exp(ce_min - ce) over each node's edges");
   m.def("scatter_max_", &scatter_max_, "per-node maxima of gathered node rows minus edge rows, into raw");
   m.def("node_exp_sums", &node_exp_sums, "exp-sums of both message directions, from the nodes");
   m.def("normalise_maxima_", &normalise_maxima_, "normalise raw maxima in place, floored");
-  m.def("update_beliefs_", &update_beliefs_, "beliefs from node distances and message maxima, into mu");
+  m.def("update_beliefs_", &update_beliefs_, "normalised message maxima and beliefs, into mu; mu's column maxima");
   m.def("format_e", &format_e, "C %e lines of a float64 tensor");
   m.def("has_cuda_kernels", [] { return false; }, "whether this build holds CUDA kernels");
 }
