@@ -1,12 +1,13 @@
 """The CPU implementation on the C++ kernels (``csrc/appclass_ops.cpp``): the reference's operations
 in the reference's order where the order changes a double, without storing edge messages.
 
-An iteration is four passes: one over the node arrays (``prepare_messages``: the messages' node
-values, their column maxima, and the reverse messages' maxima, which come from the nodes), the
-exp-sums of both directions from the nodes with edges, one over the edges for the forward messages'
-maxima by destination (each thread over the edges into its own nodes), and one over the node arrays
-that normalises the maxima and updates the beliefs, before the beliefs' own normalisation. Why each
-step equals the reference's is in the kernel source's header comment.
+An iteration makes four passes and then normalises the beliefs: one pass over the node arrays
+(``prepare_messages``: the messages' node values, their column maxima, and the reverse messages'
+maxima, which come from the nodes), the exp-sums of both directions from the nodes with edges, one
+pass over the edges for the forward messages' maxima by destination (each thread over the edges
+into its own nodes), and one over the node arrays that normalises the maxima and updates the
+beliefs (``update_beliefs_``). Why each step equals the reference's is in the kernel source's
+header comment.
 """
 
 from __future__ import annotations
