@@ -96,6 +96,44 @@ def test_kernel_choice(tmp_path, built_manifest):
         select_kernels("fastest", built_manifest)
 
 
+def test_a_build_of_other_sources_is_refused(tmp_path, built_manifest):
+    """A build records the digest of the sources it compiled; loading it from sources that differ
+    (an update since the build) is refused with the command that rebuilds, and auto falls back to
+    pure torch, instead of running other kernels or failing on their arguments."""
+    import json
+    import shutil
+
+    from membench.appclass.extension import SPEC
+    from membench.core.extension import sources_digest
+
+    manifest = json.loads(built_manifest.read_text())
+    assert manifest["source_sha256"] == sources_digest([SPEC.source_dir / name for name in manifest["sources"]])
+    copy = tmp_path / "build"
+    shutil.copytree(built_manifest.parent, copy)
+    for change, message in [
+        ({"source_sha256": "0" * 64}, "built from other sources than .* holds now; rebuild with `membench appclass build`"),
+        ({"source_sha256": None}, "records no source digest"),
+        ({"sources": ["gone.cpp"]}, "source .*gone.cpp of this build no longer exists"),
+    ]:
+        edited = {key: value for key, value in {**manifest, **change}.items() if value is not None}
+        (copy / "manifest.json").write_text(json.dumps(edited))
+        with pytest.raises(InputError, match=message):
+            select_kernels("extension", copy / "manifest.json")
+        assert select_kernels("auto", copy / "manifest.json") is None
+
+
+def test_sources_digest_follows_names_and_contents(tmp_path):
+    from membench.core.extension import sources_digest
+
+    first, second = tmp_path / "a.cpp", tmp_path / "b.cpp"
+    first.write_text("int a;")
+    second.write_text("int b;")
+    digest = sources_digest([first, second])
+    assert digest == sources_digest([first, second]) and digest != sources_digest([second, first])
+    second.write_text("int c;")
+    assert sources_digest([first, second]) != digest
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     """Scratch included: column_max holds its (C,) result and a (threads, C) table of partial maxima;

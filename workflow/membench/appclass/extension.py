@@ -46,7 +46,7 @@ def select_kernels(choice: str, manifest_path: str | os.PathLike | None) -> Modu
         return None
     path = Path(manifest_path) if manifest_path is not None else DEFAULT_MANIFEST
     try:
-        return extension.load_extension(path, SPEC.build_command)
+        return extension.load_extension(path, SPEC)
     except (InputError, ImportError, OSError) as exc:
         if choice == "extension":
             raise InputError(path, f"the built kernels cannot be loaded ({exc})") from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -103,6 +104,7 @@ def build_extension(
         "status": "built",
         "error": None,
         "sources": [s.name for s in sources],
+        "source_sha256": sources_digest(sources),
         "kernels": list(spec.kernels),
         "torch_version": torch.__version__,
         "torch_cuda_version": torch.version.cuda,
@@ -124,6 +126,14 @@ def build_extension(
         manifest["built_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         atomic.write_json(outdir / MANIFEST_NAME, manifest)
     return manifest
+
+
+def sources_digest(paths: list[Path]) -> str:
+    """SHA-256 of the source files, names and contents in order: what a build was compiled from."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _compile(spec: ExtensionSpec, outdir: Path, build_dir: Path, sources: list[Path], with_cuda: bool, verbose: bool) -> dict:
@@ -201,14 +211,16 @@ def _last_lines(text: str, count: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-count:])
 
 
-def load_extension(manifest_path: str | os.PathLike, build_command: str = "the system's build step") -> ModuleType:
-    """Import the built kernels named by a build manifest.
+def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> ModuleType:
+    """Import the kernels of ``spec`` built as a build manifest records.
 
     Raises :class:`InputError` when the manifest is unreadable, records a failed build, the library
-    is missing, or it was
-    built for another torch version (its ABI would not match); ``build_command`` is named as the fix.
+    is missing, it was built for another torch version (its ABI would not match), or from other
+    sources than ``spec``'s files now hold (an older build would run other kernels, or fail on their
+    arguments); ``spec.build_command`` is named as the fix.
     """
     manifest_path = Path(manifest_path)
+    build_command = spec.build_command
     manifest = read_json_object(manifest_path, f"build manifest not found (run `{build_command}`)")
     if manifest.get("status", "built") != "built":
         raise InputError(manifest_path, f"the build failed: {manifest.get('error')}", "key 'status'")
@@ -220,6 +232,18 @@ def load_extension(manifest_path: str | os.PathLike, build_command: str = "the s
             manifest_path,
             f"kernels were built for torch {manifest['torch_version']}, this is torch {torch.__version__}; rebuild",
             "key 'torch_version'",
+        )
+    if "source_sha256" not in manifest or "sources" not in manifest:
+        raise InputError(manifest_path, f"the build records no source digest (an older membench built it); rebuild with `{build_command}`")
+    sources = [spec.source_dir / str(name) for name in manifest["sources"]]
+    missing = [path for path in sources if not path.is_file()]
+    if missing:
+        raise InputError(manifest_path, f"source {missing[0]} of this build no longer exists; rebuild with `{build_command}`", "key 'sources'")
+    if sources_digest(sources) != manifest["source_sha256"]:
+        raise InputError(
+            manifest_path,
+            f"the kernels were built from other sources than {spec.source_dir} holds now; rebuild with `{build_command}`",
+            "key 'source_sha256'",
         )
     library = manifest_path.parent / manifest["library"]
     if not library.is_file():
