@@ -218,8 +218,7 @@ def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, t
     with CpuAllocatorTracker() as allocations:
         mu_max = kernels.update_beliefs_(mu, cv, fmax, forward_max, forward_sums, forward_floor, rmax, reverse_max,
                                          reverse_sums, reverse_floor, pattern_src, pattern_dst, stable, threads)
-    # The terms' table (starts, terms, a fill counter), then the result, the log-sums and the
-    # (threads, nodes) partial maxima.
+    # The terms' table (starts, terms), the result, the log-sums and the (threads, nodes) partial maxima.
     assert allocations.peak_bytes == 8 * ((nodes + 1) + 2 * cols + nodes + 2 * cols + nodes * threads)
     for got, want in [(fmax, expected_fmax), (rmax, expected_rmax), (mu, expected_mu),
                       (mu_max, kernels.column_max(expected_mu, threads))]:

@@ -211,6 +211,17 @@ torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads) {
   return out;
 }
 
+// out[k] = the fmax_keep of the parts' partial maxima partial[t * width + k], taken in part order
+// (so that ties and NaN resolve as one pass over the rows in order would), from the lowest value.
+template <typename T>
+void combine_partial_maxima(const T* partial, int parts, int64_t width, T* out) {
+  for (int64_t k = 0; k < width; ++k) {
+    T m = std::numeric_limits<T>::lowest();
+    for (int t = 0; t < parts; ++t) m = fmax_keep(m, partial[t * width + k]);
+    out[k] = m;
+  }
+}
+
 // mine[j] = fmax_keep(mine[j], x[i, j]) for the rows [begin, end) in order (vectorised over j, so
 // each column still takes its rows in order).
 template <typename T>
@@ -236,12 +247,7 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads) {
       const auto [begin, end] = share(rows, t, parts);
       column_max_rows(xp, begin, end, cols, pp + t * cols);
     }
-    scalar_t* op = out.data_ptr<scalar_t>();
-    for (int64_t j = 0; j < cols; ++j) {
-      scalar_t m = std::numeric_limits<scalar_t>::lowest();
-      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * cols + j]);
-      op[j] = m;
-    }
+    combine_partial_maxima(static_cast<const scalar_t*>(pp), parts, cols, out.data_ptr<scalar_t>());
   });
   return out;
 }
@@ -317,12 +323,7 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
       const auto [begin, end] = share(rows, t, parts);
       prepare_rows(mup, fp, rp, cfp, csp, pattern_src, pattern_dst, begin, end, nodes, cols, vrp, pp + t * 4 * cols);
     }
-    scalar_t* op = out.data_ptr<scalar_t>();
-    for (int64_t k = 0; k < 4 * cols; ++k) {
-      scalar_t m = lowest;
-      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * 4 * cols + k]);
-      op[k] = m;
-    }
+    combine_partial_maxima(static_cast<const scalar_t*>(pp), parts, 4 * cols, out.data_ptr<scalar_t>());
   });
   return out;
 }
@@ -742,24 +743,20 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
   for (int64_t j = 0; j < cols; ++j)
     TORCH_CHECK(pattern_src[j] >= 0 && pattern_src[j] < nodes && pattern_dst[j] >= 0 && pattern_dst[j] < nodes,
                 "pattern edges must join pattern nodes");
-  // Each pattern node's terms in the loop's order (counting sort by node, stable).
-  auto term_starts_tensor = torch::zeros({nodes + 1}, torch::dtype(torch::kInt64));
+  // Each pattern node's terms in the loop's order.
+  auto term_starts_tensor = torch::empty({nodes + 1}, torch::dtype(torch::kInt64));
   auto terms_tensor = torch::empty({2 * cols}, torch::dtype(torch::kInt64));
   int64_t* term_starts = term_starts_tensor.data_ptr<int64_t>();
   int64_t* terms = terms_tensor.data_ptr<int64_t>();
-  for (int64_t j = 0; j < cols; ++j) {
-    ++term_starts[pattern_dst[j] + 1];
-    ++term_starts[pattern_src[j] + 1];
-  }
-  for (int64_t k = 0; k < nodes; ++k) term_starts[k + 1] += term_starts[k];
-  {
-    auto filled_tensor = term_starts_tensor.slice(0, 0, nodes).clone();
-    int64_t* filled = filled_tensor.data_ptr<int64_t>();
+  int64_t count = 0;
+  for (int64_t k = 0; k < nodes; ++k) {
+    term_starts[k] = count;
     for (int64_t j = 0; j < cols; ++j) {
-      terms[filled[pattern_dst[j]]++] = j;
-      terms[filled[pattern_src[j]]++] = cols + j;
+      if (pattern_dst[j] == k) terms[count++] = j;
+      if (pattern_src[j] == k) terms[count++] = cols + j;
     }
   }
+  term_starts[nodes] = count;
   auto out = torch::empty({nodes}, cv.options());
   dispatch_float(cv.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
@@ -794,12 +791,7 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
         column_max_rows(static_cast<const scalar_t*>(mp), first, last, nodes, pp + t * nodes);
       }
     }
-    scalar_t* op = out.data_ptr<scalar_t>();
-    for (int64_t k = 0; k < nodes; ++k) {
-      scalar_t m = lowest;
-      for (int t = 0; t < parts; ++t) m = fmax_keep(m, pp[t * nodes + k]);
-      op[k] = m;
-    }
+    combine_partial_maxima(static_cast<const scalar_t*>(pp), parts, nodes, out.data_ptr<scalar_t>());
   });
   return out;
 }
