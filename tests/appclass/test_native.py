@@ -357,6 +357,29 @@ def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
                              torch.tensor([0, len(src)]))
 
 
+def test_update_beliefs_and_normprob_reject_mismatched_arguments(kernels):
+    """update_beliefs_ needs pattern edges that join pattern nodes (it indexes beliefs by them),
+    per-column vectors of the maxima's width and float64 exp-sums; normprob_ given column maxima
+    needs one per column."""
+    rows, nodes, cols = 5, 3, 4
+    cv, mu = torch.zeros(rows, nodes, dtype=torch.float64), torch.empty(rows, nodes, dtype=torch.float64)
+    fmax, rmax = torch.zeros(rows, cols, dtype=torch.float64), torch.zeros(rows, cols, dtype=torch.float64)
+    column, sums = torch.zeros(cols, dtype=torch.float64), torch.ones(cols, dtype=torch.float64)
+    src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([1, 2, 0, 2])
+
+    def update(pattern_src=src, forward_sums=sums, floor=column):
+        kernels.update_beliefs_(mu, cv, fmax, column, forward_sums, floor, rmax, column, sums, column, pattern_src, dst, False, 1)
+
+    with pytest.raises(RuntimeError, match="pattern edges must join pattern nodes"):
+        update(pattern_src=torch.tensor([0, 1, 3, 0]))
+    with pytest.raises(RuntimeError, match="exp-sums must be contiguous float64"):
+        update(forward_sums=sums.float())
+    with pytest.raises(RuntimeError, match="column maxima and floors must be contiguous"):
+        update(floor=torch.zeros(cols + 1, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="column_max must be contiguous"):
+        kernels.normprob_(mu, False, 1, torch.zeros(nodes + 1, dtype=torch.float64))
+
+
 def test_owner_bounds_share_the_edges_evenly():
     from membench.appclass.native import owner_bounds
 
