@@ -230,6 +230,39 @@ def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, t
     assert torch.equal(mu.view(torch.int64), expected_mu.view(torch.int64))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_edges_stored_out_of_order_give_the_edge_order_bits(kernels, threads):
+    """distances writes edge i into row positions[i]; column_max and normprob_ given the positions
+    take the rows in edge order, so they give the bits they give on the edges in edge order: the
+    first of two tied signed zeros, and the exp-sums' rounding, which storage order would change."""
+    generator = torch.Generator().manual_seed(17)
+    edges, features, cols = 150, 4, 3
+    at = torch.rand(features, edges, generator=generator, dtype=torch.float64)
+    b = torch.rand(cols, features, generator=generator, dtype=torch.float64)
+    positions = torch.randperm(edges, generator=generator)
+    if positions[10] < positions[20]:  # the later edge of the tie below must be stored first
+        positions[[10, 20]] = positions[[20, 10]]
+    by_edge = kernels.distances(at, b, threads)
+    assert torch.equal(kernels.distances(at, b, threads, positions)[positions].view(torch.int64), by_edge.view(torch.int64))
+
+    x = torch.randn(edges, cols, generator=generator, dtype=torch.float64)
+    x[:, 0] = -1.0
+    x[10, 0], x[20, 0], x[30, 1] = -0.0, 0.0, math.nan
+    stored = torch.empty_like(x)
+    stored[positions] = x
+    expected_max = kernels.column_max(x, threads)
+    assert torch.equal(kernels.column_max(stored, threads, positions).view(torch.int64), expected_max.view(torch.int64))
+    assert math.copysign(1.0, expected_max[0].item()) == -1.0
+    assert math.copysign(1.0, kernels.column_max(stored, threads)[0].item()) == 1.0  # storage order differs
+    for stable in (False, True):
+        expected, got, in_storage_order = x.clone(), stored.clone(), stored.clone()
+        kernels.normprob_(expected, stable, threads)
+        kernels.normprob_(got, stable, threads, None, positions)
+        kernels.normprob_(in_storage_order, stable, threads)
+        assert torch.equal(got[positions].view(torch.int64), expected.view(torch.int64))
+        assert not torch.equal(in_storage_order[positions].view(torch.int64), expected.view(torch.int64))
+
+
 def _log_exp(y: float) -> float:
     """The kernels' log(exp(y)): y + 0 where exp(y) is a normal double, else libm's composition."""
     if y >= -708.0:
@@ -289,39 +322,45 @@ def _fmax_keep(a, b):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_edge_kernels_equal_their_definitions(kernels, threads):
     """group_min, group_exp_sums, scatter_max_ and node_exp_sums against loops over the edges in edge order
-    (the maxima bit for bit, the sums within the exp polynomial's rounding), for any thread split;
-    nodes without edges add nothing even where their values are NaN or infinite."""
+    (the maxima bit for bit, the sums within the exp polynomial's rounding), for any thread split,
+    with the edges stored part by part as the native state stores them: the group kernels give the
+    bits they give on the edges in edge order. Nodes without edges add nothing even where their
+    values are NaN or infinite."""
     from membench.appclass.native import edge_parts, nodes_with_edges, owner_bounds
 
-    src, dst, ce, node = _edge_case_graph()
+    src, dst, ce_by_edge, node = _edge_case_graph()
     nodes, cols = node.shape
-    parts = edge_parts(dst, nodes, threads)
+    parts = edge_parts(dst, nodes, 2 * threads)  # more parts than threads, as the native state
     bounds = parts.bounds
     assert bounds[0] == 0 and bounds[-1] == nodes and bool((bounds[1:] >= bounds[:-1]).all())
-    for t in range(threads):  # each part lists exactly the edges into its nodes, in edge order
+    for t in range(2 * threads):  # each part lists exactly the edges into its nodes, in edge order
         listed = parts.order[parts.edge_bounds[t]:parts.edge_bounds[t + 1]]
         assert listed.tolist() == torch.nonzero((dst >= bounds[t]) & (dst < bounds[t + 1])).squeeze(1).tolist()
+    assert torch.equal(parts.order[parts.positions], torch.arange(len(src)))
+    ce = ce_by_edge[parts.order]  # edge i in row positions[i]
 
     raw = torch.full_like(node, 5.0)  # overwritten, not merged
-    kernels.scatter_max_(raw, ce, src, dst, node, bounds, parts.order, parts.edge_bounds)
+    kernels.scatter_max_(raw, ce, src[parts.order], dst[parts.order], node, bounds, parts.edge_bounds, threads)
     expected = torch.full_like(node, -float("inf"))
     for e in range(len(src)):
         for j in range(cols):
-            expected[dst[e], j] = _fmax_keep(expected[dst[e], j].item(), (node[src[e], j] - ce[e, j]).item())
+            expected[dst[e], j] = _fmax_keep(expected[dst[e], j].item(), (node[src[e], j] - ce_by_edge[e, j]).item())
     assert torch.equal(raw.view(torch.int64), expected.view(torch.int64))
 
     src_bounds = owner_bounds(src, nodes, threads)
-    ce_min = kernels.group_min(ce, src, nodes, src_bounds)
+    ce_min = kernels.group_min(ce, src, nodes, src_bounds, parts.positions)
     expected_min = torch.full_like(node, float("inf"))
     for e in range(len(src)):
         for j in range(cols):
-            expected_min[src[e], j] = min(expected_min[src[e], j].item(), ce[e, j].item())
+            expected_min[src[e], j] = min(expected_min[src[e], j].item(), ce_by_edge[e, j].item())
     assert torch.equal(ce_min.view(torch.int64), expected_min.view(torch.int64))
-    sums = kernels.group_exp_sums(ce, src, ce_min, src_bounds)
+    sums = kernels.group_exp_sums(ce, src, ce_min, src_bounds, parts.positions)
     expected_sums = torch.zeros(nodes, cols, dtype=torch.float64)
     for e in range(len(src)):
-        expected_sums[src[e]] += torch.exp(ce_min[src[e]] - ce[e])
+        expected_sums[src[e]] += torch.exp(ce_min[src[e]] - ce_by_edge[e])
     torch.testing.assert_close(sums, expected_sums, rtol=1e-15, atol=0, equal_nan=True)
+    by_edge = kernels.group_exp_sums(ce_by_edge, src, ce_min, src_bounds)
+    assert torch.equal(sums.view(torch.int64), by_edge.view(torch.int64))
     assert bool((sums[4] == 0).all() and (sums[7] == 0).all())
 
     m = torch.nan_to_num(torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0)
@@ -339,7 +378,8 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
 
 
 def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
-    """node_exp_sums needs increasing in-range node lists; scatter_max_ one edge range per node part."""
+    """node_exp_sums needs increasing in-range node lists; scatter_max_ one edge range per node part,
+    each edge grouping into its part's nodes and reading a row of node; positions a permutation."""
     from membench.appclass.native import edge_parts, nodes_with_edges, owner_bounds
 
     src, dst, ce, node = _edge_case_graph()
@@ -352,9 +392,23 @@ def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
         with pytest.raises(RuntimeError, match="listed nodes must be increasing node indices"):
             kernels.node_exp_sums(node, sums, m, bad, node, sums, m, listed, 1)
     parts = edge_parts(dst, nodes, 2)
+    src_by_part, dst_by_part, ce_by_part = src[parts.order], dst[parts.order], ce[parts.order]
+    raw = torch.full_like(node, 5.0)
     with pytest.raises(RuntimeError, match="edge_bounds must hold one edge range per part of bounds"):
-        kernels.scatter_max_(torch.empty_like(node), ce, src, dst, node, parts.bounds, parts.order,
-                             torch.tensor([0, len(src)]))
+        kernels.scatter_max_(raw, ce_by_part, src_by_part, dst_by_part, node, parts.bounds, torch.tensor([0, len(src)]), 1)
+    # Edges left in edge order: some group outside their part's nodes (a race between threads).
+    with pytest.raises(RuntimeError, match="every edge of part t must group into the nodes"):
+        kernels.scatter_max_(raw, ce, src, dst, node, parts.bounds, parts.edge_bounds, 1)
+    with pytest.raises(RuntimeError, match="every edge of part t must group into the nodes"):
+        kernels.scatter_max_(raw, ce_by_part, src_by_part + nodes, dst_by_part, node, parts.bounds, parts.edge_bounds, 1)
+    with pytest.raises(RuntimeError, match="a part with edges must own nodes"):
+        kernels.scatter_max_(raw, ce_by_part, src_by_part, dst_by_part, node, torch.tensor([0, 0, nodes]),
+                             parts.edge_bounds, 1)
+    repeated = parts.positions.clone()
+    repeated[1] = repeated[0]
+    for bad in (repeated, parts.positions + 1, parts.positions[1:]):
+        with pytest.raises(RuntimeError, match="positions must"):
+            kernels.group_min(ce_by_part, src, nodes, src_bounds, bad)
 
 
 def test_update_beliefs_and_normprob_reject_mismatched_arguments(kernels):
