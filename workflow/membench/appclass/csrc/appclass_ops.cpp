@@ -31,7 +31,8 @@
 // calling thread before a parallel region (each part of the work gets its slice): the CPU
 // allocator trace of the meter (the PyTorch profiler's memory events, which only see the thread
 // that runs the profiler) then counts every byte these kernels hold. (format_e, which prints the
-// result, keeps its text in std::string; distance_block its 64 running sums on the stack.)
+// result, keeps its text in std::string; distance_block its 64 running sums and normalise_rows its
+// 64 column minima on the stack.)
 
 #include <torch/extension.h>
 
@@ -359,35 +360,65 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
   return out;
 }
 
+// Whether some value x[i, j] - m[j] of the rows [begin, end) may take log_exp's libm branch: a test
+// by column on its smallest value other than -inf (fl(x - m) is non-decreasing in x), NaN and a
+// non-finite m counting as may. One test for a block of rows, where a test by row costs a
+// reduction across the row; low: kCheckColumns values on the stack.
+template <typename T>
+inline bool rows_may_need_libm(const T* x, int64_t begin, int64_t end, int64_t cols, const T* m) {
+  constexpr int64_t kCheckColumns = 64;
+  constexpr T inf = std::numeric_limits<T>::infinity();
+  for (int64_t c0 = 0; c0 < cols; c0 += kCheckColumns) {
+    const int64_t width = std::min(kCheckColumns, cols - c0);
+    T low[kCheckColumns];
+    for (int64_t k = 0; k < width; ++k) low[k] = inf;
+    for (int64_t i = begin; i < end; ++i) {
+      const T* row = x + i * cols + c0;
+      for (int64_t k = 0; k < width; ++k) {
+        const T v = row[k] == -inf ? inf : row[k];
+        low[k] = (v < low[k] || v != v) ? v : low[k];  // NaN stays
+      }
+    }
+    for (int64_t k = 0; k < width; ++k)
+      if (!(m[c0 + k] < inf) || log_exp_needs_libm(static_cast<T>(low[k] - m[c0 + k]))) return true;
+  }
+  return false;
+}
+
 // x[i, j] = (stable ? y : log_exp(y)) - log_sum[j] with y = x[i, j] - m[j], floored at floor[j]
 // (fmax_keep) unless floor is null, for the rows [begin, end). A row whose values all take
 // log_exp's first two branches goes through a loop the compiler vectorises; the others through
-// log_exp itself, value by value.
+// log_exp itself, value by value. Rows are tested by blocks first (rows_may_need_libm), and one by
+// one only in a block where some value may need libm.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int64_t begin, int64_t end, int64_t cols,
                                                                       const T* m, const T* log_sum, const T* floor,
                                                                       bool stable) {
-  for (int64_t i = begin; i < end; ++i) {
-    T* row = x + i * cols;
-    int64_t needs_libm = 0;
-    if (!stable) {
+  for (int64_t r0 = begin; r0 < end; r0 += kBlockRows) {
+    const int64_t r1 = std::min(end, r0 + kBlockRows);
+    const bool careful = !stable && rows_may_need_libm(x, r0, r1, cols, m);
+    for (int64_t i = r0; i < r1; ++i) {
+      T* row = x + i * cols;
+      int64_t needs_libm = 0;
+      if (careful) {
 #pragma omp simd reduction(| : needs_libm)
-      for (int64_t j = 0; j < cols; ++j) needs_libm |= log_exp_needs_libm(static_cast<T>(row[j] - m[j]));
-    }
-    if (needs_libm) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const T value = log_exp(static_cast<T>(row[j] - m[j])) - log_sum[j];
-        row[j] = floor ? fmax_keep(floor[j], value) : value;
+        for (int64_t j = 0; j < cols; ++j) needs_libm |= log_exp_needs_libm(static_cast<T>(row[j] - m[j]));
       }
-    } else if (floor) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const T y = row[j] - m[j];
-        row[j] = fmax_keep(floor[j], static_cast<T>((stable ? y : y + T(0)) - log_sum[j]));
-      }
-    } else {
-      for (int64_t j = 0; j < cols; ++j) {
-        const T y = row[j] - m[j];
-        row[j] = (stable ? y : y + T(0)) - log_sum[j];
+      if (needs_libm) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T value = log_exp(static_cast<T>(row[j] - m[j])) - log_sum[j];
+          row[j] = floor ? fmax_keep(floor[j], value) : value;
+        }
+      } else if (floor) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T y = row[j] - m[j];
+          row[j] = fmax_keep(floor[j], static_cast<T>((stable ? y : y + T(0)) - log_sum[j]));
+        }
+      } else {
+        for (int64_t j = 0; j < cols; ++j) {
+          const T y = row[j] - m[j];
+          row[j] = (stable ? y : y + T(0)) - log_sum[j];
+        }
       }
     }
   }
@@ -396,8 +427,10 @@ __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int6
 // sums[j - begin] += exp(x[row(i), j] - m[j]) for i = 0, 1, .. rows - 1 in order, row(i) = x_rows[i]
 // (null: i), columns [begin, end); y and e are kBlockRows * (end - begin) doubles of scratch.
 template <typename T>
-void add_exp_sums(const T* x, const int64_t* x_rows, int64_t rows, int64_t cols, int64_t begin, int64_t end, const T* m,
-                  double* sums, double* y, double* e) {
+__attribute__((target_clones("avx2", "default"))) void add_exp_sums(const T* x, const int64_t* x_rows, int64_t rows,
+                                                                    int64_t cols, int64_t begin, int64_t end, const T* m,
+                                                                    double* __restrict__ sums, double* __restrict__ y,
+                                                                    double* __restrict__ e) {
   const int64_t width = end - begin;
   if (width <= 0) return;
   for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
