@@ -117,6 +117,7 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     dst = tensor(data.edge_dst, torch.int64)
     forward_rows = src if options.forward_message_index == "src" else dst
     src_bounds = owner_bounds(src, data.num_nodes, threads)
+    dst_bounds = None if forward_rows is src else owner_bounds(dst, data.num_nodes, threads)
     listed_src = nodes_with_edges(src, data.num_nodes)
     listed_forward = listed_src if forward_rows is src else nodes_with_edges(dst, data.num_nodes)
     dst_parts = edge_parts(dst, data.num_nodes, EDGE_PARTS_PER_THREAD * threads)
@@ -134,7 +135,6 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
         exp_sums_src = ops.group_exp_sums(distances, src, ce_min_src, src_bounds, positions)
         if forward_rows is src:
             return ce_min_src, exp_sums_src, ce_min_src, exp_sums_src
-        dst_bounds = owner_bounds(dst, data.num_nodes, threads)
         ce_min_dst = ops.group_min(distances, dst, data.num_nodes, dst_bounds, positions)
         exp_sums_dst = ops.group_exp_sums(distances, dst, ce_min_dst, dst_bounds, positions)
         return ce_min_dst, exp_sums_dst, ce_min_src, exp_sums_src

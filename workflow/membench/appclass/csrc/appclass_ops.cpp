@@ -228,11 +228,8 @@ torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads, c10:
 #pragma omp parallel for num_threads(threads_of(threads)) schedule(static)
     for (int64_t block = 0; block < blocks; ++block) {
       const int64_t first = block * kBlockRows;
-      const int64_t n = std::min(kBlockRows, rows - first);
-      if (out_rows)
-        distance_block(ap + first, rows, n, bp, features, cols, op, out_rows + first);
-      else
-        distance_block(ap + first, rows, n, bp, features, cols, op + first * cols, static_cast<const int64_t*>(nullptr));
+      distance_block(ap + first, rows, std::min(kBlockRows, rows - first), bp, features, cols,
+                     out_rows ? op : op + first * cols, out_rows ? out_rows + first : out_rows);
     }
   });
   return out;
@@ -261,12 +258,9 @@ __attribute__((target_clones("avx2", "default"))) void column_max_rows(const T* 
   }
 }
 
-// Per-column maximum ignoring NaN, never below the lowest finite value (PNNL's atomic_fmax loop),
-// over the rows in edge order where positions (edge_rows) say where each edge is stored.
-torch::Tensor column_max(torch::Tensor x, int64_t threads, c10::optional<torch::Tensor> positions) {
-  check_matrix(x, "x");
+// column_max of a checked matrix whose row i is x_rows[i] (null: i).
+torch::Tensor column_max_of(const torch::Tensor& x, int64_t threads, const int64_t* x_rows) {
   const int64_t rows = x.size(0), cols = x.size(1);
-  const int64_t* x_rows = edge_rows(positions, rows);
   auto out = torch::empty({cols}, x.options());
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
@@ -282,6 +276,13 @@ torch::Tensor column_max(torch::Tensor x, int64_t threads, c10::optional<torch::
     combine_partial_maxima(static_cast<const scalar_t*>(pp), parts, cols, out.data_ptr<scalar_t>());
   });
   return out;
+}
+
+// Per-column maximum ignoring NaN, never below the lowest finite value (PNNL's atomic_fmax loop),
+// over the rows in edge order where positions (edge_rows) say where each edge is stored.
+torch::Tensor column_max(torch::Tensor x, int64_t threads, c10::optional<torch::Tensor> positions) {
+  check_matrix(x, "x");
+  return column_max_of(x, threads, edge_rows(positions, x.size(0)));
 }
 
 // The rows [begin, end) of prepare_messages: vr, the differences vr - ce_min_forward (into fmax) and
@@ -457,7 +458,7 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
     TORCH_CHECK(column_maxima->dim() == 1 && column_maxima->size(0) == x.size(1) && column_maxima->is_contiguous() &&
                     column_maxima->scalar_type() == x.scalar_type(),
                 "column_max must be contiguous (columns,) of x's dtype");
-  const auto m = column_maxima ? *column_maxima : column_max(x, threads, positions);
+  const auto m = column_maxima ? *column_maxima : column_max_of(x, threads, x_rows);
   const int64_t rows = x.size(0), cols = x.size(1);
   const int parts = threads_of(threads);
   auto sums = torch::zeros({cols}, torch::dtype(torch::kFloat64));
@@ -886,7 +887,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
         belief_rows(cv.data_ptr<scalar_t>(), static_cast<const scalar_t*>(fp), static_cast<const scalar_t*>(rp),
                     static_cast<const int64_t*>(term_starts), static_cast<const int64_t*>(terms), first, last, nodes, cols,
                     mp);
-        column_max_rows(static_cast<const scalar_t*>(mp), static_cast<const int64_t*>(nullptr), first, last, nodes, pp + t * nodes);
+        column_max_rows(static_cast<const scalar_t*>(mp), static_cast<const int64_t*>(nullptr), first, last, nodes,
+                        pp + t * nodes);
       }
     }
     combine_partial_maxima(static_cast<const scalar_t*>(pp), parts, nodes, out.data_ptr<scalar_t>());
