@@ -218,8 +218,9 @@ def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, t
     with CpuAllocatorTracker() as allocations:
         mu_max = kernels.update_beliefs_(mu, cv, fmax, forward_max, forward_sums, forward_floor, rmax, reverse_max,
                                          reverse_sums, reverse_floor, pattern_src, pattern_dst, stable, threads)
-    # The terms' table (starts, terms), the result, the log-sums and the (threads, nodes) partial maxima.
-    assert allocations.peak_bytes == 8 * ((nodes + 1) + 2 * cols + nodes + 2 * cols + nodes * threads)
+    # The terms' table (starts, then each term's column and array), the result, the log-sums and the
+    # (threads, nodes) partial maxima.
+    assert allocations.peak_bytes == 8 * ((nodes + 1) + 2 * 2 * cols + nodes + 2 * cols + nodes * threads)
     for got, want in [(fmax, expected_fmax), (rmax, expected_rmax), (mu, expected_mu),
                       (mu_max, kernels.column_max(expected_mu, threads))]:
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))
@@ -416,8 +417,9 @@ def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
 
 def test_update_beliefs_and_normprob_reject_mismatched_arguments(kernels):
     """update_beliefs_ needs pattern edges that join pattern nodes (it indexes beliefs by them),
-    per-column vectors of the maxima's width and float64 exp-sums; normprob_ given column maxima
-    needs one per column."""
+    per-column vectors of the maxima's width, float64 exp-sums and floors that are numbers (the
+    normalisations raise values to them with one max instruction, which NaN would break), and so
+    does normalise_maxima_; normprob_ given column maxima needs one per column."""
     rows, nodes, cols = 5, 3, 4
     cv, mu = torch.zeros(rows, nodes, dtype=torch.float64), torch.empty(rows, nodes, dtype=torch.float64)
     fmax, rmax = torch.zeros(rows, cols, dtype=torch.float64), torch.zeros(rows, cols, dtype=torch.float64)
@@ -433,6 +435,16 @@ def test_update_beliefs_and_normprob_reject_mismatched_arguments(kernels):
         update(forward_sums=sums.float())
     with pytest.raises(RuntimeError, match="column maxima and floors must be contiguous"):
         update(floor=torch.zeros(cols + 1, dtype=torch.float64))
+    nan_floor = column.clone()
+    nan_floor[2] = math.nan
+    with pytest.raises(RuntimeError, match="floors must not be NaN"):
+        update(floor=nan_floor)
+    with pytest.raises(RuntimeError, match="floors must not be NaN"):
+        kernels.normalise_maxima_(fmax.clone(), column, sums, nan_floor, False, 1)
+    with pytest.raises(RuntimeError, match="column maxima and floors must be contiguous"):
+        kernels.normalise_maxima_(fmax.clone(), column[:-1], sums, column, False, 1)
+    with pytest.raises(RuntimeError, match="exp-sums must be contiguous float64"):
+        kernels.normalise_maxima_(fmax.clone(), column, sums.float(), column, False, 1)
     with pytest.raises(RuntimeError, match="column_max must be contiguous"):
         kernels.normprob_(mu, False, 1, torch.zeros(nodes + 1, dtype=torch.float64))
 

@@ -121,10 +121,12 @@ inline int64_t log_exp_needs_libm(T y) {
   return static_cast<int64_t>(!(y >= normal_floor<T>())) & static_cast<int64_t>(y != -std::numeric_limits<T>::infinity());
 }
 
-// NumPy's fmax(a, b): a unless a < b, NaN ignored.
+// NumPy's fmax(running, value) for a running maximum that is never NaN (it starts at a number and
+// only takes values through this function): value if it is greater, so NaN is ignored and ties
+// keep the earlier value. One max instruction; fmax of a NaN running value needs four.
 template <typename T>
-inline T fmax_keep(T a, T b) {
-  return (a >= b || b != b) ? a : b;
+inline T raise_max(T running, T value) {
+  return value > running ? value : running;
 }
 
 // Calls body with a double or a float (pointer type tag) per the dtype. OpenMP pragmas cannot
@@ -163,6 +165,26 @@ void check_matrix(const torch::Tensor& x, const char* name) {
 void check_index(const torch::Tensor& x, int64_t length, const char* name) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() == 1 && x.is_contiguous() && x.scalar_type() == torch::kInt64 && x.size(0) == length,
               name, " must be a contiguous int64 vector of length ", length);
+}
+
+// Checks a normalisation's column vectors for cols columns of x's dtype: maxima and floors, none of
+// the floors NaN (normalise_rows raises the values to them with raise_max), and float64 exp-sums.
+void check_normalisation(const torch::Tensor& x, int64_t cols, const torch::Tensor& m, const torch::Tensor& sums,
+                         const torch::Tensor& floor) {
+  for (const auto* v : {&m, &floor})
+    TORCH_CHECK(v->device().is_cpu() && v->dim() == 1 && v->size(0) == cols && v->is_contiguous() &&
+                    v->scalar_type() == x.scalar_type(),
+                "column maxima and floors must be contiguous (pattern edges,) of the messages' dtype");
+  TORCH_CHECK(sums.device().is_cpu() && sums.dim() == 1 && sums.size(0) == cols && sums.is_contiguous() &&
+                  sums.scalar_type() == torch::kFloat64,
+              "exp-sums must be contiguous float64 (pattern edges,)");
+  bool floor_has_nan = false;
+  dispatch_float(floor.scalar_type(), [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const scalar_t* f = floor.data_ptr<scalar_t>();
+    for (int64_t j = 0; j < cols; ++j) floor_has_nan = floor_has_nan || f[j] != f[j];
+  });
+  TORCH_CHECK(!floor_has_nan, "floors must not be NaN");
 }
 
 // The storage rows of the edges, edge i in row positions[i] (null: row i), after checking that
@@ -235,18 +257,18 @@ torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads, c10:
   return out;
 }
 
-// out[k] = the fmax_keep of the parts' partial maxima partial[t * width + k], taken in part order
+// out[k] = the raise_max of the parts' partial maxima partial[t * width + k], taken in part order
 // (so that ties and NaN resolve as one pass over the rows in order would), from the lowest value.
 template <typename T>
 void combine_partial_maxima(const T* partial, int parts, int64_t width, T* out) {
   for (int64_t k = 0; k < width; ++k) {
     T m = std::numeric_limits<T>::lowest();
-    for (int t = 0; t < parts; ++t) m = fmax_keep(m, partial[t * width + k]);
+    for (int t = 0; t < parts; ++t) m = raise_max(m, partial[t * width + k]);
     out[k] = m;
   }
 }
 
-// mine[j] = fmax_keep(mine[j], x[row(i), j]) for i in [begin, end) in order, row(i) = rows[i] (null:
+// mine[j] = raise_max(mine[j], x[row(i), j]) for i in [begin, end) in order, row(i) = rows[i] (null:
 // i), vectorised over j, so each column still takes its rows in order.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void column_max_rows(const T* __restrict__ x, const int64_t* rows,
@@ -254,7 +276,7 @@ __attribute__((target_clones("avx2", "default"))) void column_max_rows(const T* 
                                                                        T* __restrict__ mine) {
   for (int64_t i = begin; i < end; ++i) {
     const T* row = x + edge_row(rows, i) * cols;
-    for (int64_t j = 0; j < cols; ++j) mine[j] = fmax_keep(mine[j], row[j]);
+    for (int64_t j = 0; j < cols; ++j) mine[j] = raise_max(mine[j], row[j]);
   }
 }
 
@@ -308,10 +330,10 @@ __attribute__((target_clones("avx2", "default"))) void prepare_rows(
       vr[row + j] = r;
       fmax[row + j] = forward;
       rmax[row + j] = reverse;
-      vf_max[j] = fmax_keep(vf_max[j], f);
-      vr_max[j] = fmax_keep(vr_max[j], r);
-      forward_max[j] = fmax_keep(forward_max[j], forward);
-      reverse_max[j] = fmax_keep(reverse_max[j], reverse);
+      vf_max[j] = raise_max(vf_max[j], f);
+      vr_max[j] = raise_max(vr_max[j], r);
+      forward_max[j] = raise_max(forward_max[j], forward);
+      reverse_max[j] = raise_max(reverse_max[j], reverse);
     }
   }
 }
@@ -387,9 +409,9 @@ inline bool rows_may_need_libm(const T* x, int64_t begin, int64_t end, int64_t c
 }
 
 // x[i, j] = (stable ? y : log_exp(y)) - log_sum[j] with y = x[i, j] - m[j], floored at floor[j]
-// (fmax_keep) unless floor is null, for the rows [begin, end). A row whose values all take
-// log_exp's first two branches goes through a loop the compiler vectorises; the others through
-// log_exp itself, value by value. Rows are tested by blocks first (rows_may_need_libm), and one by
+// (raise_max: floors are never NaN, see check_normalisation) unless floor is null, for the rows
+// [begin, end). A row whose values all take log_exp's first two branches goes through a loop the
+// compiler vectorises; the others through log_exp itself, value by value. Rows are tested by blocks first (rows_may_need_libm), and one by
 // one only in a block where some value may need libm.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int64_t begin, int64_t end, int64_t cols,
@@ -408,12 +430,12 @@ __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int6
       if (needs_libm) {
         for (int64_t j = 0; j < cols; ++j) {
           const T value = log_exp(static_cast<T>(row[j] - m[j])) - log_sum[j];
-          row[j] = floor ? fmax_keep(floor[j], value) : value;
+          row[j] = floor ? raise_max(floor[j], value) : value;
         }
       } else if (floor) {
         for (int64_t j = 0; j < cols; ++j) {
           const T y = row[j] - m[j];
-          row[j] = fmax_keep(floor[j], static_cast<T>((stable ? y : y + T(0)) - log_sum[j]));
+          row[j] = raise_max(floor[j], static_cast<T>((stable ? y : y + T(0)) - log_sum[j]));
         }
       } else {
         for (int64_t j = 0; j < cols; ++j) {
@@ -632,7 +654,7 @@ __attribute__((target_clones("avx2", "default"))) bool scatter_max_part(const T*
     const T* c = ce + e * cols;
     const T* v = node + u * cols;
     T* r = raw + g * cols;
-    for (int64_t j = 0; j < cols; ++j) r[j] = fmax_keep(r[j], static_cast<T>(v[j] - c[j]));
+    for (int64_t j = 0; j < cols; ++j) r[j] = raise_max(r[j], static_cast<T>(v[j] - c[j]));
   }
   return in_range;
 }
@@ -771,6 +793,7 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
                        int64_t threads) {
   check_matrix(raw, "raw");
   const int64_t rows = raw.size(0), cols = raw.size(1);
+  check_normalisation(raw, cols, m, sums, floor);
   dispatch_float(raw.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     scalar_t* rp = raw.data_ptr<scalar_t>();
@@ -790,21 +813,22 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
 
 // The rows [begin, end) of mu = -cv plus the message maxima, each pattern node k adding its terms
 // in the order of the pattern-edge loop (for j: mu[:, dst_j] += fmax[:, j]; mu[:, src_j] +=
-// rmax[:, j]): terms[term_starts[k] .. term_starts[k + 1]) are columns of the row [fmax | rmax]
-// (j for fmax, cols + j for rmax). Each sum stays in a register.
+// rmax[:, j]): term t of terms[term_starts[k] .. term_starts[k + 1]) is column term_columns[t] of
+// fmax (term_from_rmax[t] = 0) or rmax (1). Each sum stays in a register; the term's array is
+// picked by index, not by a branch, which the alternating terms would mispredict.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void belief_rows(const T* __restrict__ cv, const T* __restrict__ fmax,
                                                                    const T* __restrict__ rmax,
                                                                    const int64_t* __restrict__ term_starts,
-                                                                   const int64_t* __restrict__ terms, int64_t begin,
-                                                                   int64_t end, int64_t nodes, int64_t cols,
-                                                                   T* __restrict__ mu) {
+                                                                   const int64_t* __restrict__ term_columns,
+                                                                   const int64_t* __restrict__ term_from_rmax,
+                                                                   int64_t begin, int64_t end, int64_t nodes,
+                                                                   int64_t cols, T* __restrict__ mu) {
   for (int64_t i = begin; i < end; ++i) {
-    const T* f = fmax + i * cols;
-    const T* r = rmax + i * cols;
+    const T* rows[2] = {fmax + i * cols, rmax + i * cols};
     for (int64_t k = 0; k < nodes; ++k) {
       T total = -cv[i * nodes + k];
-      for (int64_t t = term_starts[k]; t < term_starts[k + 1]; ++t) total += terms[t] < cols ? f[terms[t]] : r[terms[t] - cols];
+      for (int64_t t = term_starts[k]; t < term_starts[k + 1]; ++t) total += rows[term_from_rmax[t]][term_columns[t]];
       mu[i * nodes + k] = total;
     }
   }
@@ -829,12 +853,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
                   rmax.scalar_type() == cv.scalar_type(),
               "fmax and rmax must be (nodes, pattern edges) of cv's dtype");
   const int64_t rows = cv.size(0), nodes = cv.size(1), cols = fmax.size(1);
-  for (const auto* x : {&forward_max, &forward_floor, &reverse_max, &reverse_floor})
-    TORCH_CHECK(x->dim() == 1 && x->size(0) == cols && x->is_contiguous() && x->scalar_type() == cv.scalar_type(),
-                "column maxima and floors must be contiguous (pattern edges,) of cv's dtype");
-  for (const auto* x : {&forward_sums, &reverse_sums})
-    TORCH_CHECK(x->dim() == 1 && x->size(0) == cols && x->is_contiguous() && x->scalar_type() == torch::kFloat64,
-                "exp-sums must be contiguous float64 (pattern edges,)");
+  check_normalisation(fmax, cols, forward_max, forward_sums, forward_floor);
+  check_normalisation(rmax, cols, reverse_max, reverse_sums, reverse_floor);
   check_index(pattern_src_tensor, cols, "pattern_src");
   check_index(pattern_dst_tensor, cols, "pattern_dst");
   const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
@@ -844,15 +864,16 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
                 "pattern edges must join pattern nodes");
   // Each pattern node's terms in the loop's order.
   auto term_starts_tensor = torch::empty({nodes + 1}, torch::dtype(torch::kInt64));
-  auto terms_tensor = torch::empty({2 * cols}, torch::dtype(torch::kInt64));
+  auto terms_tensor = torch::empty({2, 2 * cols}, torch::dtype(torch::kInt64));
   int64_t* term_starts = term_starts_tensor.data_ptr<int64_t>();
-  int64_t* terms = terms_tensor.data_ptr<int64_t>();
+  int64_t* term_columns = terms_tensor.data_ptr<int64_t>();
+  int64_t* term_from_rmax = term_columns + 2 * cols;
   int64_t count = 0;
   for (int64_t k = 0; k < nodes; ++k) {
     term_starts[k] = count;
     for (int64_t j = 0; j < cols; ++j) {
-      if (pattern_dst[j] == k) terms[count++] = j;
-      if (pattern_src[j] == k) terms[count++] = cols + j;
+      if (pattern_dst[j] == k) term_columns[count] = j, term_from_rmax[count++] = 0;
+      if (pattern_src[j] == k) term_columns[count] = j, term_from_rmax[count++] = 1;
     }
   }
   term_starts[nodes] = count;
@@ -885,7 +906,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
         normalise_rows(rp, first, last, cols, reverse_max.data_ptr<scalar_t>(), log_sums + cols,
                        static_cast<const scalar_t*>(reverse_floor.data_ptr<scalar_t>()), stable);
         belief_rows(cv.data_ptr<scalar_t>(), static_cast<const scalar_t*>(fp), static_cast<const scalar_t*>(rp),
-                    static_cast<const int64_t*>(term_starts), static_cast<const int64_t*>(terms), first, last, nodes, cols,
+                    static_cast<const int64_t*>(term_starts), static_cast<const int64_t*>(term_columns),
+                    static_cast<const int64_t*>(term_from_rmax), first, last, nodes, cols,
                     mp);
         column_max_rows(static_cast<const scalar_t*>(mp), static_cast<const int64_t*>(nullptr), first, last, nodes,
                         pp + t * nodes);
