@@ -137,8 +137,9 @@ def test_sources_digest_follows_names_and_contents(tmp_path):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     """Scratch included: column_max holds its (C,) result and a (threads, C) table of partial maxima;
-    normprob_ the column maxima, the (C,) float64 exp-sums, per part two 64-row blocks of the
-    widest column share (float64), then the (C,) log-sums."""
+    normprob_ the column maxima, the (C,) float64 exp-sums, a chunk of rows twice (values and their
+    exponentials, float64: up to 16384 values, no more rows than the matrix has) and the 16 values
+    its column sums may read past it, then the (C,) log-sums."""
     from membench.core.tracers import CpuAllocatorTracker
 
     rows, cols = 5, 3
@@ -148,8 +149,7 @@ def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     assert column_max.peak_bytes == 8 * cols * (1 + threads)
     with CpuAllocatorTracker() as normprob:
         kernels.normprob_(x, False, threads)
-    widest = -(-cols // threads)
-    scratch = 8 * threads * 2 * 64 * widest
+    scratch = 8 * (2 * min(rows, 16384 // cols) * cols + 16)
     assert normprob.peak_bytes == max(8 * cols * (1 + threads), 8 * cols * 2 + scratch, 8 * cols * 3)
 
 

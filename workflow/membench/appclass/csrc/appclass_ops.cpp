@@ -51,6 +51,8 @@ namespace {
 
 constexpr int64_t kBlockRows = 64;  // rows per exp block: the block stays in L1
 constexpr int64_t kPrefetchEdges = 16;  // how far ahead scatter_max_ fetches an edge's rows
+constexpr int64_t kChunkValues = 16384;  // values per chunk of normprob_'s exp-sums: y and exp(y) stay in L2
+constexpr int64_t kSumColumns = 16;  // columns a thread sums at a time: four AVX2 registers
 
 // exp(y) for y in [-708, 709] (normal results).
 inline double exp_normal(double y) {
@@ -151,9 +153,10 @@ inline std::pair<int64_t, int64_t> share(int64_t n, int t, int parts) {
 // The widest of the parts pieces of n items.
 inline int64_t widest_share(int64_t n, int parts) { return (n + parts - 1) / parts; }
 
-// Per part of a blocked exp pass over columns: two (kBlockRows x width) double blocks (y, exp(y)).
+// Per part of a blocked exp pass over columns: two (kBlockRows x width) double blocks (y, exp(y)),
+// each followed by the kSumColumns values add_chunk_sums may read past it (zeros).
 torch::Tensor exp_scratch(int parts, int64_t width) {
-  return torch::empty({parts, 2, kBlockRows * std::max<int64_t>(width, 1)}, torch::dtype(torch::kFloat64));
+  return torch::zeros({parts, 2, kBlockRows * std::max<int64_t>(width, 1) + kSumColumns}, torch::dtype(torch::kFloat64));
 }
 
 void check_matrix(const torch::Tensor& x, const char* name) {
@@ -447,24 +450,37 @@ __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int6
   }
 }
 
-// sums[j - begin] += exp(x[row(i), j] - m[j]) for i = 0, 1, .. rows - 1 in order, row(i) = x_rows[i]
-// (null: i), columns [begin, end); y and e are kBlockRows * (end - begin) doubles of scratch.
+// e = exp(y) for the rows [begin, end) of a chunk of x, y[(i - begin) * cols + j] = x[row(i), j] -
+// m[j], row(i) = x_rows[i] (null: i): whole rows, so that the exponentials run over contiguous values.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void add_exp_sums(const T* x, const int64_t* x_rows, int64_t rows,
-                                                                    int64_t cols, int64_t begin, int64_t end, const T* m,
-                                                                    double* __restrict__ sums, double* __restrict__ y,
-                                                                    double* __restrict__ e) {
-  const int64_t width = end - begin;
-  if (width <= 0) return;
-  for (int64_t r0 = 0; r0 < rows; r0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, rows - r0);
-    for (int64_t b = 0; b < n; ++b) {
-      const T* row = x + edge_row(x_rows, r0 + b) * cols;
-      for (int64_t j = begin; j < end; ++j) y[b * width + j - begin] = static_cast<T>(row[j] - m[j]);
+__attribute__((target_clones("avx2", "default"))) void chunk_exponentials(const T* x, const int64_t* x_rows,
+                                                                          int64_t begin, int64_t end, int64_t cols,
+                                                                          const T* m, double* __restrict__ y,
+                                                                          double* __restrict__ e) {
+  for (int64_t i = begin; i < end; ++i) {
+    const T* row = x + edge_row(x_rows, i) * cols;
+    double* yi = y + (i - begin) * cols;
+    for (int64_t j = 0; j < cols; ++j) yi[j] = static_cast<T>(row[j] - m[j]);
+  }
+  exp_block(y, e, (end - begin) * cols);
+}
+
+// sums[j - begin] += e[i, j] for the rows i = 0 .. rows - 1 of a chunk in order, columns [begin,
+// end), kSumColumns columns at a time in registers (a sum kept in memory waits on its own store
+// every row). e must be readable kSumColumns values past its last row: the columns past end add
+// into registers that are never stored.
+__attribute__((target_clones("avx2", "default"))) void add_chunk_sums(const double* e, int64_t rows, int64_t cols,
+                                                                      int64_t begin, int64_t end,
+                                                                      double* __restrict__ sums) {
+  for (int64_t first = begin; first < end; first += kSumColumns) {
+    const int64_t width = std::min(kSumColumns, end - first);
+    double total[kSumColumns];
+    for (int64_t k = 0; k < kSumColumns; ++k) total[k] = k < width ? sums[first - begin + k] : 0.0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const double* ei = e + i * cols + first;
+      for (int64_t k = 0; k < kSumColumns; ++k) total[k] += ei[k];
     }
-    exp_block(y, e, n * width);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t k = 0; k < width; ++k) sums[k] += e[b * width + k];
+    for (int64_t k = 0; k < width; ++k) sums[first - begin + k] = total[k];
   }
 }
 
@@ -490,14 +506,27 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
     const scalar_t* mp = m.data_ptr<scalar_t>();
     double* sp = sums.data_ptr<double>();
     {
-      auto scratch = exp_scratch(parts, widest_share(cols, parts));
-      double* scratch_p = scratch.data_ptr<double>();
-      const int64_t block = scratch.size(2);
-#pragma omp parallel for num_threads(parts) schedule(static)
-      for (int t = 0; t < parts; ++t) {
-        const auto [begin, end] = share(cols, t, parts);
-        double* y = scratch_p + t * 2 * block;
-        add_exp_sums(xp, x_rows, rows, cols, begin, end, mp, sp + begin, y, y + block);
+      // The sums chunk by chunk of rows: the threads take a chunk's exponentials by rows, then its
+      // sums by columns, each column adding the chunk's rows in order. Splitting the exponentials
+      // by columns instead would leave each thread a few values per row, too few to vectorise.
+      const int64_t chunk_rows = std::max<int64_t>(1, std::min(rows, kChunkValues / std::max<int64_t>(cols, 1)));
+      // y, then exp(y) and the kSumColumns values add_chunk_sums may read past it.
+      auto chunk = torch::zeros({2 * chunk_rows * cols + kSumColumns}, torch::dtype(torch::kFloat64));
+      double* y = chunk.data_ptr<double>();
+      double* e = y + chunk_rows * cols;
+#pragma omp parallel num_threads(parts)
+      {
+        const int t = omp_get_thread_num(), team = omp_get_num_threads();
+        const auto [column_begin, column_end] = share(cols, t, team);
+        for (int64_t first = 0; first < rows; first += chunk_rows) {
+          const int64_t n = std::min(chunk_rows, rows - first);
+          const auto [begin, end] = share(n, t, team);
+          chunk_exponentials(static_cast<const scalar_t*>(xp), x_rows, first + begin, first + end, cols, mp,
+                             y + begin * cols, e + begin * cols);
+#pragma omp barrier
+          add_chunk_sums(e, n, cols, column_begin, column_end, sp + column_begin);
+#pragma omp barrier
+        }
       }
     }
     auto log_sum_tensor = torch::empty({cols}, x.options());
@@ -706,7 +735,8 @@ void scatter_max_(torch::Tensor raw, torch::Tensor ce, torch::Tensor rows, torch
 
 // sums[k] += exp(d[i, j] - m[j]) * s[i, j] for the rows i = listed[0 .. count) in order, columns
 // [begin, end), k = j - begin; rows with s = 0 (nodes without edges, whose d may be NaN) add
-// nothing, so the list may leave them out. y and e are kBlockRows * (end - begin) doubles of scratch.
+// nothing, so the list may leave them out. y and e are kBlockRows * (end - begin) doubles of scratch,
+// e followed by kSumColumns more (add_chunk_sums).
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T* d, const double* s, const T* m,
                                                                          const int64_t* listed, int64_t count,
@@ -732,8 +762,9 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
     exp_block(y, e, n * width);
     for (int64_t b = 0; b < n; ++b) {
       const double* sb = s + listed[r0 + b] * cols + begin;
-      for (int64_t k = 0; k < width; ++k) sums[k] += e[b * width + k] * sb[k];
+      for (int64_t k = 0; k < width; ++k) e[b * width + k] *= sb[k];
     }
+    add_chunk_sums(e, n, width, 0, width, sums);
   }
 }
 
