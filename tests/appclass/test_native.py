@@ -137,9 +137,10 @@ def test_sources_digest_follows_names_and_contents(tmp_path):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     """Scratch included: column_max holds its (C,) result and a (threads, C) table of partial maxima;
-    normprob_ the column maxima, the (C,) float64 exp-sums, a chunk of rows twice (values and their
-    exponentials, float64: up to 16384 values, no more rows than the matrix has) and the 16 values
-    its column sums may read past it, then the (C,) log-sums."""
+    normprob_ the column maxima, the (C,) float64 exp-sums, a chunk of rows (up to 32768 values, no
+    more rows than the matrix has) in float64 once for its values and twice for their exponentials,
+    each of those two followed by the 16 values its column sums may read past it, then the (C,)
+    log-sums."""
     from membench.core.tracers import CpuAllocatorTracker
 
     rows, cols = 5, 3
@@ -149,7 +150,7 @@ def test_the_allocator_trace_sees_every_byte_the_kernels_hold(kernels, threads):
     assert column_max.peak_bytes == 8 * cols * (1 + threads)
     with CpuAllocatorTracker() as normprob:
         kernels.normprob_(x, False, threads)
-    scratch = 8 * (2 * min(rows, 16384 // cols) * cols + 16)
+    scratch = 8 * (3 * min(rows, 32768 // cols) * cols + 2 * 16)
     assert normprob.peak_bytes == max(8 * cols * (1 + threads), 8 * cols * 2 + scratch, 8 * cols * 3)
 
 
@@ -271,6 +272,29 @@ def _log_exp(y: float) -> float:
     if y == -math.inf or math.exp(y) == 0.0:
         return -math.inf  # log(0); Python's math.log raises instead
     return math.log(math.exp(y))
+
+
+@pytest.mark.parametrize("stable", [False, True])
+def test_normprob_over_many_chunks_is_the_same_for_any_thread_count(kernels, stable):
+    """normprob_ takes its exp-sums chunk by chunk of rows (32768 values each), the threads sharing
+    each chunk's exponentials by rows and its sums by columns: over several chunks and a partial
+    one, every thread count gives the same bits, within rounding of the reference's normprob."""
+    from membench.appclass.reference import normprob
+
+    rows, cols = 3 * (32768 // 7) + 5, 7
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 40
+    x[17, 2], x[9000, 4] = -math.inf, -900.0  # a node without edges, and an exp that underflows
+    results = []
+    for threads in (1, 2, 3, 4):
+        out = x.clone()
+        kernels.normprob_(out, stable, threads)
+        results.append(out)
+    for out in results[1:]:
+        assert torch.equal(out.view(torch.int64), results[0].view(torch.int64))
+    expected = x.numpy().copy()
+    with np.errstate(all="ignore"):  # log(0) where the exp underflows, as the reference allows
+        normprob(expected, "stable" if stable else "reference")
+    np.testing.assert_allclose(results[0].numpy(), expected, rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("stable", [False, True])

@@ -51,7 +51,7 @@ namespace {
 
 constexpr int64_t kBlockRows = 64;  // rows per exp block: the block stays in L1
 constexpr int64_t kPrefetchEdges = 16;  // how far ahead scatter_max_ fetches an edge's rows
-constexpr int64_t kChunkValues = 16384;  // values per chunk of normprob_'s exp-sums: y and exp(y) stay in L2
+constexpr int64_t kChunkValues = 32768;  // values per chunk of normprob_'s exp-sums (a barrier each)
 constexpr int64_t kSumColumns = 16;  // columns a thread sums at a time: four AVX2 registers
 
 // exp(y) for y in [-708, 709] (normal results).
@@ -509,23 +509,26 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
       // The sums chunk by chunk of rows: the threads take a chunk's exponentials by rows, then its
       // sums by columns, each column adding the chunk's rows in order. Splitting the exponentials
       // by columns instead would leave each thread a few values per row, too few to vectorise.
+      // The exponentials alternate between two buffers, so that one barrier a chunk suffices: a
+      // thread may take the next chunk's while another still sums this one's.
       const int64_t chunk_rows = std::max<int64_t>(1, std::min(rows, kChunkValues / std::max<int64_t>(cols, 1)));
-      // y, then exp(y) and the kSumColumns values add_chunk_sums may read past it.
-      auto chunk = torch::zeros({2 * chunk_rows * cols + kSumColumns}, torch::dtype(torch::kFloat64));
+      const int64_t chunk_values = chunk_rows * cols;
+      // y, then twice exp(y) and the kSumColumns values add_chunk_sums may read past it.
+      auto chunk = torch::zeros({3 * chunk_values + 2 * kSumColumns}, torch::dtype(torch::kFloat64));
       double* y = chunk.data_ptr<double>();
-      double* e = y + chunk_rows * cols;
+      double* const exponentials[2] = {y + chunk_values, y + 2 * chunk_values + kSumColumns};
 #pragma omp parallel num_threads(parts)
       {
         const int t = omp_get_thread_num(), team = omp_get_num_threads();
         const auto [column_begin, column_end] = share(cols, t, team);
-        for (int64_t first = 0; first < rows; first += chunk_rows) {
+        for (int64_t first = 0, c = 0; first < rows; first += chunk_rows, ++c) {
           const int64_t n = std::min(chunk_rows, rows - first);
           const auto [begin, end] = share(n, t, team);
+          double* e = exponentials[c % 2];
           chunk_exponentials(static_cast<const scalar_t*>(xp), x_rows, first + begin, first + end, cols, mp,
                              y + begin * cols, e + begin * cols);
 #pragma omp barrier
           add_chunk_sums(e, n, cols, column_begin, column_end, sp + column_begin);
-#pragma omp barrier
         }
       }
     }
