@@ -156,7 +156,8 @@ inline int64_t widest_share(int64_t n, int parts) { return (n + parts - 1) / par
 // Per part of a blocked exp pass over columns: two (kBlockRows x width) double blocks (y, exp(y)),
 // each followed by the kSumColumns values add_chunk_sums may read past it (zeros).
 torch::Tensor exp_scratch(int parts, int64_t width) {
-  return torch::zeros({parts, 2, kBlockRows * std::max<int64_t>(width, 1) + kSumColumns}, torch::dtype(torch::kFloat64));
+  const int64_t block = kBlockRows * std::max<int64_t>(width, 1) + kSumColumns;
+  return torch::zeros({parts, 2, block}, torch::dtype(torch::kFloat64));
 }
 
 void check_matrix(const torch::Tensor& x, const char* name) {
@@ -414,8 +415,8 @@ inline bool rows_may_need_libm(const T* x, int64_t begin, int64_t end, int64_t c
 // x[i, j] = (stable ? y : log_exp(y)) - log_sum[j] with y = x[i, j] - m[j], floored at floor[j]
 // (raise_max: floors are never NaN, see check_normalisation) unless floor is null, for the rows
 // [begin, end). A row whose values all take log_exp's first two branches goes through a loop the
-// compiler vectorises; the others through log_exp itself, value by value. Rows are tested by blocks first (rows_may_need_libm), and one by
-// one only in a block where some value may need libm.
+// compiler vectorises; the others through log_exp itself, value by value. Rows are tested by
+// blocks first (rows_may_need_libm), and one by one only in a block where some value may need libm.
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void normalise_rows(T* x, int64_t begin, int64_t end, int64_t cols,
                                                                       const T* m, const T* log_sum, const T* floor,
