@@ -171,10 +171,12 @@ void check_index(const torch::Tensor& x, int64_t length, const char* name) {
               name, " must be a contiguous int64 vector of length ", length);
 }
 
-// Checks a normalisation's column vectors for cols columns of x's dtype: maxima and floors, none of
-// the floors NaN (normalise_rows raises the values to them with raise_max), and float64 exp-sums.
-void check_normalisation(const torch::Tensor& x, int64_t cols, const torch::Tensor& m, const torch::Tensor& sums,
+// Checks the column vectors of a normalisation of x (rows, cols): maxima and floors of x's dtype,
+// none of the floors NaN (normalise_rows raises the values to them with raise_max), and float64
+// exp-sums.
+void check_normalisation(const torch::Tensor& x, const torch::Tensor& m, const torch::Tensor& sums,
                          const torch::Tensor& floor) {
+  const int64_t cols = x.size(1);
   for (const auto* v : {&m, &floor})
     TORCH_CHECK(v->device().is_cpu() && v->dim() == 1 && v->size(0) == cols && v->is_contiguous() &&
                     v->scalar_type() == x.scalar_type(),
@@ -828,7 +830,7 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
                        int64_t threads) {
   check_matrix(raw, "raw");
   const int64_t rows = raw.size(0), cols = raw.size(1);
-  check_normalisation(raw, cols, m, sums, floor);
+  check_normalisation(raw, m, sums, floor);
   dispatch_float(raw.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     scalar_t* rp = raw.data_ptr<scalar_t>();
@@ -908,8 +910,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
                   rmax.scalar_type() == cv.scalar_type(),
               "fmax and rmax must be (nodes, pattern edges) of cv's dtype");
   const int64_t rows = cv.size(0), nodes = cv.size(1), cols = fmax.size(1);
-  check_normalisation(fmax, cols, forward_max, forward_sums, forward_floor);
-  check_normalisation(rmax, cols, reverse_max, reverse_sums, reverse_floor);
+  check_normalisation(fmax, forward_max, forward_sums, forward_floor);
+  check_normalisation(rmax, reverse_max, reverse_sums, reverse_floor);
   check_index(pattern_src_tensor, cols, "pattern_src");
   check_index(pattern_dst_tensor, cols, "pattern_dst");
   const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
