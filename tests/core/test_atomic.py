@@ -18,13 +18,13 @@ def test_write_json_replaces_whole_file(tmp_path):
 
 def test_failed_write_keeps_old_content_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "table.csv"
-    path.write_text("old\n")
+    atomic.write_text(path, "old\n")
     with pytest.raises(RuntimeError):
         with atomic.atomic_path(path) as tmp:
             tmp.write_text("partial")
             raise RuntimeError("killed mid-write")
     assert path.read_text() == "old\n"
-    assert os.listdir(tmp_path) == ["table.csv"]
+    assert sorted(os.listdir(tmp_path)) == [atomic.LEDGER_NAME, "table.csv"]
 
 
 def test_temporary_is_beside_target_so_rename_is_atomic(tmp_path):
@@ -134,4 +134,84 @@ def test_temporaries_of_killed_writers_are_removed_by_the_next_write(tmp_path):
     with atomic.atomic_directory(tmp_path / "db", "db"):
         pass
     atomic.write_text(tmp_path / "table.csv", "whole")
-    assert sorted(os.listdir(tmp_path)) == sorted(["db", "table.csv", live.name, other_host.name])
+    assert sorted(os.listdir(tmp_path)) == sorted(["db", "table.csv", atomic.LEDGER_NAME, live.name, other_host.name])
+
+
+def test_a_file_membench_wrote_is_replaced_and_a_foreign_one_refused_untouched(tmp_path):
+    ours = tmp_path / "ours.csv"
+    atomic.write_text(ours, "first\n")
+    atomic.write_text(ours, "second\n")
+    assert ours.read_text() == "second\n"
+    theirs = tmp_path / "theirs.csv"
+    theirs.write_text("user data\n")
+    with pytest.raises(InputError, match="theirs.csv: exists and is not written by membench"):
+        atomic.write_text(theirs, "x")
+    assert theirs.read_text() == "user data\n"
+
+
+def test_a_file_changed_after_membench_wrote_it_is_refused(tmp_path):
+    path = tmp_path / "table.csv"
+    atomic.write_text(path, "ours\n")
+    path.write_text("edited by hand, longer\n")
+    with pytest.raises(InputError, match="or was changed since"):
+        atomic.write_text(path, "x")
+    assert path.read_text() == "edited by hand, longer\n"
+
+
+@pytest.mark.parametrize("make", ["fifo", "symlink"])
+def test_a_special_file_or_link_at_the_target_is_refused(tmp_path, make):
+    target = tmp_path / "out.csv"
+    if make == "fifo":
+        os.mkfifo(target)
+    else:
+        atomic.write_text(tmp_path / "real.csv", "ours\n")
+        target.symlink_to(tmp_path / "real.csv")
+    with pytest.raises(InputError, match="refusing to replace it"):
+        atomic.write_text(target, "x")
+    assert (target.is_fifo() if make == "fifo" else target.is_symlink())
+
+
+def test_protected_inputs_are_refused_by_every_write_in_the_context(tmp_path):
+    source = tmp_path / "data.csv"
+    atomic.write_text(source, "input\n")
+    hard_link = tmp_path / "link.csv"
+    os.link(source, hard_link)
+    with atomic.protect_inputs([source]):
+        for target in (source, hard_link):
+            with pytest.raises(InputError, match="is the input"):
+                atomic.write_text(target, "x")
+        with pytest.raises(InputError, match="contains the input"):
+            with atomic.atomic_directory(tmp_path, "db"):
+                pass
+        atomic.write_text(tmp_path / "other.csv", "fine\n")
+    atomic.write_text(source, "outside the context\n")
+    assert source.read_text() == "outside the context\n"
+
+
+def test_a_user_file_added_to_a_previous_directory_output_is_never_deleted(tmp_path):
+    target = tmp_path / "db"
+    with atomic.atomic_directory(target, "db") as tmp:
+        (tmp / "data.mdb").write_bytes(b"records")
+    with atomic.atomic_directory(target, "db") as tmp:  # a previous output holding only its own files
+        (tmp / "data.mdb").write_bytes(b"records v2")
+    (target / "notes.txt").write_text("mine\n")
+    with pytest.raises(InputError, match="holds notes.txt, which membench did not write there"):
+        with atomic.atomic_directory(target, "db") as tmp:
+            (tmp / "data.mdb").write_bytes(b"v3")
+    assert (target / "notes.txt").read_text() == "mine\n"
+    assert (target / "data.mdb").read_bytes() == b"records v2"
+    (target / "notes.txt").unlink()
+    (target / "data.mdb").write_bytes(b"changed by hand")
+    with pytest.raises(InputError, match="holds data.mdb"):
+        with atomic.atomic_directory(target, "db"):
+            pass
+
+
+def test_a_torn_ledger_line_makes_its_file_foreign_not_a_crash(tmp_path):
+    path = tmp_path / "table.csv"
+    atomic.write_text(path, "ours\n")
+    with open(tmp_path / atomic.LEDGER_NAME, "a") as ledger:
+        ledger.write('{"name": "table.csv", "si')
+    assert atomic.written_by_membench(path)
+    (tmp_path / atomic.LEDGER_NAME).write_text("not json\n")
+    assert not atomic.written_by_membench(path)

@@ -60,10 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = module.build_parser(f"membench {argv[0]}")
     parser.description = _plain_text(parser.description)
     args = parser.parse_args(argv[1:])
+    from membench.core.atomic import protect_inputs
     from membench.core.errors import InputError
+    from membench.core.options import check_command_paths
 
     try:
-        module.run(args)
+        inputs = check_command_paths(args)
+        with protect_inputs(inputs):
+            module.run(args)
     except InputError as exc:
         print(f"membench {argv[0]}: error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NO
 from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
 from membench.core.meter import add_allocator_option, add_meter_options  # noqa: E402
+from membench.core.options import InputFile, OutputDir, OutputFile, fields_action  # noqa: E402
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "time_median_s", "time_min_s",
@@ -33,10 +34,10 @@ PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_e
 
 
 def _add_graph_files(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("data_vertices", help="data graph vertex table (PNNL text format)")
-    parser.add_argument("data_edges", help="data graph edge table")
-    parser.add_argument("pattern_vertices", help="pattern graph vertex table")
-    parser.add_argument("pattern_edges", help="pattern graph edge table")
+    parser.add_argument("data_vertices", type=InputFile, help="data graph vertex table (PNNL text format)")
+    parser.add_argument("data_edges", type=InputFile, help="data graph edge table")
+    parser.add_argument("pattern_vertices", type=InputFile, help="pattern graph vertex table")
+    parser.add_argument("pattern_edges", type=InputFile, help="pattern graph edge table")
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +45,7 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
                         help="torch: the fast implementation (default); reference: the NumPy specification")
     parser.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
                         help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if loadable)")
-    parser.add_argument("--build-manifest", default=None,
+    parser.add_argument("--build-manifest", type=InputFile, default=None,
                         help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})")
     parser.add_argument("--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -61,23 +62,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     build = steps.add_parser("build", help="compile the C++ kernels (OpenMP) and write a build manifest")
-    build.add_argument("--outdir", required=True, help="build directory; the manifest is <outdir>/manifest.json")
+    build.add_argument("--outdir", type=OutputDir, required=True, help="build directory; the manifest is <outdir>/manifest.json")
     build.add_argument("--verbose", action="store_true", help="show the compiler's output")
 
     run = steps.add_parser("run", help="print the log-belief matrix (C %%e, row-major) on stdout")
     _add_graph_files(run)
     _add_method_options(run)
-    run.add_argument("--npy", help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
+    run.add_argument("--npy", type=OutputFile, help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
     run.add_argument("--no-stdout", action="store_true", help="do not print the matrix (with --npy)")
 
     bench = steps.add_parser("bench", help="one implementation on one graph pair under the meter: metrics.json")
     _add_graph_files(bench)
     _add_method_options(bench)
     bench.add_argument("--dataset", required=True, help="name of the graph pair in the results")
-    bench.add_argument("--outdir", required=True, help="job directory for metrics.json and memlog.csv")
+    bench.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
     bench.add_argument("--repeats", type=int, default=1, help="runs of init + iterations (median reported)")
-    bench.add_argument("--reference-npy", help="reference beliefs (.npy) to check agreement against")
-    bench.add_argument("--out-npy", help="write this job's beliefs as .npy")
+    bench.add_argument("--reference-npy", type=InputFile, help="reference beliefs (.npy) to check agreement against")
+    bench.add_argument("--out-npy", type=OutputFile, help="write this job's beliefs as .npy")
     add_meter_options(bench, sample_interval_s=0.02)
     bench.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False,
                        help="one extra traced run for peak_tensor_mib (torch tensors)")
@@ -86,10 +87,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     compare = steps.add_parser("compare", help="several variants side by side (separate processes, interleaved)")
     _add_graph_files(compare)
     compare.add_argument("--dataset", required=True)
-    compare.add_argument("--outdir", required=True)
+    compare.add_argument("--outdir", type=OutputDir, required=True)
     compare.add_argument("--variant", action="append", required=True,
                          help="IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS], repeatable; the first is the baseline")
-    compare.add_argument("--build-manifest", default=None, help=f"kernels' build manifest (default {DEFAULT_MANIFEST})")
+    compare.add_argument("--build-manifest", type=InputFile, default=None, help=f"kernels' build manifest (default {DEFAULT_MANIFEST})")
     compare.add_argument("--rounds", type=int, default=3)
     compare.add_argument("--repeats", type=int, default=1)
     compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
@@ -102,26 +103,26 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     rmat.add_argument("--edge-feature-dim", type=int, default=17)
     rmat.add_argument("--feature-max", type=float, default=10.0)
     rmat.add_argument("--seed", type=int, default=0)
-    rmat.add_argument("--vertices", required=True, help="output vertex table")
-    rmat.add_argument("--edges", required=True, help="output edge table")
+    rmat.add_argument("--vertices", type=OutputFile, required=True, help="output vertex table")
+    rmat.add_argument("--edges", type=OutputFile, required=True, help="output edge table")
 
     pattern = steps.add_parser("generate-pattern", help="pattern graph induced by a sampled neighbourhood")
-    pattern.add_argument("data_vertices")
-    pattern.add_argument("data_edges")
+    pattern.add_argument("data_vertices", type=InputFile)
+    pattern.add_argument("data_edges", type=InputFile)
     pattern.add_argument("--max-pattern-nodes", type=int, required=True)
     pattern.add_argument("--seed", type=int, default=0)
-    pattern.add_argument("--vertices", required=True)
-    pattern.add_argument("--edges", required=True)
+    pattern.add_argument("--vertices", type=OutputFile, required=True)
+    pattern.add_argument("--edges", type=OutputFile, required=True)
 
     stats = steps.add_parser("graph-stats", help="statistics table of graph pairs")
-    stats.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
-    stats.add_argument("--pair", nargs=5, action="append", required=True,
+    stats.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
+    stats.add_argument("--pair", nargs=5, action=fields_action(str, *[InputFile] * 4), required=True,
                        metavar=("NAME", "DATA_V", "DATA_E", "PATT_V", "PATT_E"), help="repeatable")
 
     plot = steps.add_parser("plot", help="runtime and speed-up figures from the appclass table")
-    plot.add_argument("--table", required=True)
-    plot.add_argument("--runtime-png", required=True)
-    plot.add_argument("--speedup-png", required=True)
+    plot.add_argument("--table", type=InputFile, required=True)
+    plot.add_argument("--runtime-png", type=OutputFile, required=True)
+    plot.add_argument("--speedup-png", type=OutputFile, required=True)
     return parser
 
 

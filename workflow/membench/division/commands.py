@@ -16,12 +16,13 @@ from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KE
 from membench.division.methods import METHODS, MethodSpec
 from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
+from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
 
 SYSTEM = "division"
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--outdir", required=True, help="job directory for metrics.json and memlog.csv")
+    parser.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
     parser.add_argument("--method", required=True, choices=METHODS)
     parser.add_argument("--model", default="resnet18", choices=MODELS)
     parser.add_argument("--width", type=int, default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
@@ -32,7 +33,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hfc-bits", type=int, default=MethodSpec.hfc_bits, choices=(1, 2, 4, 8), help="DIVISION HFC bits Q")
     parser.add_argument("--group-size", type=int, default=MethodSpec.group_size, help="ActNN values per min/scale group")
     parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
-    parser.add_argument("--build-manifest", default=None, help="manifest.json of `membench division build`")
+    parser.add_argument("--build-manifest", type=InputFile, default=None, help="manifest.json of `membench division build`")
     parser.add_argument("--amp", default="none", choices=AMP_CHOICES,
                         help="mixed precision: none (float32), bf16 or fp16 autocast (fp16 with a gradient scaler)")
     add_meter_options(parser)
@@ -49,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     build = steps.add_parser("build", help="compile the C++ (and CUDA) kernels; write manifest.json")
-    build.add_argument("--outdir", required=True)
+    build.add_argument("--outdir", type=OutputDir, required=True)
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
     build.add_argument("--lock-timeout-s", type=float, default=DEFAULT_LOCK_TIMEOUT_S,
@@ -76,8 +77,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     train = steps.add_parser("train", help="accuracy run on image LMDBs")
     _add_common(train)
-    train.add_argument("--train-lmdb", required=True)
-    train.add_argument("--val-lmdb", required=True)
+    train.add_argument("--train-lmdb", type=InputDir, required=True)
+    train.add_argument("--val-lmdb", type=InputDir, required=True)
     train.add_argument("--dataset", required=True, help="dataset name recorded in the metrics")
     train.add_argument("--image-size", type=int, default=32)
     train.add_argument("--epochs", type=int, default=8)
@@ -90,8 +91,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     for name, text in (("plot-memory", "memory against batch size"), ("plot-speed", "throughput against batch size")):
         plot = steps.add_parser(name, help=text)
-        plot.add_argument("--table", required=True)
-        plot.add_argument("--out", required=True, help="PNG path")
+        plot.add_argument("--table", type=InputFile, required=True)
+        plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")
     return parser
 
 

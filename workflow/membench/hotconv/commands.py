@@ -8,6 +8,7 @@ import logging
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
 from membench.hotconv.models import VARIANTS
+from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
 
 
 def _add_model_options(parser: argparse.ArgumentParser, defaults: dict) -> None:
@@ -31,14 +32,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     train = steps.add_parser("train", help="train one variant on one fold; write metrics.json, memlog.csv, checkpoint.pt")
     train.add_argument("--variant", required=True, choices=VARIANTS)
-    train.add_argument("--train", required=True, help="train_<dataset>_fold_<i>.csv")
-    train.add_argument("--val", required=True, help="val_<dataset>_fold_<i>.csv")
-    train.add_argument("--test", required=True, help="test_<dataset>_fold_<i>.csv")
-    train.add_argument("--classes", required=True, help="classes.csv (Label, Name, Count)")
-    train.add_argument("--binaries", required=True, help="directory of the binaries the fold files name")
+    train.add_argument("--train", type=InputFile, required=True, help="train_<dataset>_fold_<i>.csv")
+    train.add_argument("--val", type=InputFile, required=True, help="val_<dataset>_fold_<i>.csv")
+    train.add_argument("--test", type=InputFile, required=True, help="test_<dataset>_fold_<i>.csv")
+    train.add_argument("--classes", type=InputFile, required=True, help="classes.csv (Label, Name, Count)")
+    train.add_argument("--binaries", type=InputDir, required=True, help="directory of the binaries the fold files name")
     train.add_argument("--dataset", required=True)
     train.add_argument("--fold", type=int, required=True)
-    train.add_argument("--outdir", required=True)
+    train.add_argument("--outdir", type=OutputDir, required=True)
     train.add_argument("--epochs", type=int, default=6)
     train.add_argument("--batch-size", type=int, default=16)
     train.add_argument("--max-len", type=int, default=32768, help="bytes read per file")
@@ -54,7 +55,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add_job_options(train)
 
     bench = steps.add_parser("bench", help="memory benchmark of one variant at one batch size x max_len point; write metrics.json")
-    bench.add_argument("--outdir", required=True, help="directory for metrics.json")
+    bench.add_argument("--outdir", type=OutputDir, required=True, help="directory for metrics.json")
     bench.add_argument("--variant", required=True, choices=VARIANTS)
     bench.add_argument("--batch-size", type=int, required=True)
     bench.add_argument("--max-len", type=int, required=True, help="bytes")
@@ -65,17 +66,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add_job_options(bench)
 
     sweep_table = steps.add_parser("sweep-table", help="gather the points' metrics.json into the sweep table")
-    sweep_table.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
-    sweep_table.add_argument("metrics", nargs="+", help="metrics.json of each point")
+    sweep_table.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
+    sweep_table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of each point")
 
     plot = steps.add_parser("plot", help="per-variant figure (step memory, activations, epoch time, accuracy, CO2e)")
-    plot.add_argument("--table", required=True, help="results/tables/hotconv.csv")
-    plot.add_argument("--sweep", required=True, help="results/tables/hotconv_sweep.csv (the per-step memory)")
-    plot.add_argument("--out", required=True, help="PNG path")
+    plot.add_argument("--table", type=InputFile, required=True, help="results/tables/hotconv.csv")
+    plot.add_argument("--sweep", type=InputFile, required=True, help="results/tables/hotconv_sweep.csv (the per-step memory)")
+    plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")
 
     plot_sweep = steps.add_parser("plot-sweep", help="sweep figure (step peak memory and time against max_len)")
-    plot_sweep.add_argument("--table", required=True, help="the sweep table CSV")
-    plot_sweep.add_argument("--out", required=True, help="PNG path")
+    plot_sweep.add_argument("--table", type=InputFile, required=True, help="the sweep table CSV")
+    plot_sweep.add_argument("--out", type=OutputFile, required=True, help="PNG path")
     return parser
 
 

@@ -26,6 +26,7 @@ from membench.core.errors import InputError  # noqa: E402
 from membench.core.meter import add_meter_options  # noqa: E402
 from membench.core.tables import parquet_path_for, write_table  # noqa: E402
 from membench.core.validate import read_csv_columns  # noqa: E402
+from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
 
 FAMILIES = ("mlp", "cnn", "transformer")
 LOG = logging.getLogger("membench.memnet")
@@ -45,7 +46,7 @@ def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_data_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, help="CSV in GPUMemNet's format")
+    parser.add_argument("--data", type=InputFile, required=True, help="CSV in GPUMemNet's format")
     parser.add_argument("--family", choices=FAMILIES, required=True)
     _add_estimator_options(parser)
 
@@ -60,14 +61,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=0)
     generate.add_argument("--range", nargs=3, action="append", default=[], metavar=("KEY", "LOW", "HIGH"),
                           help="override a range of the family, e.g. --range batch 4 64 (repeatable)")
-    generate.add_argument("--out", required=True, help="configuration table (CSV)")
+    generate.add_argument("--out", type=OutputFile, required=True, help="configuration table (CSV)")
 
     measure = steps.add_parser("measure", help="train each configuration a few steps under the meter, one process each")
-    measure.add_argument("--configs", required=True, help="table written by `generate`")
+    measure.add_argument("--configs", type=InputFile, required=True, help="table written by `generate`")
     measure.add_argument("--family", choices=FAMILIES, required=True)
-    measure.add_argument("--records-dir", required=True,
+    measure.add_argument("--records-dir", type=OutputDir, required=True,
                          help="one JSON per measured configuration; a rerun measures only the missing ones")
-    measure.add_argument("--out", required=True, help="all records as one table (CSV)")
+    measure.add_argument("--out", type=OutputFile, required=True, help="all records as one table (CSV)")
     measure.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     measure.add_argument("--steps", type=int, default=2, help="training steps per configuration")
     measure.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
@@ -76,10 +77,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add_meter_options(measure, sample_interval_s=0.02)
 
     clean = steps.add_parser("clean", help="measured records -> GPUMemNet-format CSV of the family")
-    clean.add_argument("--configs", required=True)
-    clean.add_argument("--measurements", required=True, help="table written by `measure`")
+    clean.add_argument("--configs", type=InputFile, required=True)
+    clean.add_argument("--measurements", type=InputFile, required=True, help="table written by `measure`")
     clean.add_argument("--family", choices=FAMILIES, required=True)
-    clean.add_argument("--out", required=True)
+    clean.add_argument("--out", type=OutputFile, required=True)
 
     evaluate = steps.add_parser("evaluate", help="every estimator on a GPUMemNet-format CSV: k-fold and grouped split")
     _add_data_options(evaluate)
@@ -88,13 +89,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     evaluate.add_argument("--faketensor-rows", type=int, default=50, help="FakeTensor: test jobs per fold at most")
     evaluate.add_argument("--timing-rows", type=int, default=20, help="single-job predictions timed per fold")
     evaluate.add_argument("--dataset", default=None, help="name of the data in the table (default: the file name)")
-    evaluate.add_argument("--out", required=True, help="one row per estimator (CSV; a .parquet twin is written)")
-    evaluate.add_argument("--predictions", help="also write one row per prediction (CSV)")
+    evaluate.add_argument("--out", type=OutputFile, required=True, help="one row per estimator (CSV; a .parquet twin is written)")
+    evaluate.add_argument("--predictions", type=OutputFile, help="also write one row per prediction (CSV)")
 
     train = steps.add_parser("train", help="fit the learned estimators on a whole CSV for `predict`")
     _add_data_options(train)
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--outdir", required=True, help="directory for estimators.json and the networks")
+    train.add_argument("--outdir", type=OutputDir, required=True, help="directory for estimators.json and the networks")
 
     predict = steps.add_parser("predict", help="memory class and MiB of a model factory's training job, per estimator")
     predict.add_argument("--model", required=True, help="package.module:factory returning a torch.nn.Module")
@@ -104,25 +105,25 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     predict.add_argument("--input-dtype", choices=("float32", "int64"), default="float32",
                          help="int64 for token ids")
     predict.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
-    predict.add_argument("--estimators", action="append", default=[],
+    predict.add_argument("--estimators", type=InputDir, action="append", default=[],
                          help="directory written by `train` (repeatable; the model's family is used)")
     predict.add_argument("--family", choices=FAMILIES, help="default: from the model's layers")
     predict.add_argument("--bins", nargs=3, type=float, metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
                          help="classes of the analytic estimators when no trained directory matches")
-    predict.add_argument("--out", help="also write the table (CSV)")
+    predict.add_argument("--out", type=OutputFile, help="also write the table (CSV)")
 
     table = steps.add_parser("table", help="evaluation tables of several datasets -> one table (CSV and Parquet)")
-    table.add_argument("tables", nargs="+", help="tables written by `evaluate`")
-    table.add_argument("--out", required=True)
+    table.add_argument("tables", type=InputFile, nargs="+", help="tables written by `evaluate`")
+    table.add_argument("--out", type=OutputFile, required=True)
 
     plot = steps.add_parser("plot", help="confusion matrices and the estimator comparison")
-    plot.add_argument("--table", required=True, action="append", help="evaluation table(s)")
-    plot.add_argument("--predictions", required=True, action="append", help="prediction table(s), same order")
-    plot.add_argument("--confusion-png", required=True)
-    plot.add_argument("--comparison-png", required=True)
+    plot.add_argument("--table", type=InputFile, required=True, action="append", help="evaluation table(s)")
+    plot.add_argument("--predictions", type=InputFile, required=True, action="append", help="prediction table(s), same order")
+    plot.add_argument("--confusion-png", type=OutputFile, required=True)
+    plot.add_argument("--comparison-png", type=OutputFile, required=True)
 
     campaign = steps.add_parser("campaign", help="generate, measure, clean, evaluate and real models in one run")
-    campaign.add_argument("--outdir", required=True, help="everything goes here (rerun resumes)")
+    campaign.add_argument("--outdir", type=OutputDir, required=True, help="everything goes here (rerun resumes)")
     campaign.add_argument("--count", nargs=3, type=int, default=[120, 60, 40], metavar=("MLP", "CNN", "TRANSFORMER"),
                           help="configurations per family")
     campaign.add_argument("--device", default="auto")

@@ -14,6 +14,7 @@ import pandas as pd
 
 from membench.report.published import default_published_path, load_published
 from membench.report.summary import headline_from_tables, read_tables, scale_line
+from membench.core.options import InputDir, InputFile
 
 WIDTH = 100
 # method, memory MiB, memory ratio, time ratio, quality, change, verdict
@@ -22,8 +23,8 @@ _ROW = "  {:<26.26} {:>10} {:>7} {:>8} {:>8} {:>8}  {:<16}"
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
-    parser.add_argument("--tables", default="results/tables", help="directory of the aggregated tables (default: %(default)s)")
-    parser.add_argument("--published", default=None,
+    parser.add_argument("--tables", type=InputDir, default="results/tables", help="directory of the aggregated tables (default: %(default)s)")
+    parser.add_argument("--published", type=InputFile, default=None,
                         help="published figures YAML (default: resources/published_figures.yaml of this checkout)")
     return parser
 

@@ -15,6 +15,7 @@ from membench.robust.attacks import ATTACKS
 from membench.robust.data import SOURCES
 from membench.robust.models import MODELS
 from membench.robust.train import GUARD_ACTIONS, LR_SCHEDULES, OPTIMIZERS
+from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
 
 SYSTEM = "robust"
 MODES = ("sequential", "parallel")
@@ -26,10 +27,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     train = steps.add_parser("train", help="one adversarial training run, evaluated with a fresh PGD attack")
-    train.add_argument("--outdir", required=True, help="job directory: metrics.json, memlog.csv, history.csv, checkpoint")
+    train.add_argument("--outdir", type=OutputDir, required=True, help="job directory: metrics.json, memlog.csv, history.csv, checkpoint")
     train.add_argument("--mode", default="sequential", choices=MODES)
     train.add_argument("--source", default="digits", choices=SOURCES, help="dataset")
-    train.add_argument("--root", default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
+    train.add_argument("--root", type=InputDir, default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
     train.add_argument("--test-fraction", type=float, default=0.2, help="digits: share held out for testing")
     train.add_argument("--train-limit", type=int, default=None, help="keep the first N training samples")
     train.add_argument("--test-limit", type=int, default=None, help="keep the first N test samples")
@@ -71,18 +72,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add_meter_options(parser=train)
 
     table = steps.add_parser("table", help="scaling table: one row per run and scaling series, with speed-ups")
-    table.add_argument("--out", required=True, help="CSV path (the Parquet twin is written beside it)")
+    table.add_argument("--out", type=OutputFile, required=True, help="CSV path (the Parquet twin is written beside it)")
     table.add_argument("--strong-steps", type=int, required=True, help="attack steps of the strong-scaling series")
     table.add_argument("--weak-base-steps", type=int, required=True, help="weak scaling: steps = this x producers")
-    table.add_argument("metrics", nargs="+", help="metrics.json of the runs")
+    table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of the runs")
 
     scaling = steps.add_parser("plot-scaling", help="speed-up and robust accuracy against producers")
-    scaling.add_argument("--table", required=True)
-    scaling.add_argument("--out", required=True)
+    scaling.add_argument("--table", type=InputFile, required=True)
+    scaling.add_argument("--out", type=OutputFile, required=True)
 
     staleness = steps.add_parser("plot-staleness", help="staleness against producers and k")
-    staleness.add_argument("--table", required=True)
-    staleness.add_argument("--out", required=True)
+    staleness.add_argument("--table", type=InputFile, required=True)
+    staleness.add_argument("--out", type=OutputFile, required=True)
     return parser
 
 

@@ -7,6 +7,7 @@ import dataclasses
 
 from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
 from membench.data.bodmas.synthetic import SyntheticSpec
+from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
 
 
 def _add_dataclass_options(parser: argparse.ArgumentParser, spec_type) -> None:
@@ -32,37 +33,37 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     synthetic = steps.add_parser("synthetic", help="write a synthetic BODMAS-shaped set (metadata + binaries)")
-    synthetic.add_argument("--outdir", required=True)
+    synthetic.add_argument("--outdir", type=OutputDir, required=True)
     _add_dataclass_options(synthetic, SyntheticSpec)
 
     elf = steps.add_parser("elf", help="collect ELF programs and shared libraries found on this machine")
-    elf.add_argument("--outdir", required=True)
-    elf.add_argument("--search-dir", action="append", required=True, help="directory to search (repeatable)")
+    elf.add_argument("--outdir", type=OutputDir, required=True)
+    elf.add_argument("--search-dir", type=InputDir, action="append", required=True, help="directory to search (repeatable)")
     elf.add_argument("--max-files", type=int, default=200)
     elf.add_argument("--max-file-bytes", type=int, default=1 << 20)
     elf.add_argument("--seed", type=int, default=0)
 
     fold = steps.add_parser("fold", help="validate a dataset and write one fold's train/val/test CSVs")
-    fold.add_argument("--metadata", required=True, help="bodmas_metadata.csv (sha, timestamp, family)")
-    fold.add_argument("--binaries", required=True, help="directory of <sha>.exe files")
+    fold.add_argument("--metadata", type=InputFile, required=True, help="bodmas_metadata.csv (sha, timestamp, family)")
+    fold.add_argument("--binaries", type=InputDir, required=True, help="directory of <sha>.exe files")
     fold.add_argument("--dataset", required=True, help="dataset name used in the fold file names")
     fold.add_argument("--fold", type=int, required=True, help="0 (time split) or 1..k (stratified)")
-    fold.add_argument("--outdir", required=True)
+    fold.add_argument("--outdir", type=OutputDir, required=True)
     _add_dataclass_options(fold, FoldSpec)
 
     classes = steps.add_parser("classes", help="write the class table (Label, Name, Count)")
-    classes.add_argument("--metadata", required=True)
-    classes.add_argument("--out", required=True)
+    classes.add_argument("--metadata", type=InputFile, required=True)
+    classes.add_argument("--out", type=OutputFile, required=True)
     classes.add_argument("--label-mode", default="binary", choices=LABEL_MODES)
     classes.add_argument("--top-families", type=int, default=10)
 
     stats = steps.add_parser("stats", help="samples, classes and size quantiles per split")
-    stats.add_argument("--out", required=True, help="table CSV; the Parquet twin is written beside it")
-    stats.add_argument("folds", nargs="+", help="fold CSV files")
+    stats.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
+    stats.add_argument("folds", type=InputFile, nargs="+", help="fold CSV files")
 
     plot = steps.add_parser("plot-sizes", help="file-size distribution per dataset and class")
-    plot.add_argument("--out", required=True, help="PNG path")
-    plot.add_argument("folds", nargs="+", help="fold CSV files")
+    plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")
+    plot.add_argument("folds", type=InputFile, nargs="+", help="fold CSV files")
     return parser
 
 
