@@ -1,9 +1,25 @@
 """The validation layer's checks name the file, the line and what was expected."""
 
+import contextlib
+import os
+import re
+import socket
+from pathlib import Path
+
 import pytest
 
+from membench.core import validate
 from membench.core.errors import InputError
-from membench.core.validate import int_column, read_csv_columns, readable_nonempty_file, safe_join, unique_column
+from membench.core.validate import (
+    int_column,
+    open_regular,
+    read_csv_columns,
+    read_json_object,
+    readable_nonempty_file,
+    regular_file,
+    safe_join,
+    unique_column,
+)
 
 
 def test_safe_join_accepts_plain_names(tmp_path):
@@ -62,7 +78,80 @@ def test_readable_nonempty_file(tmp_path):
     (tmp_path / "dir.exe").mkdir()
     with pytest.raises(InputError, match="is empty"):
         readable_nonempty_file(tmp_path / "empty.exe", "m.csv", "line 2")
-    with pytest.raises(InputError, match="is not readable"):
+    with pytest.raises(InputError, match=r"m.csv, line 2: binary .*dir.exe is a directory$"):
         readable_nonempty_file(tmp_path / "dir.exe", "m.csv", "line 2")
     with pytest.raises(InputError, match="does not exist"):
         readable_nonempty_file(tmp_path / "none.exe", "m.csv", "line 2")
+
+
+def _special_files(tmp_path):
+    """A named pipe, a directory, a socket and symbolic links to a pipe and to nothing."""
+    os.mkfifo(tmp_path / "pipe.csv")
+    (tmp_path / "dir.csv").mkdir()
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock.csv"))
+    (tmp_path / "link.csv").symlink_to(tmp_path / "pipe.csv")
+    (tmp_path / "broken.csv").symlink_to(tmp_path / "none.csv")
+    return server
+
+
+NOT_REGULAR = [
+    ("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"),
+    ("link.csv", r"is a named pipe \(FIFO\), not a regular file"),
+    ("dir.csv", "is a directory"),
+    ("sock.csv", "is a socket, not a regular file"),
+    ("broken.csv", r"is a broken symbolic link \(its target does not exist\)"),
+]
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("name,problem", NOT_REGULAR)
+def test_readers_refuse_what_is_not_a_regular_file_without_blocking(tmp_path, name, problem):
+    with contextlib.closing(_special_files(tmp_path)):
+        path = tmp_path / name
+        for read in (regular_file, open_regular, lambda p: read_csv_columns(p, ["a"]),
+                     lambda p: read_json_object(p, "missing")):
+            with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {problem}$"):
+                read(path)
+
+
+def test_a_device_and_a_missing_file_are_named(tmp_path):
+    with pytest.raises(InputError, match=r"^/dev/null: is a character device, not a regular file$"):
+        regular_file("/dev/null")
+    with pytest.raises(InputError, match=r"none.json: does not exist$"):
+        open_regular(tmp_path / "none.json")
+    with pytest.raises(InputError, match=r"none.json: run the job first$"):
+        read_json_object(tmp_path / "none.json", "run the job first")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
+def test_an_unreadable_file_is_named(tmp_path):
+    path = tmp_path / "secret.json"
+    path.write_text("{}")
+    path.chmod(0)
+    with pytest.raises(InputError, match=r"secret.json: is not readable \(permission denied\)$"):
+        read_json_object(path, "missing")
+
+
+def test_symbolic_links_to_regular_files_are_read(tmp_path):
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    (tmp_path / "link.json").symlink_to(tmp_path / "x.json")
+    assert regular_file(tmp_path / "link.json") == tmp_path / "link.json"
+    assert read_json_object(tmp_path / "link.json", "missing") == {"a": 1}
+    with open_regular(tmp_path / "link.json", "r", encoding="utf-8") as handle:
+        assert handle.read() == '{"a": 1}'
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_swapped_in_after_the_check_does_not_block_the_open(tmp_path, monkeypatch):
+    # The check passes (as it would have before the swap); the open must still refuse the pipe.
+    os.mkfifo(tmp_path / "swapped.csv")
+    monkeypatch.setattr(validate, "regular_file", lambda path, missing: Path(path))
+    with pytest.raises(InputError, match=r"swapped.csv: is a named pipe \(FIFO\), not a regular file$"):
+        open_regular(tmp_path / "swapped.csv")
+
+
+def test_an_opened_regular_file_reads_blocking(tmp_path):
+    (tmp_path / "x.bin").write_bytes(b"abc")
+    with open_regular(tmp_path / "x.bin") as handle:
+        assert os.get_blocking(handle.fileno()) and handle.read() == b"abc"

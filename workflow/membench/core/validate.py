@@ -2,19 +2,98 @@
 
 Each check raises :class:`~membench.core.errors.InputError` naming the file, the line or column,
 and what was expected. Line numbers count the header as line 1, as an editor shows them.
+
+Every file a user can name or place is opened with :func:`open_regular` (or checked with
+:func:`regular_file`): only regular files are read, so a named pipe or device put where a file
+belongs is refused instead of blocking the job, and a directory is reported as one.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import IO, TYPE_CHECKING, Iterable
 
 from membench.core.errors import InputError
 
 if TYPE_CHECKING:  # pandas takes half a second to import; runs that read no CSV table skip it
     import pandas as pd
+
+
+_KINDS = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISFIFO, "is a named pipe (FIFO), not a regular file"),
+    (stat.S_ISSOCK, "is a socket, not a regular file"),
+    (stat.S_ISCHR, "is a character device, not a regular file"),
+    (stat.S_ISBLK, "is a block device, not a regular file"),
+)
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((words for test, words in _KINDS if test(mode)), "is a special file, not a regular file")
+
+
+def _os_problem(path: Path, exc: OSError, missing: str) -> str:
+    """The words for an ``OSError`` raised by stat or open of ``path``."""
+    if exc.errno == errno.ENOENT:
+        return "is a broken symbolic link (its target does not exist)" if path.is_symlink() else missing
+    if exc.errno == errno.EACCES:
+        return "is not readable (permission denied)"
+    if exc.errno == errno.ENOTDIR:
+        return f"{missing} (a parent is not a directory)"
+    if exc.errno == errno.ELOOP:
+        return "is a loop of symbolic links"
+    return f"cannot be read ({exc.strerror or exc})"
+
+
+def regular_file(path: str | os.PathLike, missing: str = "does not exist") -> Path:
+    """Return ``path`` when it names a regular file (symbolic links followed); raise otherwise.
+
+    The :class:`InputError` names ``path`` and says what it is instead: ``missing`` when it does not
+    exist, a directory, a named pipe (reading one blocks until a writer comes), a socket or device,
+    a broken symbolic link, or not readable.
+    """
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise InputError(path, _os_problem(path, exc, missing)) from None
+    problem = _not_regular(mode)
+    if problem:
+        raise InputError(path, problem)
+    return path
+
+
+def open_regular(path: str | os.PathLike, mode: str = "rb", missing: str = "does not exist", **options) -> IO:
+    """Open the regular file ``path`` for reading (``mode`` ``"rb"`` or ``"r"``; ``options`` go to
+    :func:`open`); raise :class:`InputError` as :func:`regular_file` does.
+
+    Never blocks, even when the file is replaced by a named pipe or device after the check: the
+    descriptor is opened non-blocking (opening a FIFO otherwise waits for a writer), checked with
+    ``fstat``, and made blocking again only once it is known to be a regular file.
+    """
+    if mode not in ("rb", "r"):
+        raise ValueError(f"open_regular opens for reading only, not mode {mode!r}")
+    path = regular_file(path, missing)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(path, _os_problem(path, exc, missing)) from None
+    try:
+        problem = _not_regular(os.fstat(fd).st_mode)
+        if problem:
+            raise InputError(path, problem)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, mode, **options)
 
 
 def csv_line(row_index: int) -> str:
@@ -38,14 +117,13 @@ def read_csv_columns(
     path = Path(path)
     required = list(required)
     allowed = set(required) | set(optional)
-    if not path.is_file():
-        raise InputError(path, "file not found (expected a CSV file)")
-    try:
-        frame = pd.read_csv(path, dtype=dtype or str, keep_default_na=False, skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        raise InputError(path, f"file is empty (expected a header with columns {', '.join(required)})") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV file ({exc})") from None
+    with open_regular(path, missing="file not found (expected a CSV file)") as handle:
+        try:
+            frame = pd.read_csv(handle, dtype=dtype or str, keep_default_na=False, skipinitialspace=True)
+        except pd.errors.EmptyDataError:
+            raise InputError(path, f"file is empty (expected a header with columns {', '.join(required)})") from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"not a readable CSV file ({exc})") from None
     columns = [str(c).strip() for c in frame.columns]
     frame.columns = columns
     missing = [c for c in required if c not in columns]
@@ -115,27 +193,26 @@ def safe_join(base: str | os.PathLike, name: str, path, where: str) -> Path:
 def read_json_object(path: str | os.PathLike, missing: str) -> dict:
     """Read a JSON file that must hold one object; ``missing`` says what to do when it is absent."""
     path = Path(path)
-    try:
-        value = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(path, missing) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
+    with open_regular(path, "r", missing=missing, encoding="utf-8") as handle:
+        try:
+            value = json.load(handle)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"not valid JSON ({exc.msg})", f"line {exc.lineno}") from None
+        except UnicodeDecodeError:
+            raise InputError(path, "not valid JSON (not UTF-8 text)") from None
     if not isinstance(value, dict):
         raise InputError(path, "expected a JSON object")
     return value
 
 
 def readable_nonempty_file(file: Path, path, where: str) -> int:
-    """Return the size in bytes of ``file``; raise if it is missing, unreadable or empty."""
+    """Return the size in bytes of the binary ``file`` that ``path`` names at ``where``; raise,
+    naming both, if it is missing, not a regular file, unreadable or empty."""
     try:
-        size = file.stat().st_size
-        with open(file, "rb") as handle:
-            handle.read(1)
-    except FileNotFoundError:
-        raise InputError(path, f"binary {file} does not exist", where) from None
-    except (PermissionError, IsADirectoryError, OSError) as exc:
-        raise InputError(path, f"binary {file} is not readable ({exc.strerror or exc})", where) from None
+        with open_regular(file) as handle:
+            size = os.fstat(handle.fileno()).st_size
+    except InputError as exc:
+        raise InputError(path, f"binary {file} {exc.problem}", where) from None
     if size == 0:
         raise InputError(path, f"binary {file} is empty", where)
     return size
