@@ -127,7 +127,7 @@ def test_missing_empty_and_unreadable_binaries_are_named(tiny_dataset):
         read_metadata(metadata, binaries)
     (binaries / f"{shas[0]}.exe").unlink()
     (binaries / f"{shas[0]}.exe").mkdir()
-    with pytest.raises(InputError, match=r"line 2: binary .* is not readable"):
+    with pytest.raises(InputError, match=r"line 2: binary .* is a directory$"):
         read_metadata(metadata, binaries)
 
 

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 from membench.data.bodmas import binary_name
 
 ELF_MAGIC = b"\x7fELF"
@@ -57,7 +58,8 @@ def elf_kind(header: bytes) -> str | None:
 def find_elf_files(search_dirs: Iterable[str | os.PathLike], max_file_bytes: int) -> Iterator[tuple[Path, str]]:
     """Yield ``(path, kind)`` for regular ELF files under ``search_dirs``, in sorted order.
 
-    Symbolic links are skipped (they would repeat files); unreadable files are skipped.
+    Symbolic links are skipped (they would repeat files); unreadable files and anything but
+    regular files (named pipes, devices) are skipped.
     """
     for root in search_dirs:
         root = Path(root)
@@ -70,9 +72,9 @@ def find_elf_files(search_dirs: Iterable[str | os.PathLike], max_file_bytes: int
                 try:
                     if path.is_symlink() or not path.is_file() or not 0 < path.stat().st_size <= max_file_bytes:
                         continue
-                    with open(path, "rb") as handle:
+                    with open_regular(path) as handle:
                         kind = elf_kind(handle.read(4096))
-                except OSError:
+                except (InputError, OSError):
                     continue
                 if kind is not None:
                     yield path, kind
@@ -110,7 +112,8 @@ def build_elf_set(
     binaries.mkdir(parents=True, exist_ok=True)
     rows, seen = [], set()
     for path, kind in tqdm(chosen, desc="copying ELF files", unit="file", mininterval=10):
-        content = path.read_bytes()
+        with open_regular(path) as handle:
+            content = handle.read()
         sha = hashlib.sha256(content).hexdigest()
         if sha in seen:
             continue

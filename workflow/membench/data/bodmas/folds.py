@@ -73,7 +73,9 @@ def read_metadata(metadata_path: str | os.PathLike, binaries_dir: str | os.PathL
 
     Returns columns ``sha, timestamp (UTC), family, FileName, File_Size``. Raises
     :class:`InputError` for missing or unknown columns, missing or duplicated hashes, hashes that
-    are not plain file-name tokens, unparsable timestamps, and missing, unreadable or empty binaries.
+    are not plain file-name tokens, unparsable timestamps, and binaries that are missing, not
+    regular files, unreadable, empty or damaged gzip (see
+    :func:`~membench.data.bodmas.binaries.content_size`, which gives ``File_Size``).
     """
     path = Path(metadata_path)
     binaries_dir = Path(binaries_dir)
@@ -95,9 +97,11 @@ def read_metadata(metadata_path: str | os.PathLike, binaries_dir: str | os.PathL
     for i, sha in enumerate(tqdm(frame["sha"], desc=f"checking binaries of {path.name}", unit="file", mininterval=10)):
         name = binary_name(sha)
         file = safe_join(binaries_dir, name, path, csv_line(i))
-        readable_nonempty_file(file, path, csv_line(i))
+        try:
+            sizes.append(content_size(file))
+        except InputError as exc:
+            raise InputError(path, f"binary {file} {exc.problem}", csv_line(i)) from None
         names.append(name)
-        sizes.append(content_size(file))
     frame["FileName"] = names
     frame["File_Size"] = sizes
     return frame

@@ -22,11 +22,9 @@ def split_statistics(
     fold_csv: str | os.PathLike, dataset: str, fold: int, split: str, class_names: dict[int, str] | None = None
 ) -> dict[str, object]:
     """One statistics row for one split file; ``class_names`` labels the per-class counts."""
-    path = Path(fold_csv)
-    frame = read_csv_columns(path, FOLD_COLUMNS)
-    labels = int_column(frame, "Label", path, 0)
-    sizes = int_column(frame, "File_Size", path, 1).to_numpy()
-    counts = labels.value_counts().sort_index()
+    frame = _read_fold_table(fold_csv)
+    sizes = frame["File_Size"].to_numpy()
+    counts = frame["Label"].value_counts().sort_index()
     quantiles = np.quantile(sizes, [0.0, 0.25, 0.5, 0.75, 0.95, 1.0]) if len(sizes) else [np.nan] * 6
     return {
         "dataset": dataset,
@@ -40,6 +38,15 @@ def split_statistics(
     }
 
 
+def _read_fold_table(fold_csv: str | os.PathLike) -> pd.DataFrame:
+    """A fold CSV's rows with integer ``Label`` (>= 0) and ``File_Size`` (>= 1)."""
+    path = Path(fold_csv)
+    frame = read_csv_columns(path, FOLD_COLUMNS)
+    frame["Label"] = int_column(frame, "Label", path, 0)
+    frame["File_Size"] = int_column(frame, "File_Size", path, 1)
+    return frame
+
+
 def parse_fold_path(path: str | os.PathLike) -> tuple[str, str, int]:
     """``(split, dataset, fold)`` from a fold file name ``<split>_<dataset>_fold_<i>.csv``."""
     stem = Path(path).name.removesuffix(".csv")
@@ -51,7 +58,7 @@ def parse_fold_path(path: str | os.PathLike) -> tuple[str, str, int]:
 def read_class_names(classes_csv: str | os.PathLike) -> dict[int, str]:
     """Label -> class name from a fold directory's ``classes.csv`` (empty if there is none)."""
     path = Path(classes_csv)
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
     frame = read_csv_columns(path, ("Label", "Name", "Count"))
     return dict(zip(int_column(frame, "Label", path, 0), frame["Name"]))
@@ -81,7 +88,7 @@ def plot_size_distribution(fold_csvs: Sequence[str | os.PathLike], png_path: str
     for path in fold_csvs:
         split, dataset, fold = parse_fold_path(path)
         if fold == 1:
-            by_dataset.setdefault(dataset, []).append(pd.read_csv(path))
+            by_dataset.setdefault(dataset, []).append(_read_fold_table(path))
     fig, axes = new_figure(max(1, len(by_dataset)), 4.0 * max(1, len(by_dataset)), 3.5)
     for ax, (dataset, frames) in zip(axes, sorted(by_dataset.items())):
         frame = pd.concat(frames)
