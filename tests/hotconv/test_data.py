@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from membench.core.errors import InputError
 from membench.hotconv.data import ByteDataset, collate_bytes, make_loader, padded_length
 
 
@@ -88,3 +89,24 @@ def test_padded_length_covers_at_least_one_slice():
 def test_mismatched_paths_and_labels_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="1 paths but 2 labels"):
         ByteDataset([_write(tmp_path, "x.exe", b"x")], [0, 1], 10)
+
+
+def test_size_sorted_order_takes_the_folds_sizes(tmp_path):
+    # The sizes given (a fold's File_Size) decide the order; the files are not measured again.
+    paths = [_write(tmp_path, f"{i}.exe", b"\x01" * 10) for i in range(3)]
+    loader = make_loader(ByteDataset(paths, [0, 1, 0], 100, sizes=[5, 30, 20]), 1, 8, shuffle=False, seed=0,
+                         size_sorted=True)
+    assert [int(labels[0]) for _, labels in loader] == [1, 0, 0]
+    assert list(loader.sampler) == [1, 2, 0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_damaged_binary_is_named_in_one_line_whatever_the_workers(tmp_path, workers):
+    truncated = _write(tmp_path, "truncated.exe", gzip.compress(bytes(range(256)) * 64, mtime=0)[:100])
+    dataset = ByteDataset([_write(tmp_path, "good.exe", b"MZ"), truncated], [0, 1], 10_000)
+    loader = make_loader(dataset, 1, 8, shuffle=False, seed=0, num_workers=workers)
+    with pytest.raises(InputError) as raised:
+        list(loader)
+    assert str(raised.value) == (f"{truncated}: is a damaged gzip file "
+                                 "(truncated: the compressed data ends before its end marker)")

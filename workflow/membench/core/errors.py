@@ -24,6 +24,11 @@ class InputError(ValueError):
         self.problem = problem
         super().__init__(self._format())
 
+    def __reduce__(self):
+        # Pickled from one process to another (a DataLoader worker, a spawned checker) by its fields:
+        # the default would call the class with the formatted message alone.
+        return type(self), (self.path, self.problem, self.where)
+
     def _format(self) -> str:
         location = self.path or "<input>"
         if self.where:

@@ -5,7 +5,8 @@ A sample is the first ``max_len`` bytes of a binary (gzip is decompressed). A ba
 batch rounded up to a multiple of the slice size (so every sliced pass sees whole slices). The
 last batch may be smaller than the batch size. Host memory is bounded by B x L x 2 bytes per batch
 (plus the loader's prefetch); nothing is cached between batches, so no bytes leak from one batch
-into another. The dataset holds only paths and labels, so DataLoader workers can use it.
+into another. The dataset holds only paths, labels and sizes, so DataLoader workers can use it. A
+binary that cannot be read (damaged gzip, an I/O error) raises :class:`InputError` naming it.
 """
 
 from __future__ import annotations
@@ -19,27 +20,37 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from membench.core.errors import InputError
 from membench.data.bodmas.binaries import content_size, read_prefix
 
 TOKEN_DTYPE = torch.int16  # holds 0..256
 
 
 class ByteDataset(Dataset):
-    """Binaries and their labels; item i is ``(bytes as uint8 array of length <= max_len, label)``."""
+    """Binaries and their labels; item i is ``(bytes as uint8 array of length <= max_len, label)``.
 
-    def __init__(self, paths: Sequence[str | os.PathLike], labels: Sequence[int], max_len: int) -> None:
+    ``sizes``: the content sizes in bytes (a fold's ``File_Size``, checked when the fold was made),
+    for the size-sorted order; without them that order measures every binary.
+    """
+
+    def __init__(
+        self, paths: Sequence[str | os.PathLike], labels: Sequence[int], max_len: int, sizes: Sequence[int] | None = None
+    ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
+        if sizes is not None and len(sizes) != len(paths):
+            raise ValueError(f"{len(paths)} paths but {len(sizes)} sizes")
         if max_len < 1:
             raise ValueError(f"max_len must be positive, got {max_len}")
         self.paths = [os.fspath(p) for p in paths]
         self.labels = [int(label) for label in labels]
+        self.sizes = None if sizes is None else [int(size) for size in sizes]
         self.max_len = max_len
 
     @classmethod
     def from_fold(cls, fold: pd.DataFrame, max_len: int) -> "ByteDataset":
-        """From a frame read by :func:`membench.data.bodmas.folds.read_fold` (columns path, Label)."""
-        return cls(list(fold["path"]), list(fold["Label"]), max_len)
+        """From a frame read by :func:`membench.data.bodmas.folds.read_fold` (columns path, Label, File_Size)."""
+        return cls(list(fold["path"]), list(fold["Label"]), max_len, list(fold["File_Size"]))
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -47,6 +58,16 @@ class ByteDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
         content = read_prefix(self.paths[index], self.max_len)
         return np.frombuffer(content, dtype=np.uint8), self.labels[index]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[np.ndarray, int]] | list[InputError]:
+        """The samples of one batch, as the loader fetches them; a binary that cannot be read gives
+        ``[its InputError]`` instead, which the collate passes on as the batch for the loader to
+        raise in the main process (torch turns an exception raised in a worker process into a
+        RuntimeError holding a traceback)."""
+        try:
+            return [self[index] for index in indices]
+        except InputError as exc:
+            return [exc]
 
 
 def padded_length(longest: int, slice_size: int) -> int:
@@ -65,13 +86,26 @@ def collate_bytes(samples: list[tuple[np.ndarray, int]], slice_size: int) -> tup
 
 
 class _Collate:
-    """A picklable collate function (worker processes need to import it)."""
+    """A picklable collate function (worker processes need to import it); passes on a read error."""
 
     def __init__(self, slice_size: int) -> None:
         self.slice_size = slice_size
 
     def __call__(self, samples):
+        if isinstance(samples[0], InputError):
+            return samples[0]
         return collate_bytes(samples, self.slice_size)
+
+
+class _ByteLoader(DataLoader):
+    """A DataLoader that raises, in this process, the read error a batch carries (see
+    :meth:`ByteDataset.__getitems__`)."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            if isinstance(batch, InputError):
+                raise batch
+            yield batch
 
 
 def make_loader(
@@ -88,16 +122,17 @@ def make_loader(
 
     ``shuffle``: a seeded random order (pass a different ``seed`` per epoch for a new order that a
     resumed job reproduces). ``size_sorted``: largest files first, no shuffle (memory-measurement
-    order, as MalConv2 and HotConv measured). Otherwise file order.
+    order, as MalConv2 and HotConv measured). Otherwise file order. Iterating raises
+    :class:`InputError` naming a binary that cannot be read, whatever ``num_workers`` is.
     """
     if size_sorted:
-        sizes = [content_size(p) for p in dataset.paths]
+        sizes = dataset.sizes if dataset.sizes is not None else [content_size(p) for p in dataset.paths]
         order = sorted(range(len(dataset)), key=lambda i: (-sizes[i], i))
         sampler, shuffle = order, False
     else:
         sampler = None
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(
+    return _ByteLoader(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,
