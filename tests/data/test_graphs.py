@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -83,6 +86,19 @@ def test_each_bad_input_is_named(pair, name, text, fragments):
 def test_missing_file_is_named(pair, tmp_path):
     with pytest.raises(InputError, match="file not found"):
         read_graph(tmp_path / "absent.txt", pair["de"])
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("name", ["dv", "de"])
+def test_a_pipe_or_directory_as_a_table_is_named_without_blocking(pair, name):
+    pair[name].unlink()
+    os.mkfifo(pair[name])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(pair[name]))}: is a named pipe \(FIFO\), not a regular file$"):
+        read_graph_pair(*_paths(pair))
+    pair[name].unlink()
+    pair[name].mkdir()
+    with pytest.raises(InputError, match=rf"^{re.escape(str(pair[name]))}: is a directory$"):
+        read_graph_pair(*_paths(pair))
 
 
 def test_blank_lines_do_not_shift_line_numbers(pair):

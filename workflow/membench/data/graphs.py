@@ -22,7 +22,7 @@ import numpy as np
 
 from membench.core import atomic
 from membench.core.errors import InputError
-from membench.core.validate import csv_line
+from membench.core.validate import csv_line, open_regular
 
 # The ids the generators write start at 1 (node 0 isolated), as the PNNL rmat18 graph's did
 # (262,145 = 2**18 + 1 nodes), so "RMAT-18-sized" means the same node count here.
@@ -82,9 +82,7 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
     column must follow.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, f"file not found (expected a PNNL {kind} table)")
-    with open(path, "rb") as handle:
+    with open_regular(path, missing=f"file not found (expected a PNNL {kind} table)") as handle:
         header = handle.readline().decode("ascii", errors="replace").split()
     if len(header) != 2 or not all(word.isdigit() for word in header):
         raise InputError(path, f"header must be two non-negative integers 'num_rows num_cols', found {' '.join(header)!r}", "line 1")
@@ -98,7 +96,8 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "input contained no data": checked below
-                table = np.loadtxt(path, dtype=np.float64, skiprows=1, ndmin=2, comments=None, encoding="ascii")
+                with open_regular(path, "r", encoding="ascii") as handle:
+                    table = np.loadtxt(handle, dtype=np.float64, skiprows=1, ndmin=2, comments=None)
         except (ValueError, UnicodeDecodeError):
             _raise_first_malformed_row(path, num_cols)
             raise
@@ -128,15 +127,16 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
     from pyarrow import ArrowInvalid, csv, default_memory_pool
 
     try:
-        table = csv.read_csv(
-            path,
-            read_options=csv.ReadOptions(skip_rows=1, autogenerate_column_names=True),
-            parse_options=csv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
-            convert_options=csv.ConvertOptions(
-                null_values=[], strings_can_be_null=False, quoted_strings_can_be_null=False,
-                column_types={f"f{i}": "float64" for i in range(_count_fields(path))},
-            ),
-        )
+        with open_regular(path) as handle:
+            table = csv.read_csv(
+                handle,
+                read_options=csv.ReadOptions(skip_rows=1, autogenerate_column_names=True),
+                parse_options=csv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
+                convert_options=csv.ConvertOptions(
+                    null_values=[], strings_can_be_null=False, quoted_strings_can_be_null=False,
+                    column_types={f"f{i}": "float64" for i in range(_count_fields(path))},
+                ),
+            )
     except (ArrowInvalid, UnicodeDecodeError):
         return None
     if any(column.type != "double" for column in table.columns):
@@ -158,14 +158,14 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
 
 def _count_fields(path: Path) -> int:
     """Fields of the first data line (0 when there is none)."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         handle.readline()
         return len(handle.readline().split())
 
 
 def _raise_first_malformed_row(path: Path, num_cols: int) -> None:
     """Find the first data line with a wrong number of fields or a non-numeric field, and raise."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         handle.readline()
         for line_number, raw in enumerate(handle, start=2):
             try:
@@ -185,7 +185,7 @@ def _raise_first_malformed_row(path: Path, num_cols: int) -> None:
 
 def _line(path: Path, row: int) -> str:
     """Editor line of data row ``row`` (0-based), counting the blank lines the reader skipped."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         handle.readline()
         seen = -1
         for line_number, raw in enumerate(handle, start=2):
