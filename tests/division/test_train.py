@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from membench.core.checkpoint import run_identity
 from membench.core.meter import Meter
 from membench.data.images.folder import folder_to_lmdb
 from membench.data.images.generate import DigitsSpec, generate_digits_folder
@@ -33,7 +34,8 @@ def _run(lmdbs, checkpoint, epochs, method="division", batch_size=64, identity="
     model, context = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
     spec = TrainSpec(epochs=epochs, batch_size=batch_size, lr=0.05, seed=0)
     with Meter(cpu, sample_interval_s=0) as meter:
-        history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint, identity)
+        history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint,
+                              run_identity({"run": identity}))
     return history, model, meter.summary()
 
 
@@ -54,8 +56,8 @@ def _run_interrupted(lmdbs, checkpoint):
     calls = {"n": 0}
     original = train.save_checkpoint
 
-    def save_then_die(path, state):
-        original(path, state)
+    def save_then_die(path, state, identity):
+        original(path, state, identity)
         calls["n"] += 1
         if calls["n"] == 1:
             raise KeyboardInterrupt

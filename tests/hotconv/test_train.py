@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -56,23 +57,37 @@ def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch)
     model_spec, train_spec = _specs(epochs=3)
     uninterrupted = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "a", CPU, sample_interval_s=0.0))
 
-    real_record_epoch = train_module._record_epoch
+    real_save = train_module.save_checkpoint
 
-    def record_then_die(state, *args, **kwargs):
-        real_record_epoch(state, *args, **kwargs)
+    def save_then_die(path, state, identity):
+        real_save(path, state, identity)
         if state["epoch"] == 2:
-            train_module.save_checkpoint(tmp_path / "b" / "checkpoint.pt", state)
             raise KeyboardInterrupt  # killed after the checkpoint of epoch 2
 
-    monkeypatch.setattr(train_module, "_record_epoch", record_then_die)
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0)
     assert not (tmp_path / "b" / "metrics.json").exists()
-    monkeypatch.setattr(train_module, "_record_epoch", real_record_epoch)
+    monkeypatch.setattr(train_module, "save_checkpoint", real_save)
     resumed = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0))
     assert resumed["resumed_from_epoch"] == 2 and uninterrupted["resumed_from_epoch"] == 0
     assert resumed["train_loss_per_epoch"] == uninterrupted["train_loss_per_epoch"]
     assert resumed["test_accuracy"] == uninterrupted["test_accuracy"] and resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"])
+
+
+def test_a_rerun_on_changed_data_trains_anew_instead_of_resuming(fold_copy, tmp_path, caplog):
+    model_spec, train_spec = _specs(epochs=2)
+    first = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
+    same = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
+    assert same["resumed_from_epoch"] == 2 and same["test_accuracy"] == first["test_accuracy"]
+    with open(fold_copy.train) as handle:
+        lines = handle.readlines()
+    with open(fold_copy.train, "w") as handle:  # the fold re-split: one training file fewer
+        handle.writelines(lines[:-1])
+    changed = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
+    assert changed["resumed_from_epoch"] == 0 and changed["epochs_run"] == 2
+    assert changed["train_samples"] == first["train_samples"] - 1
+    assert f"input files changed: {os.path.basename(fold_copy.train)}" in caplog.text
 
 
 def test_early_stopping_keeps_the_best_model(tiny_fold, tmp_path):

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from membench.core.checkpoint import run_identity
 from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource, ProducerFailed
 from membench.robust.train import TrainSettings, epoch_batches, train
@@ -40,7 +41,7 @@ def test_every_batch_once_per_epoch_and_staleness_within_bound(digits, tmp_path)
     model = build_model(SPEC.name, SPEC.input_shape, SPEC.num_classes, SPEC.hidden_units, seed=0)
     with _source(digits) as source:
         pids = [p.pid for p in source.processes]
-        result = train(model, x, y, SETTINGS, source, tmp_path / "ckpt.pt", torch.device("cpu"))
+        result = train(model, x, y, SETTINGS, source, tmp_path / "ckpt.pt", torch.device("cpu"), run_identity({}))
         batches = epoch_batches(160, 16, SETTINGS.seed, 5)
         arrived = [(item.batch, item.producer) for item in source.epoch(5, batches, model)]
     assert sorted(b for b, _ in arrived) == list(range(10))
@@ -56,7 +57,7 @@ def test_a_failing_producer_ends_the_run_with_its_error(digits, tmp_path):
         with _source(digits, broken) as source:
             pids = [p.pid for p in source.processes]
             train(model, digits.x_train[:160], digits.y_train[:160], broken, source, tmp_path / "c.pt",
-                  torch.device("cpu"))
+                  torch.device("cpu"), run_identity({}))
     assert all(_gone(pid) for pid in pids)
 
 
@@ -67,7 +68,7 @@ def test_a_killed_producer_ends_the_run_cleanly(digits, tmp_path):
             pids = [p.pid for p in source.processes]
             os.kill(pids[1], signal.SIGKILL)
             train(model, digits.x_train[:160], digits.y_train[:160], SETTINGS, source, tmp_path / "k.pt",
-                  torch.device("cpu"))
+                  torch.device("cpu"), run_identity({}))
     assert all(_gone(pid) for pid in pids)
 
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from membench.core.checkpoint import run_identity
 from membench.robust import train as train_module
 from membench.robust.models import build_model
 from membench.robust.train import SequentialSource, TrainSettings, epoch_batches, train
@@ -15,7 +16,7 @@ def _run(digits, tmp_path, settings=SETTINGS, name="ckpt.pt"):
     x, y = digits.x_train[:200], digits.y_train[:200]
     model = build_model("mlp", digits.input_shape, 10, 32, seed=settings.seed)
     result = train(model, x, y, settings, SequentialSource(x, y, settings, torch.device("cpu")),
-                   tmp_path / name, torch.device("cpu"))
+                   tmp_path / name, torch.device("cpu"), run_identity(settings.__dict__))
     return model, result
 
 
@@ -47,7 +48,7 @@ def test_a_batch_arriving_twice_is_an_error(digits, tmp_path):
     model = build_model("mlp", digits.input_shape, 10, 16, seed=0)
     with pytest.raises(RuntimeError, match="batch 0 arrived twice"):
         train(model, x, y, SETTINGS, _DuplicatingSource(x, y, SETTINGS, torch.device("cpu")), tmp_path / "c.pt",
-              torch.device("cpu"))
+              torch.device("cpu"), run_identity({}))
 
 
 @pytest.mark.parametrize("action", ["shrink", "stop"])
@@ -58,8 +59,8 @@ def test_guard_restores_weights_and_shrinks_alpha_or_stops(digits, tmp_path, mon
     snapshots = []
     original_save = train_module.save_checkpoint
     monkeypatch.setattr(train_module, "save_checkpoint",
-                        lambda path, state: (snapshots.append({k: v.clone() for k, v in state["model"].items()}),
-                                             original_save(path, state)))
+                        lambda path, state, identity: (snapshots.append({k: v.clone() for k, v in state["model"].items()}),
+                                                       original_save(path, state, identity)))
     settings = TrainSettings(**{**SETTINGS.__dict__, "epochs": 3, "guard_action": action})
     model, result = _run(digits, tmp_path, settings)
     assert result.guard_events == 1
@@ -73,10 +74,11 @@ def test_guard_restores_weights_and_shrinks_alpha_or_stops(digits, tmp_path, mon
         assert result.guard_stopped and result.epochs_done == 2
 
 
-def test_resume_refuses_a_checkpoint_of_other_settings(digits, tmp_path):
-    from membench.core.errors import InputError
-
+def test_a_checkpoint_of_other_settings_is_not_resumed_and_training_starts_over(digits, tmp_path, caplog):
     _run(digits, tmp_path, name="d.pt")
     other = TrainSettings(**{**SETTINGS.__dict__, "eps": 0.2, "epochs": 3})
-    with pytest.raises(InputError, match="other settings"):
-        _run(digits, tmp_path, other, name="d.pt")
+    _, result = _run(digits, tmp_path, other, name="d.pt")
+    assert result.resumed_from_epoch == 0 and result.epochs_done == 3
+    assert "not resumed, training starts over: options changed: epochs, eps" in caplog.text
+    _, again = _run(digits, tmp_path, other, name="d.pt")  # its own checkpoint is resumed from
+    assert again.resumed_from_epoch == 3

@@ -1,18 +1,155 @@
-"""Training checkpoints: written atomically, read without executing code (``weights_only=True``)."""
+"""Training checkpoints and the one resume rule of every training job.
+
+A checkpoint is written atomically and read without executing code (``weights_only=True``). It
+carries the identity of the run that wrote it (:func:`run_identity`): the options that shape the
+result, the content of the input files, and the version of the code. A run resumes only from a
+checkpoint of the same identity; on any difference it logs one line saying what differs and starts
+over, and its first epoch replaces the old checkpoint. So a job rerun after its data, options or
+code changed never reports the old model as a result of the new inputs.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import stat
 from pathlib import Path
+from typing import Any, Iterable, Mapping
 
 import torch
 
 from membench.core import atomic
 from membench.core.errors import InputError
 
+__all__ = [
+    "IDENTITY_KEY",
+    "code_version",
+    "load_checkpoint",
+    "resume_checkpoint",
+    "run_identity",
+    "save_checkpoint",
+    "tensors_sha256",
+]
 
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """Save ``state`` (tensors, state dicts, numbers, strings) to ``path`` atomically."""
+IDENTITY_KEY = "run_identity"
+_log = logging.getLogger(__name__)
+_SOURCE_SUFFIXES = {".py", ".cpp", ".cu", ".h"}
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+_CHUNK_BYTES = 1 << 20
+
+
+def code_version(*packages: str) -> str:
+    """SHA-256 of the sources (Python, C++, CUDA) of membench's ``packages`` (e.g. ``"core"``,
+    ``"hotconv"``), names and contents, so that any change of the code a run depends on shows."""
+    digest = hashlib.sha256()
+    for package in sorted(packages):
+        root = _PACKAGE_ROOT / package
+        for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES and p.is_file()):
+            digest.update(path.relative_to(_PACKAGE_ROOT).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def tensors_sha256(*tensors: torch.Tensor) -> str:
+    """SHA-256 of tensors' dtypes, shapes and bytes: the identity of data loaded into memory."""
+    digest = hashlib.sha256()
+    for tensor in tensors:
+        flat = tensor.detach().cpu().contiguous()
+        digest.update(f"{flat.dtype}{tuple(flat.shape)}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _directory_fingerprint(root: Path) -> str:
+    """SHA-256 of every file's relative path, size and modification time under ``root``: a data
+    directory (binaries, an LMDB, image batches) can hold far more bytes than are worth rereading."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            info = os.stat(path)
+            digest.update(f"{path.relative_to(root).as_posix()}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _input_identity(path: str | os.PathLike) -> str:
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            return "directory:" + _directory_fingerprint(path)
+        if stat.S_ISREG(mode):
+            return "sha256:" + _file_sha256(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot be read to identify the run ({exc.strerror or exc})") from None
+    raise InputError(path, f"is {atomic.file_kind(mode)}, not a regular file or directory")
+
+
+def run_identity(options: Mapping[str, Any], inputs: Iterable[str | os.PathLike] = (), code: str = "") -> dict:
+    """What determines a training run's result, to store in its checkpoint and compare on resume.
+
+    Parameters
+    ----------
+    options : mapping
+        The settings that shape the result (JSON-serialisable); options that do not (output paths,
+        the device, logging) are left out by the caller so that a killed run may resume with them
+        changed.
+    inputs : paths
+        Input files, identified by the SHA-256 of their content, and data directories, identified
+        by every file's relative path, size and modification time.
+    code : str
+        The code version (:func:`code_version` of the packages the run executes).
+    """
+    return {
+        "options": json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
+        "inputs": {os.fspath(path): _input_identity(path) for path in inputs},
+        "code": code,
+    }
+
+
+def _same_run(found: Any, expected: dict) -> bool:
+    """Same options, input contents (in order; where the inputs lie may differ) and code."""
+    return (
+        isinstance(found, dict)
+        and found.get("options") == expected["options"]
+        and list((found.get("inputs") or {}).values()) == list(expected["inputs"].values())
+        and found.get("code") == expected["code"]
+    )
+
+
+def _differences(found: Any, expected: dict) -> str:
+    if not isinstance(found, dict):
+        return "it records no run identity (written by an older membench)"
+    parts = []
+    old_options, new_options = found.get("options") or {}, expected["options"]
+    changed = sorted(k for k in old_options.keys() | new_options.keys() if old_options.get(k) != new_options.get(k))
+    if changed:
+        parts.append("options changed: " + ", ".join(changed))
+    old_inputs, new_inputs = found.get("inputs") or {}, expected["inputs"]
+    if list(old_inputs.values()) != list(new_inputs.values()) or len(old_inputs) != len(new_inputs):
+        names = [Path(p).name for p in new_inputs if old_inputs.get(p) != new_inputs[p]] or ["their order or number"]
+        parts.append("input files changed: " + ", ".join(names))
+    if found.get("code") != expected["code"]:
+        parts.append("the code changed")
+    return "; ".join(parts) or "its identity differs"
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict, identity: dict | None = None) -> None:
+    """Save ``state`` (tensors, state dicts, numbers, strings) to ``path`` atomically, with the
+    run's ``identity`` (:func:`run_identity`) for :func:`resume_checkpoint`."""
+    if identity is not None:
+        state = {**state, IDENTITY_KEY: identity}
     with atomic.atomic_path(path, suffix=".pt") as tmp:
         torch.save(state, tmp)
 
@@ -26,3 +163,20 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # a torn or foreign file must not crash into a traceback
         raise InputError(path, f"not a readable membench checkpoint ({exc})") from None
+
+
+def resume_checkpoint(path: str | os.PathLike, identity: dict, map_location: str | torch.device = "cpu") -> dict | None:
+    """The checkpoint at ``path`` if it was written by a run of the same ``identity``, else ``None``.
+
+    A checkpoint of another identity (other options, input files or code) is not resumed from: one
+    warning line says what differs, the run starts over, and its next checkpoint replaces it.
+    """
+    state = load_checkpoint(path, map_location)
+    if state is None:
+        return None
+    found = state.get(IDENTITY_KEY)
+    if not _same_run(found, identity):
+        _log.warning("%s: not resumed, training starts over: %s", path, _differences(found, identity))
+        return None
+    _log.info("%s: same options, inputs and code; resuming", path)
+    return state

@@ -233,6 +233,7 @@ def _maxbatch(args) -> None:
 
 def _train(args, device, spec, kernels, meter, ranks) -> dict:
     from membench.core.atomic import write_csv
+    from membench.core.checkpoint import code_version, run_identity
     from membench.core.errors import InputError
     from membench.core.timing import timing_fields
     from membench.data.images.lmdb_store import ImageLMDB
@@ -253,8 +254,10 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
     train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
     # Options that do not change what is computed may differ between a killed run and its resumption.
-    incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh"}
-    identity = json.dumps({k: v for k, v in sorted(vars(args).items()) if k not in incidental})
+    incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh",
+                  "train_lmdb", "val_lmdb"}
+    identity = run_identity({k: v for k, v in vars(args).items() if k not in incidental},
+                            (args.train_lmdb, args.val_lmdb), code_version("core", "data", "division"))
     history = train_model(
         model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity, ranks
     )

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from membench.core.checkpoint import load_checkpoint, save_checkpoint
+from membench.core.checkpoint import resume_checkpoint, save_checkpoint
 from membench.core.distributed import SINGLE_PROCESS, Ranks, data_parallel, per_process_batch
 from membench.core.meter import Meter
 from membench.core.timing import Timer
@@ -79,7 +79,7 @@ def train_model(
     device: torch.device,
     meter: Meter,
     checkpoint_path: str | os.PathLike,
-    run_identity: str = "",
+    identity: dict,
     ranks: Ranks = SINGLE_PROCESS,
 ) -> list[dict[str, float]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
@@ -89,9 +89,8 @@ def train_model(
 
     Training steps run in meter phase ``train`` (saved activations counted), evaluation in ``eval``.
     The checkpoint at ``checkpoint_path`` is resumed from when present and written by a run of the
-    same ``run_identity`` (a string naming everything that shapes the run: method, model,
-    hyper-parameters); a checkpoint of another run is ignored and overwritten. It is rewritten
-    every epoch.
+    same ``identity`` (:func:`membench.core.checkpoint.run_identity`: options, input data and
+    code); a checkpoint of another run is ignored and overwritten. It is rewritten every epoch.
 
     Under ``torchrun`` (``ranks.world_size`` > 1) the model is trained data-parallel: each process
     takes ``batch_size / world_size`` images of every global batch and gradients are averaged;
@@ -109,10 +108,7 @@ def train_model(
     )
     history: list[dict[str, float]] = []
     start_epoch = 0
-    state = load_checkpoint(checkpoint_path, map_location=device)
-    if state is not None and state.get("run_identity") != run_identity:
-        _log.warning("ignoring %s: written by another run configuration", checkpoint_path)
-        state = None
+    state = resume_checkpoint(checkpoint_path, identity, map_location=device)
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -122,9 +118,7 @@ def train_model(
         if precision.scaler is not None and state.get("grad_scaler"):
             precision.scaler.load_state_dict(state["grad_scaler"])
         torch.set_rng_state(state["torch_rng"])
-        # Epochs from a checkpoint written before load averages were recorded: load unknown (NaN).
-        history = [{"load_1m_max": math.nan, **dict(zip(state["history_columns"], row))}
-                   for row in state["history"].tolist()]
+        history = [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
         start_epoch = int(state["epoch"])
         _log.info("resumed from %s at epoch %d", checkpoint_path, start_epoch)
     val_loader = _loader(val_set, spec, shuffle=False, epoch=0)
@@ -157,10 +151,9 @@ def train_model(
             "grad_scaler": {} if precision.scaler is None else precision.scaler.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "epoch": epoch + 1,
-            "run_identity": run_identity,
             "history_columns": columns,
             "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
-        })
+        }, identity)
     return history
 
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, roc_auc_score
 from tqdm import tqdm
 
-from membench.core.checkpoint import load_checkpoint, save_checkpoint
+from membench.core.checkpoint import code_version, resume_checkpoint, run_identity, save_checkpoint
 from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
@@ -179,8 +179,9 @@ def train_job(
 ) -> Path:
     """Train, early-stop, test the best model, and write metrics.json, memlog.csv and the checkpoint.
 
-    Resumes from ``outdir/checkpoint.pt`` when one from the same settings exists (one from other
-    settings is replaced). Returns the path of ``metrics.json``.
+    Resumes from ``outdir/checkpoint.pt`` when it was written by a run of the same settings, input
+    files and code (:func:`membench.core.checkpoint.resume_checkpoint`); any other checkpoint is
+    replaced. Returns the path of ``metrics.json``.
     """
     start = time.perf_counter()
     outdir = Path(outdir)
@@ -196,7 +197,9 @@ def train_job(
     model = MalConvNet(model_spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_spec.learning_rate)
     settings = {**asdict(model_spec), **asdict(train_spec), "dataset": dataset, "fold": fold}
-    state = _resume(outdir / CHECKPOINT_NAME, settings, model, optimizer)
+    identity = run_identity(settings, (files.train, files.val, files.test, files.classes, files.binaries),
+                            code_version("core", "data", "hotconv"))
+    state = _resume(outdir / CHECKPOINT_NAME, identity, model, optimizer)
     resumed_from = state["epoch"]
     timer = Timer("epoch", threads=torch.get_num_threads() + train_spec.num_workers, device=device)
     for epoch_s, load in zip(state["epoch_s"], state["epoch_load_1m_max"]):
@@ -222,7 +225,7 @@ def train_job(
                 val_loss, _, _ = predict(model, loader("val", epoch), weights, device)
             _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, timer.last_load_1m,
                           train_spec.early_stopping_patience)
-            save_checkpoint(outdir / CHECKPOINT_NAME, state)
+            save_checkpoint(outdir / CHECKPOINT_NAME, state, identity)
             log.info("%s epoch %d: train loss %.4f, val loss %.4f, %.1f s%s", model_spec.variant, epoch,
                      train_loss, val_loss, epoch_s, " (best)" if state["best_epoch"] == epoch else "")
         model.load_state_dict(state["best_model"])
@@ -248,23 +251,17 @@ def train_job(
     return write_job_outputs(outdir, record, meter.memlog())
 
 
-def _resume(path: Path, settings: dict, model, optimizer) -> dict:
-    state = load_checkpoint(path)
-    if state is not None and state.get("settings") != json.dumps(settings, sort_keys=True):
-        # A checkpoint of an earlier configuration: resuming from it would mix two runs.
-        log.warning("%s was written with other settings; training starts over", path)
-        state = None
+def _resume(path: Path, identity: dict, model, optimizer) -> dict:
+    state = resume_checkpoint(path, identity)
     if state is None:
         return {
-            "settings": json.dumps(settings, sort_keys=True), "epoch": 0, "stopped_early": False,
+            "epoch": 0, "stopped_early": False,
             "best_epoch": 0, "best_val_loss": float("inf"), "epochs_without_improvement": 0,
             "best_model": _copy_state(model), "train_loss": [], "val_loss": [], "epoch_s": [],
             "epoch_load_1m_max": [],
         }
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    # A checkpoint written before load averages were recorded: its epochs' load is unknown.
-    state.setdefault("epoch_load_1m_max", [None] * len(state["epoch_s"]))
     log.info("resuming after epoch %d from %s", state["epoch"], path)
     return state
 

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from membench.core import atomic
+from membench.core.checkpoint import code_version, run_identity, tensors_sha256
 from membench.core.device import resolve_device
 from membench.core.distributed import process_group
 from membench.core.errors import InputError
@@ -56,6 +57,15 @@ def variant_name(args: argparse.Namespace) -> str:
     if args.mode == "sequential":
         return f"seq-{attack}-t{args.threads}"
     return f"par-{attack}-p{args.producers}-k{args.publish_every}"
+
+
+def _identity(args: argparse.Namespace, data) -> dict:
+    """The run's identity for its checkpoint: every option that shapes training, the data it was
+    given (by content, whichever source it came from) and the code."""
+    incidental = {"outdir", "device", "root", "threads", "timeout_s", "sample_interval_s", "grid_intensity_g_per_kwh"}
+    options = {k: v for k, v in vars(args).items() if k not in incidental}
+    options["data_sha256"] = tensors_sha256(data.x_train, data.y_train)
+    return run_identity(options, code=code_version("core", "data", "robust"))
 
 
 def run_training_job(args: argparse.Namespace) -> Path | None:
@@ -116,7 +126,8 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
             with meter.phase("startup"):
                 producers.enter_context(source)
         with meter.phase("train"):
-            result = train(model, data.x_train, data.y_train, settings, source, outdir / CHECKPOINT, device)
+            result = train(model, data.x_train, data.y_train, settings, source, outdir / CHECKPOINT, device,
+                           _identity(args, data))
         producers.close()
         with meter.phase("evaluate"):
             x_test, y_test = data.x_test[: args.eval_samples], data.y_test[: args.eval_samples]
@@ -126,8 +137,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
     cores = args.threads * (args.producers + 1 if parallel else 1)
     record.update(meter.summary())
     record.update(timing_fields([h["epoch_wall_s"] for h in result.history], "epoch",
-                                # .get: epochs resumed from a checkpoint that predates load averages
-                                [h.get("load_1m_max") for h in result.history], threads=cores))
+                                [h["load_1m_max"] for h in result.history], threads=cores))
     record.update({
         "mode": args.mode, "attack": args.attack, "steps": args.steps, "alpha": args.alpha,
         "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,

@@ -14,7 +14,7 @@ import copy
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
 import torch
@@ -22,8 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from membench.core.checkpoint import load_checkpoint, save_checkpoint
-from membench.core.errors import InputError
+from membench.core.checkpoint import resume_checkpoint, save_checkpoint
 from membench.core.timing import Timer
 from membench.robust.attacks import attack, evaluate
 
@@ -152,18 +151,15 @@ def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: i
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _settings_record(settings: TrainSettings) -> dict:
-    return {k: ("" if v is None else v) for k, v in asdict(settings).items()}
-
-
 def train(
     model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor, settings: TrainSettings,
-    source: BatchSource, checkpoint_path: str | os.PathLike, device: torch.device,
+    source: BatchSource, checkpoint_path: str | os.PathLike, device: torch.device, identity: dict,
 ) -> TrainResult:
     """Train ``model`` adversarially for ``settings.epochs`` epochs on batches from ``source``.
 
-    Resumes from ``checkpoint_path`` when it holds a finished epoch of the same settings; writes it
-    after every epoch. Every batch of an epoch is trained on exactly once (checked).
+    Resumes from ``checkpoint_path`` when it holds a finished epoch of a run of the same ``identity``
+    (:func:`membench.core.checkpoint.run_identity`: settings, data and code); writes it after every
+    epoch. Every batch of an epoch is trained on exactly once (checked).
     """
     s = settings
     steps_per_epoch = math.ceil(len(x_train) / s.batch_size)
@@ -171,11 +167,8 @@ def train(
     result = TrainResult(alpha=s.alpha)
     step, guard_best = 0, -1.0
     good_state = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
-    state = load_checkpoint(checkpoint_path)
+    state = resume_checkpoint(checkpoint_path, identity)
     if state is not None:
-        if state.get("settings") != _settings_record(s):
-            raise InputError(checkpoint_path, "checkpoint was written by a run with other settings; "
-                             "remove it or use another --outdir")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -250,14 +243,14 @@ def train(
             "staleness_mean": sum(epoch_staleness) / len(epoch_staleness), "staleness_max": max(epoch_staleness),
         })
         save_checkpoint(checkpoint_path, {
-            "settings": _settings_record(s), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "good_model": good_state["model"],
             "good_optimizer": good_state["optimizer"], "step": step, "guard_best": guard_best,
             "history": result.history, "staleness": torch.tensor(result.staleness, dtype=torch.int64),
             "train_wall_s": result.train_wall_s, "trained_samples": result.trained_samples,
             "regenerated_batches": result.regenerated_batches, "guard_events": result.guard_events,
             "guard_stopped": result.guard_stopped, "alpha": result.alpha, "epochs_done": result.epochs_done,
-        })
+        }, identity)
         if result.guard_stopped:
             break
     return result
