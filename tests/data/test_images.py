@@ -17,6 +17,7 @@ from membench.data.images.cifar import cifar_to_lmdb, load_cifar_batch
 from membench.data.images.folder import folder_to_lmdb
 from membench.data.images.generate import DigitsSpec, draw_digit
 from membench.data.images.lmdb_store import ImageLMDB, read_metadata, record_key
+from membench.data.images.mnist import mnist_arrays
 from membench.data.images.transforms import EvalTransform, TrainTransform, to_tensor
 
 
@@ -139,6 +140,44 @@ def test_bad_folders(tmp_path, layout, message):
         (root / "train" / "cat" / "a.png").write_bytes(b"")
     with pytest.raises(InputError, match=message):
         folder_to_lmdb(root, "train", tmp_path / "out")
+
+
+def _make_pipe(path):
+    """Replace ``path`` (a file or an LMDB's data file) with a named pipe that no one writes."""
+    path.unlink()
+    os.mkfifo(path)
+    return path
+
+
+PIPE = r"is a named pipe \(FIFO\), not a regular file$"
+
+
+@pytest.mark.timeout(20)
+def test_pipes_in_an_image_folder_lmdb_cifar_or_mnist_are_named_without_blocking(image_folder, tmp_path):
+    pipe = _make_pipe(image_folder / "train" / "cat" / "1.png")
+    with pytest.raises(InputError, match=f"{pipe}: {PIPE}"):
+        folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    pipe = _make_pipe(folder_to_lmdb(image_folder, "val", tmp_path / "val.lmdb") / "data.mdb")
+    with pytest.raises(InputError, match=f"{pipe}: {PIPE}"):
+        ImageLMDB(tmp_path / "val.lmdb")
+    _write_cifar10(tmp_path / "cifar")
+    pipe = _make_pipe(tmp_path / "cifar" / "batches.meta")
+    with pytest.raises(InputError, match=f"{pipe}: {PIPE}"):
+        cifar_to_lmdb(tmp_path / "cifar", "cifar10", "test", tmp_path / "test.lmdb")
+    (tmp_path / "mnist").mkdir()
+    (tmp_path / "mnist" / "t10k-labels-idx1-ubyte").write_bytes(b"")
+    pipe = tmp_path / "mnist" / "t10k-images-idx3-ubyte.gz"
+    os.mkfifo(pipe)
+    with pytest.raises(InputError, match=f"{pipe}: {PIPE}"):
+        mnist_arrays(tmp_path / "mnist", "test")
+
+
+def test_a_directory_named_like_a_cifar_batch_is_called_a_directory(tmp_path):
+    _write_cifar10(tmp_path / "cifar")
+    (tmp_path / "cifar" / "test_batch").unlink()
+    (tmp_path / "cifar" / "test_batch").mkdir()
+    with pytest.raises(InputError, match=r"test_batch: is a directory$"):
+        cifar_to_lmdb(tmp_path / "cifar", "cifar10", "test", tmp_path / "test.lmdb")
 
 
 def _write_cifar10(directory, batches=None):

@@ -19,6 +19,7 @@ import numpy as np
 from PIL import Image
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 from membench.data.images.lmdb_store import write_lmdb
 
 CIFAR_FILES = {
@@ -44,13 +45,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def load_cifar_batch(path: str | os.PathLike) -> dict:
     """Read one CIFAR python batch with the restricted unpickler; keys decoded to str."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "CIFAR batch file not found")
-    try:
-        with open(path, "rb") as handle:
+    with open_regular(path, missing="CIFAR batch file not found") as handle:
+        try:
             obj = _RestrictedUnpickler(handle, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise InputError(path, f"not a plain CIFAR python batch ({exc})") from None
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            raise InputError(path, f"not a plain CIFAR python batch ({exc})") from None
     if not isinstance(obj, dict):
         raise InputError(path, f"expected a dict, found {type(obj).__name__}")
     return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in obj.items()}

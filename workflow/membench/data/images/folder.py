@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from membench.core.errors import InputError
-from membench.core.validate import readable_nonempty_file
+from membench.core.validate import open_regular, regular_file
 from membench.data.images.lmdb_store import write_lmdb
 from membench.data.images.transforms import decode_image
 
@@ -16,9 +16,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".tif", ".tif
 def scan_image_folder(split_dir: str | os.PathLike) -> tuple[list[tuple[Path, int]], list[str]]:
     """List ``(image file, label)`` of one split and its sorted class names.
 
-    Classes are the sub-directories in sorted order; images are the files with an image suffix,
-    sorted by name within their class. Raises :class:`InputError` for a missing split, a split
-    without classes, or a class without images.
+    Classes are the sub-directories in sorted order; images are the entries with an image suffix
+    that are not directories, sorted by name within their class. Raises :class:`InputError` for a
+    missing split, a split without classes, a class without images, or an image that is not a
+    regular file (a named pipe, a broken symbolic link: named, not skipped).
     """
     split_dir = Path(split_dir)
     if not split_dir.is_dir():
@@ -28,16 +29,18 @@ def scan_image_folder(split_dir: str | os.PathLike) -> tuple[list[tuple[Path, in
         raise InputError(split_dir, "no class directories (expected root/<split>/<class>/<image>)")
     items = []
     for label, name in enumerate(classes):
-        files = sorted(p for p in (split_dir / name).iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(p for p in (split_dir / name).iterdir() if not p.is_dir() and p.suffix.lower() in IMAGE_SUFFIXES)
         if not files:
             raise InputError(split_dir / name, f"class directory holds no images ({', '.join(IMAGE_SUFFIXES)})")
-        items.extend((f, label) for f in files)
+        items.extend((regular_file(f), label) for f in files)
     return items, classes
 
 
 def _checked_bytes(file: Path, verify: bool) -> bytes:
-    readable_nonempty_file(file, file, "image file")
-    data = file.read_bytes()
+    with open_regular(file) as handle:
+        data = handle.read()
+    if not data:
+        raise InputError(file, "is empty (expected an image file)")
     if verify:
         # Decoding every pixel (not PIL's header-only verify()) is what catches a truncated JPEG.
         decode_image(data, file, problem="the image file's bytes")

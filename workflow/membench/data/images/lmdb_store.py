@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 
 FORMAT = {"format": "membench-image-lmdb", "version": 1}
 OUTPUT_KIND = "image-lmdb"
@@ -112,8 +113,9 @@ def _check_data_file(data_file: Path) -> None:
     liblmdb maps the file and trusts it: a truncated file ends in SIGBUS, not an error. This cheap
     check turns the common damage (truncation, overwritten header) into :class:`InputError`.
     """
-    with open(data_file, "rb") as handle:
+    with open_regular(data_file) as handle:
         head = handle.read(_META_READ_BYTES)
+        size = os.fstat(handle.fileno()).st_size
     # Meta page 0 starts the file, meta page 1 starts one page in (the page size is not known yet).
     metas = [meta for offset in (0, *sorted(_PAGE_SIZES)) if (meta := _meta_page(head, offset))
              and (offset == 0 or offset == meta[0])]
@@ -121,7 +123,6 @@ def _check_data_file(data_file: Path) -> None:
         raise InputError(data_file, "not an LMDB data file or its header is damaged (no valid meta page)")
     page_bytes, last_page, _ = max(metas, key=lambda meta: meta[2])
     needed = (last_page + 1) * page_bytes
-    size = data_file.stat().st_size
     if size < needed:
         raise InputError(data_file, f"truncated: {size} bytes, the LMDB header names {needed}")
 
@@ -186,8 +187,10 @@ def _read_every_record(path: Path, sender) -> None:
 def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     """``(number of records, class names)`` of an LMDB written by :func:`write_lmdb`."""
     path = Path(path)
-    if not (path / "data.mdb").is_file():
+    if not os.path.lexists(path / "data.mdb"):
         raise InputError(path, "not an LMDB directory (no data.mdb)")
+    # Also what liblmdb opens: a named pipe there is refused, not waited on. (lock.mdb is never
+    # opened: every environment here is read with lock=False.)
     _check_data_file(path / "data.mdb")
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)

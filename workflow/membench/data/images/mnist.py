@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -24,7 +26,7 @@ _UBYTE = 0x08
 
 def _find(root: Path, name: str) -> Path:
     for candidate in (root / name, root / f"{name}.gz"):
-        if candidate.is_file():
+        if os.path.lexists(candidate):  # whatever it is: read_idx says what is wrong with it
             return candidate
     raise InputError(root / name, "MNIST file not found (looked for it with and without .gz)")
 
@@ -33,10 +35,13 @@ def read_idx(path: str | os.PathLike, ndim: int) -> np.ndarray:
     """The unsigned-byte array of ``ndim`` dimensions stored in idx file ``path``."""
     path = Path(path)
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rb") as handle:
-            raw = handle.read()
-    except (OSError, EOFError) as exc:
+        with open_regular(path) as handle:
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=handle) as stream:
+                    raw = stream.read()
+            else:
+                raw = handle.read()
+    except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"unreadable idx file ({exc})") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise InputError(path, "not an idx file (expected two zero bytes at the start)", "header")
