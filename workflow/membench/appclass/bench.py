@@ -8,6 +8,7 @@ import logging
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 
 from membench.appclass.api import classify
 from membench.appclass.options import AppclassOptions, formula_bytes
-from membench.core import sources
+from membench.core import atomic, sources
 from membench.core.meter import MIB, Meter
 from membench.core.metrics import job_record, read_metrics, write_job_outputs
 from membench.core.processes import membench_command
@@ -226,6 +227,14 @@ def streaming_copy_ms(numel: int, dtype: torch.dtype, device: torch.device) -> f
     return statistics.median(times)
 
 
+def _timed_run(command: list[str], stdout_path: str | os.PathLike) -> float:
+    """Run ``command`` with its standard output in ``stdout_path``; its wall time in seconds."""
+    begin = time.perf_counter()
+    with open(stdout_path, "wb") as stdout:
+        subprocess.run(command, check=True, stdout=stdout)
+    return time.perf_counter() - begin
+
+
 def compare(
     graph_paths: tuple[str, str, str, str],
     dataset: str,
@@ -252,17 +261,17 @@ def compare(
         for position, spec in enumerate(specs):
             jobdir = outdir / f"round{round_index}" / spec.variant
             jobdir.mkdir(parents=True, exist_ok=True)
-            printed = first_output if position == 0 and round_index == 0 else jobdir / "output.txt"
             run_command = membench_command(
                 "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True), "--build-manifest", build_manifest,
             )
-            begin = time.perf_counter()
-            with open(printed, "wb") as stdout:
-                subprocess.run(run_command, check=True, stdout=stdout)
-            run_s = time.perf_counter() - begin
-            same_bytes = filecmp.cmp(printed, first_output, shallow=False)
-            if printed != first_output:
-                printed.unlink()
+            if position == 0 and round_index == 0:
+                with atomic.atomic_path(first_output) as printed:
+                    run_s = _timed_run(run_command, printed)
+                same_bytes = True
+            else:  # compared with the first variant's output, then dropped
+                with tempfile.NamedTemporaryFile(dir=jobdir, prefix=".output.", suffix=".txt") as printed:
+                    run_s = _timed_run(run_command, printed.name)
+                    same_bytes = filecmp.cmp(printed.name, first_output, shallow=False)
             command = membench_command(
                 "appclass", "bench", *graph_paths, "--dataset", dataset, "--outdir", jobdir, *_spec_arguments(spec),
                 *extra_args, "--build-manifest", build_manifest,
