@@ -1,5 +1,7 @@
 """The GPUMemNet-format reader: the published CSVs load, bad rows name file, line and column."""
 
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +95,17 @@ def test_transformer_file_without_its_columns_fails_clearly(tmp_path):
     frame.to_csv(tmp_path / "t.csv", index=False)
     with pytest.raises(InputError, match="missing column.*Seq Length"):
         load_jobs(tmp_path / "t.csv", "transformer")
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_or_directory_given_as_the_csv_is_named_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe.csv")
+    (tmp_path / "dir.csv").mkdir()
+    for name, problem in (("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"), ("dir.csv", "is a directory")):
+        with pytest.raises(InputError, match=f"^{re.escape(str(tmp_path / name))}: {problem}$"):
+            load_jobs(tmp_path / name, "mlp")
+
+
+def test_extra_columns_are_kept_out_of_the_way(tmp_path):
+    path = _write(tmp_path, HEADER.replace("\n", ",Note\n") + GOOD_ROW.replace("\n", ",x\n"))
+    assert len(load_jobs(path, "mlp")) == 1

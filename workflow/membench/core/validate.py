@@ -106,8 +106,10 @@ def read_csv_columns(
     required: Iterable[str],
     optional: Iterable[str] = (),
     dtype: dict | None = None,
+    other_columns: bool = False,
 ) -> pd.DataFrame:
-    """Read a CSV whose header must hold the ``required`` columns and nothing beyond ``optional``.
+    """Read a CSV whose header must hold the ``required`` columns and nothing beyond ``optional``
+    (anything beyond, with ``other_columns``).
 
     Values are read as strings (unless ``dtype`` says otherwise) so that later checks can name the
     line of a malformed value instead of pandas guessing a type.
@@ -130,7 +132,7 @@ def read_csv_columns(
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}; found {', '.join(columns)}", "line 1")
     unknown = [c for c in columns if c not in allowed]
-    if unknown:
+    if unknown and not other_columns:
         raise InputError(
             path, f"unknown column(s) {', '.join(unknown)}; expected only {', '.join(sorted(allowed))}", "line 1"
         )

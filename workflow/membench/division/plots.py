@@ -17,11 +17,7 @@ BASELINE = "vanilla"
 
 
 def _numeric_table(path, columns, optional=()) -> pd.DataFrame:
-    try:
-        header = list(pd.read_csv(path, nrows=0).columns)
-    except (FileNotFoundError, pd.errors.EmptyDataError):
-        raise InputError(path, "table not found or empty (expected a membench table CSV)") from None
-    frame = read_csv_columns(path, ["variant", "batch_size", *columns], optional=header)
+    frame = read_csv_columns(path, ["variant", "batch_size", *columns], other_columns=True)
     for column in ["batch_size", *columns, *optional]:
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")

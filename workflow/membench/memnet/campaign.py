@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from membench.core.tables import write_table
+from membench.core.validate import open_regular
 from membench.memnet.clean import clean_records
 from membench.memnet.dataset import DEFAULT_BINS, load_jobs
 from membench.memnet.estimators import new_estimator, save_estimators
@@ -40,7 +41,8 @@ def run_campaign(args) -> None:
     for family, count in zip(FAMILIES, args.count):
         configs_path = out / family / "configs.csv"
         if configs_path.is_file():
-            configs = pd.read_csv(configs_path, keep_default_na=False)
+            with open_regular(configs_path) as handle:
+                configs = pd.read_csv(handle, keep_default_na=False)
         else:
             configs = generate(family, count, args.seed)
             write_table(configs, configs_path)

@@ -109,8 +109,7 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
     if family not in FAMILIES:
         raise InputError(path, f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}")
     path = Path(path)
-    header = _header(path)
-    raw = read_csv_columns(path, REQUIRED[family], optional=header)
+    raw = read_csv_columns(path, REQUIRED[family], other_columns=True)
     n = len(raw)
     if n == 0:
         raise InputError(path, "no data rows")
@@ -156,13 +155,6 @@ def filename_tokens(filename: str) -> dict[str, str]:
         elif key is not None:
             tokens[key] += "_" + part
     return tokens
-
-
-def _header(path: Path) -> list[str]:
-    try:
-        return [str(c).strip() for c in pd.read_csv(path, nrows=0).columns]
-    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
-        return []  # read_csv_columns reports what is wrong with the file
 
 
 def _memory_column(raw: pd.DataFrame, path) -> pd.Series:

@@ -9,7 +9,6 @@ every fold, so no fold sees a model trained on another fold's test jobs.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from torch import nn
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.validate import open_regular, read_json_object
 from membench.memnet import faketensor
 from membench.memnet.dataset import Bins, Jobs, activation_code, filename_tokens
 from membench.memnet.models import build_mlp_from_layers, build_model, config_from_tokens, example_batch
@@ -287,8 +287,9 @@ def load_estimators(directory: str | os.PathLike) -> tuple[str, Bins, list]:
     """Read what :func:`save_estimators` wrote: (family, bins, trained estimators)."""
     directory = Path(directory)
     path = directory / "estimators.json"
+    missing = "trained estimators not found (run `membench memnet train`)"
+    meta = read_json_object(path, missing)
     try:
-        meta = json.loads(path.read_text())
         family, bins = meta["family"], Bins(*meta["bins"])
         estimators = []
         for name, entry in meta["estimators"].items():
@@ -296,7 +297,8 @@ def load_estimators(directory: str | os.PathLike) -> tuple[str, Bins, list]:
             if isinstance(est, EnsembleClassifier):
                 est.members, est.epochs, est.seed = (entry["options"][k] for k in ("members", "epochs", "seed"))
                 est.mean, est.std = np.asarray(entry["state"]["mean"]), np.asarray(entry["state"]["std"])
-                states = torch.load(directory / f"{name}.pt", weights_only=True)
+                with open_regular(directory / f"{name}.pt", missing=missing) as handle:
+                    states = torch.load(handle, weights_only=True)
                 est.nets = []
                 for state in states:
                     net = est._new_net(len(est.mean))
@@ -306,8 +308,8 @@ def load_estimators(directory: str | os.PathLike) -> tuple[str, Bins, list]:
             elif isinstance(est, TensorBytesRegression):
                 est.load_state(entry["state"])
             estimators.append(est)
-    except FileNotFoundError as exc:
-        raise InputError(exc.filename or path, "trained estimators not found (run `membench memnet train`)") from None
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError, RuntimeError) as exc:
+    except InputError:
+        raise  # a weights file missing or not a regular file, named by open_regular
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise InputError(path, f"not a membench estimator directory ({exc})") from None
     return family, bins, estimators
