@@ -61,7 +61,7 @@ def test_any_difference_starts_over_with_one_line_naming_it(tmp_path, inputs, ca
         "directory": "input files changed: binaries", "code": "the code changed",
         "no identity": "records no run identity",
     }[change]
-    assert len(caplog.records) == 1 and expected in caplog.text and "training starts over" in caplog.text
+    assert len(caplog.records) == 1 and expected in caplog.text and "the run starts over" in caplog.text
 
 
 def test_code_version_follows_every_source_file(tmp_path, monkeypatch):

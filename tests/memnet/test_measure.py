@@ -77,3 +77,36 @@ def test_target_is_nvml_on_a_gpu_with_a_fallback_and_the_allocator_on_a_cpu():
     assert target_source({"nvml_peak_mib": 900.0, "cuda_peak_reserved_mib": 800.0}, True) == "nvml_peak_mib"
     assert target_source({"nvml_peak_mib": None, "cuda_peak_reserved_mib": 800.0}, True) == "cuda_peak_reserved_mib"
     assert target_source({"nvml_peak_mib": None, "train_alloc_peak_mib": 3.0}, False) == "train_alloc_peak_mib"
+
+
+def _fake_job(memory_mib):
+    def job(device, steps, optimizer, interval):
+        return {"status": "SUCCESSFUL", "memory_mib": memory_mib}
+
+    return job
+
+
+def test_a_record_is_reused_only_for_the_same_configuration_options_and_code(tmp_path, caplog):
+    from membench.memnet.measure import run_isolated
+
+    identity = {"config_id": "mlp00000", "filename": "mlp00000", "family": "mlp"}
+    first = run_isolated([(identity, {"batch": 4}, _fake_job(1.0))], tmp_path, device="cpu", threads=1)
+    again = run_isolated([(identity, {"batch": 4}, _fake_job(2.0))], tmp_path, device="cpu", threads=1)
+    assert first[0]["memory_mib"] == again[0]["memory_mib"] == 1.0  # the same measurement: not repeated
+    edited = run_isolated([(identity, {"batch": 8}, _fake_job(3.0))], tmp_path, device="cpu", threads=1)
+    assert edited[0]["memory_mib"] == 3.0 and "options changed: determines" in caplog.text
+    fewer_steps = run_isolated([(identity, {"batch": 8}, _fake_job(4.0))], tmp_path, device="cpu", steps=1, threads=1)
+    assert fewer_steps[0]["memory_mib"] == 4.0 and "run_identity" not in fewer_steps[0]
+
+
+def test_a_foreign_file_named_like_a_record_is_refused_not_deleted(tmp_path):
+    import pytest
+
+    from membench.core.errors import InputError
+    from membench.memnet.measure import run_isolated
+
+    (tmp_path / "mlp00000.json").write_text('{"mine": true}')
+    with pytest.raises(InputError, match="not written by membench"):
+        run_isolated([({"config_id": "mlp00000", "filename": "x", "family": "mlp"}, {}, _fake_job(1.0))], tmp_path,
+                     device="cpu", threads=1)
+    assert (tmp_path / "mlp00000.json").read_text() == '{"mine": true}'

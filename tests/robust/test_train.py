@@ -79,6 +79,6 @@ def test_a_checkpoint_of_other_settings_is_not_resumed_and_training_starts_over(
     other = TrainSettings(**{**SETTINGS.__dict__, "eps": 0.2, "epochs": 3})
     _, result = _run(digits, tmp_path, other, name="d.pt")
     assert result.resumed_from_epoch == 0 and result.epochs_done == 3
-    assert "not resumed, training starts over: options changed: epochs, eps" in caplog.text
+    assert "not resumed, the run starts over: options changed: epochs, eps" in caplog.text
     _, again = _run(digits, tmp_path, other, name="d.pt")  # its own checkpoint is resumed from
     assert again.resumed_from_epoch == 3

@@ -22,11 +22,13 @@ import torch
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.validate import regular_file
 
 __all__ = [
     "IDENTITY_KEY",
     "code_version",
     "load_checkpoint",
+    "matches_identity",
     "resume_checkpoint",
     "run_identity",
     "save_checkpoint",
@@ -145,6 +147,15 @@ def _differences(found: Any, expected: dict) -> str:
     return "; ".join(parts) or "its identity differs"
 
 
+def matches_identity(found: Any, identity: dict, path: str | os.PathLike) -> bool:
+    """Whether a saved result at ``path`` with identity ``found`` was made by a run of ``identity``;
+    if not, one warning line says what differs (the caller then starts over)."""
+    if _same_run(found, identity):
+        return True
+    _log.warning("%s: not resumed, the run starts over: %s", path, _differences(found, identity))
+    return False
+
+
 def save_checkpoint(path: str | os.PathLike, state: dict, identity: dict | None = None) -> None:
     """Save ``state`` (tensors, state dicts, numbers, strings) to ``path`` atomically, with the
     run's ``identity`` (:func:`run_identity`) for :func:`resume_checkpoint`."""
@@ -159,6 +170,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     path = Path(path)
     if not path.exists():
         return None
+    regular_file(path)  # torch.load would wait forever on a named pipe
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # a torn or foreign file must not crash into a traceback
@@ -174,9 +186,7 @@ def resume_checkpoint(path: str | os.PathLike, identity: dict, map_location: str
     state = load_checkpoint(path, map_location)
     if state is None:
         return None
-    found = state.get(IDENTITY_KEY)
-    if not _same_run(found, identity):
-        _log.warning("%s: not resumed, training starts over: %s", path, _differences(found, identity))
+    if not matches_identity(state.get(IDENTITY_KEY), identity, path):
         return None
     _log.info("%s: same options, inputs and code; resuming", path)
     return state

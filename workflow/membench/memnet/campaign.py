@@ -97,7 +97,7 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
                                                      torch.randint(0, 1000, (batch,), generator=gen).to(dev)),
                                    device, steps, optimizer, interval)
 
-            jobs.append((identity, job))
+            jobs.append((identity, {"model": name, "batch": batch, "image_size": args.image_size}, job))
             specs.append((name, batch))
     records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.steps,
                            sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)

@@ -4,7 +4,9 @@ The parent imports torch but never initialises CUDA; it forks one child per conf
 child starts with torch loaded (no interpreter start, no import) and a clean device: the CUDA
 context, cuBLAS/cuDNN handles and the allocator's cache are charged to every configuration alike,
 and an out-of-memory or a crash loses no other configuration. Each child writes
-``<config_id>.json`` atomically as it finishes; a rerun measures only the configurations without one.
+``<config_id>.json`` atomically as it finishes; a rerun measures only the configurations without a
+record of the same identity (configuration, measurement options and code: the resume rule of
+:mod:`membench.core.checkpoint`), so an edited configuration table is measured anew, never reused.
 
 The measured target (``memory_mib``, see :func:`target_source`): on a GPU the NVML peak minus the
 baseline (``nvml_peak_mib``), the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the
@@ -13,7 +15,6 @@ allocator-level peak of the training steps (``train_alloc_peak_mib``).
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
@@ -26,9 +27,12 @@ import pandas as pd
 import torch
 
 from membench.core import atomic
+from membench.core.checkpoint import IDENTITY_KEY, code_version, matches_identity, run_identity
 from membench.core.device import device_name, resolve_device
+from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.oom import is_out_of_memory
+from membench.core.validate import read_json_object
 from membench.memnet.faketensor import OPTIMIZERS
 from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
 
@@ -124,21 +128,42 @@ def _child(path: Path, identity: dict, job: Callable, device: str, steps: int, o
     atomic.write_json(path, record)
 
 
-def run_isolated(jobs: list[tuple[dict, Callable]], outdir: str | os.PathLike, device: str = "auto",
+def _record_if_current(path: Path, identity: dict) -> dict | None:
+    """The record at ``path`` if a measurement of ``identity`` wrote it, else ``None``."""
+    if not path.is_file():
+        return None
+    try:
+        record = read_json_object(path, missing="")
+    except InputError:
+        return None  # a damaged record is measured again
+    return record if matches_identity(record.get(IDENTITY_KEY), identity, path) else None
+
+
+def run_isolated(jobs: list[tuple[dict, dict, Callable]], outdir: str | os.PathLike, device: str = "auto",
                  steps: int = 2, optimizer: str = "adam", sample_interval_s: float = 0.02,
                  timeout_s: float = 600.0, threads: int | None = None) -> list[dict]:
-    """Run each ``(identity, job)`` without a ``<identity["config_id"]>.json`` in ``outdir`` in its
-    own forked child; returns every job's record (``identity`` plus the job's record), in order.
+    """Run each ``(identity, determines, job)`` in its own forked child, unless ``outdir`` holds a
+    record ``<identity["config_id"]>.json`` of the same measurement (``determines``: what fixes the
+    job's result, e.g. its configuration; the options here; the code); returns every job's record
+    (``identity`` plus the job's record), in order.
 
     A child that dies or outlives ``timeout_s`` is recorded as FAILED or TIMEOUT with its exit code.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     context = multiprocessing.get_context("fork")
-    todo = [(identity, job) for identity, job in jobs if not (outdir / f"{identity['config_id']}.json").is_file()]
+    code = code_version("core", "memnet")
+    options = {"device": device, "steps": steps, "optimizer": optimizer, "sample_interval_s": sample_interval_s}
+    runs = [({**identity, IDENTITY_KEY: run_identity({"job": identity, "determines": determines, **options}, code=code)},
+             job) for identity, determines, job in jobs]
+    todo = [(identity, job) for identity, job in runs
+            if _record_if_current(outdir / f"{identity['config_id']}.json", identity[IDENTITY_KEY]) is None]
     LOG.info("%d of %d jobs to measure", len(todo), len(jobs))
     for i, (identity, job) in enumerate(todo):
         path = outdir / f"{identity['config_id']}.json"
+        # A stale record of this configuration (membench's own, or refused) goes; the child writes the new one.
+        atomic.check_replaceable(path)
+        path.unlink(missing_ok=True)
         child = context.Process(target=_child, args=(path, identity, job, device, steps, optimizer,
                                                       sample_interval_s, threads))
         start = time.perf_counter()
@@ -159,12 +184,16 @@ def run_isolated(jobs: list[tuple[dict, Callable]], outdir: str | os.PathLike, d
         if status is not None:
             atomic.write_json(path, {**identity, "status": status, "exit_code": child.exitcode, "memory_mib": None,
                                      "wall_s": time.perf_counter() - start})
-        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), identity["config_id"], json.loads(path.read_text())["status"])
-    return [json.loads((outdir / f"{identity['config_id']}.json").read_text()) for identity, _ in jobs]
+        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), identity["config_id"], read_json_object(path, missing="rerun the measurement")["status"])
+    records = [read_json_object(outdir / f"{identity['config_id']}.json", missing="rerun the measurement")
+               for identity, _ in runs]
+    for record in records:
+        record.pop(IDENTITY_KEY, None)
+    return records
 
 
 def measure_configs(configs: pd.DataFrame, family: str, outdir: str | os.PathLike, **options) -> list[dict]:
     """Measure the generator table's configurations (see :func:`run_isolated` for ``options``)."""
-    jobs = [({"config_id": row["config_id"], "filename": row["filename"], "family": family}, config_job(family, row))
-            for row in configs.to_dict("records")]
+    jobs = [({"config_id": row["config_id"], "filename": row["filename"], "family": family}, config_of(row, family),
+             config_job(family, row)) for row in configs.to_dict("records")]
     return run_isolated(jobs, outdir, **options)
