@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from membench.core import validate
+from membench.core.checkpoint import load_checkpoint
 from membench.core.errors import InputError
 from membench.core.validate import (
     int_column,
@@ -155,3 +156,10 @@ def test_an_opened_regular_file_reads_blocking(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"abc")
     with open_regular(tmp_path / "x.bin") as handle:
         assert os.get_blocking(handle.fileno()) and handle.read() == b"abc"
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_as_a_checkpoint_is_named_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "checkpoint.pt")
+    with pytest.raises(InputError, match=r"checkpoint.pt: is a named pipe \(FIFO\), not a regular file$"):
+        load_checkpoint(tmp_path / "checkpoint.pt")
