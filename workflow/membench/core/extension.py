@@ -34,7 +34,7 @@ import torch
 
 from membench.core import atomic
 from membench.core.errors import InputError
-from membench.core.validate import read_json_object
+from membench.core.validate import open_regular, read_json_object, regular_file
 
 MANIFEST_NAME = "manifest.json"
 CUDA_CHOICES = ("auto", "yes", "no")
@@ -132,7 +132,8 @@ def sources_digest(paths: list[Path]) -> str:
     """SHA-256 of the source files, names and contents in order: what a build was compiled from."""
     digest = hashlib.sha256()
     for path in paths:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        with open_regular(path) as handle:
+            digest.update(path.name.encode() + b"\0" + handle.read() + b"\0")
     return digest.hexdigest()
 
 
@@ -246,8 +247,10 @@ def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> Mod
             "key 'source_sha256'",
         )
     library = manifest_path.parent / manifest["library"]
-    if not library.is_file():
-        raise InputError(manifest_path, f"built library {library} does not exist; rebuild", "key 'library'")
+    try:
+        regular_file(library)  # importing it would wait forever on a named pipe
+    except InputError as exc:
+        raise InputError(manifest_path, f"built library {library} {exc.problem}; rebuild", "key 'library'") from None
     name = manifest["extension"]
     if name in sys.modules:
         return sys.modules[name]
