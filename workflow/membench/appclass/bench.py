@@ -20,11 +20,13 @@ import torch
 from membench.appclass.api import classify
 from membench.appclass.options import AppclassOptions, formula_bytes
 from membench.core import atomic, sources
+from membench.core.errors import InputError
 from membench.core.meter import MIB, Meter
 from membench.core.metrics import job_record, read_metrics, write_job_outputs
 from membench.core.processes import membench_command
 from membench.core.tables import write_table
 from membench.core.timing import Timer
+from membench.core.validate import open_regular
 from membench.data.graphs import read_graph_pair
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,21 @@ def agreement(beliefs: np.ndarray, reference: np.ndarray, precision: str) -> dic
         "agrees_with_reference": bool(same_special and within),
         "reference_rtol": AGREEMENT_RTOL[precision],
     }
+
+
+def read_reference_beliefs(path: str | os.PathLike) -> np.ndarray:
+    """The beliefs another run saved with ``out_npy`` (a floating-point ``.npy`` array, no pickles);
+    raise :class:`InputError` naming ``path`` when it is missing, not a regular file or not such an array."""
+    with open_regular(path, missing="reference beliefs not found (run the reference variant with --out-npy first)") as handle:
+        try:
+            reference = np.load(handle, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise InputError(path, f"not a NumPy .npy array ({exc})") from None
+    if not isinstance(reference, np.ndarray):
+        raise InputError(path, "expected one .npy array, found an .npz archive")
+    if not np.issubdtype(reference.dtype, np.floating):
+        raise InputError(path, f"expected a floating-point array, found dtype {reference.dtype}")
+    return reference
 
 
 def run_bench_job(
@@ -201,7 +218,7 @@ def run_bench_job(
             record.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
                           allocator_available=True)
     if reference_npy is not None:
-        reference = np.load(reference_npy, allow_pickle=False)
+        reference = read_reference_beliefs(reference_npy)
         record.update(agreement(beliefs, reference, spec.precision))
         record["prints_reference_bytes"] = bool(beliefs.shape == reference.shape and format_beliefs(beliefs) == format_beliefs(reference))
     if out_npy is not None:
