@@ -64,6 +64,15 @@ def test_any_difference_starts_over_with_one_line_naming_it(tmp_path, inputs, ca
     assert len(caplog.records) == 1 and expected in caplog.text and "the run starts over" in caplog.text
 
 
+def test_an_identity_of_command_line_paths_loads_without_pickled_classes(tmp_path, inputs):
+    from membench.core.options import InputDir, InputFile
+
+    data, binaries = inputs
+    identity = run_identity({"path": InputFile(data)}, (InputFile(data), InputDir(binaries)), code="v1")
+    path = _saved(tmp_path, identity)
+    assert resume_checkpoint(path, identity)["epoch"] == 3
+
+
 def test_code_version_follows_every_source_file(tmp_path, monkeypatch):
     package = tmp_path / "membench_like" / "system"
     package.mkdir(parents=True)

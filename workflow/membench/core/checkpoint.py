@@ -115,7 +115,7 @@ def run_identity(options: Mapping[str, Any], inputs: Iterable[str | os.PathLike]
     """
     return {
         "options": json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
-        "inputs": {os.fspath(path): _input_identity(path) for path in inputs},
+        "inputs": {str(os.fspath(path)): _input_identity(path) for path in inputs},  # plain str: weights_only loads it
         "code": code,
     }
 
