@@ -1,6 +1,7 @@
 """The HTML table writer and the table pages: escaping, units, one row per record, downloads."""
 
 import base64
+import os
 import re
 from pathlib import Path
 
@@ -56,6 +57,16 @@ def test_table_page_bad_inputs(tmp_path):
     with pytest.raises(InputError, match="no page is defined for table 'nope'"):
         table_page("nope", tmp_path / "nope.csv")
     with pytest.raises(InputError, match="table not found"):
+        table_page("hotconv", tmp_path / "hotconv.csv")
+    (tmp_path / "hotconv.csv").mkdir()
+    with pytest.raises(InputError, match="hotconv.csv: is a directory$"):
+        table_page("hotconv", tmp_path / "hotconv.csv")
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_as_a_table_is_named_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "hotconv.csv")
+    with pytest.raises(InputError, match=r"hotconv.csv: is a named pipe \(FIFO\), not a regular file$"):
         table_page("hotconv", tmp_path / "hotconv.csv")
 
 

@@ -68,6 +68,9 @@ def test_bad_provenance_inputs(tmp_path, capsys):
     with pytest.raises(InputError, match="not valid JSON"):
         read_provenance(tmp_path / "p.json")
     (tmp_path / "p.json").write_text("[]")
+    with pytest.raises(InputError, match="expected a JSON object"):
+        read_provenance(tmp_path / "p.json")
+    (tmp_path / "p.json").write_text("{}")
     with pytest.raises(InputError, match="expected an object with command, commit"):
         read_provenance(tmp_path / "p.json")
     assert main(["report", "provenance", "--command", "x", "--config-json", "{", "--default-config", "a",

@@ -1,5 +1,7 @@
 """The shipped published figures: every entry is complete and cites its source; bad files fail clearly."""
 
+import os
+
 import pytest
 import yaml
 
@@ -59,3 +61,10 @@ def test_duplicate_ids_missing_file_and_bad_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("figures: [\n")
     with pytest.raises(InputError, match="not valid YAML"):
         load_published(tmp_path / "bad.yaml")
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_as_the_figures_file_is_named_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "figures.yaml")
+    with pytest.raises(InputError, match=r"figures.yaml: is a named pipe \(FIFO\), not a regular file$"):
+        load_published(tmp_path / "figures.yaml")

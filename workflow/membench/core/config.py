@@ -17,13 +17,14 @@ import jsonschema
 import yaml
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 
 _SCALAR_TYPES = {"integer": int, "number": (int, float), "boolean": bool}
 
 
 def load_schema(path: str | os.PathLike) -> dict:
     """The schema at ``path`` (YAML), for :func:`check_config`."""
-    with open(path, encoding="utf-8") as handle:
+    with open_regular(path, "r", encoding="utf-8") as handle:
         return yaml.safe_load(handle)
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from membench.core.validate import open_regular
+
 # Column-name suffix -> unit shown in the header (longest suffix first).
 UNITS = (
     ("_per_s", "1/s"),
@@ -121,7 +123,8 @@ def download_links(paths: list[str | os.PathLike]) -> str:
     for path in paths:
         path = Path(path)
         mime = "text/csv" if path.suffix == ".csv" else "application/vnd.apache.parquet"
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        with open_regular(path) as handle:
+            data = base64.b64encode(handle.read()).decode("ascii")
         name = html.escape(path.name)
         links.append(f'<a href="data:{mime};base64,{data}" download="{name}">download {name}</a>')
     return f'<p class="membench-downloads">{"".join(links)}</p>'

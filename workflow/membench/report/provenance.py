@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular, read_json_object
 
 # Columns of the aggregated tables that say what measured them.
 MACHINE_COLUMNS = (
@@ -41,7 +42,8 @@ def default_config(config_path: str | os.PathLike, schema_path: str | os.PathLik
     """The default configuration: ``config_path`` with the schema's defaults filled in."""
     from snakemake.utils import validate
 
-    config = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+    with open_regular(config_path, "r", encoding="utf-8") as handle:
+        config = yaml.safe_load(handle) or {}
     validate(config, os.fspath(schema_path), set_default=True)
     return config
 
@@ -88,13 +90,8 @@ def provenance(command: str, config: dict, config_path, schema_path, checkout) -
 
 def read_provenance(path: str | os.PathLike) -> dict:
     """A provenance record written by ``membench report provenance``."""
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "provenance file not found") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(record, dict) or not {"command", "commit", "config_differences"} <= set(record):
+    record = read_json_object(path, "provenance file not found")
+    if not {"command", "commit", "config_differences"} <= set(record):
         raise InputError(path, "expected an object with command, commit and config_differences")
     return record
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 
 SYSTEMS = ("hotconv", "division", "appclass", "memnet", "robust")
 METRICS = (
@@ -35,12 +36,11 @@ def load_published(path: str | os.PathLike) -> list[dict]:
 
     Raises InputError naming the file, the figure and the field when one is missing or malformed.
     """
-    try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(path, "published figures file not found") from None
-    except yaml.YAMLError as exc:
-        raise InputError(path, f"not valid YAML ({exc})") from None
+    with open_regular(path, "r", missing="published figures file not found", encoding="utf-8") as handle:
+        try:
+            document = yaml.safe_load(handle)
+        except yaml.YAMLError as exc:
+            raise InputError(path, f"not valid YAML ({exc})") from None
     if not isinstance(document, dict) or not isinstance(document.get("figures"), list):
         raise InputError(path, "expected a mapping with a list under 'figures'")
     figures = document["figures"]

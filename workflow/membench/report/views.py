@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 
 # Timing fields every timing job records (median of steady-state samples, first excluded).
 TIMING = ("time_unit", "time_median_s", "time_spread_pct", "time_samples", "load_1m_max", "cpu_count", "timing_reliable",
@@ -112,9 +113,8 @@ TABLE_VIEWS: dict[str, TableView] = {
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """An aggregated table's CSV, typed as pandas reads it; InputError naming the file when it is
     missing or unreadable."""
-    try:
-        return pd.read_csv(path)
-    except FileNotFoundError:
-        raise InputError(path, "table not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None
+    with open_regular(path, missing="table not found") as handle:
+        try:
+            return pd.read_csv(handle)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"not a readable CSV table ({str(exc).strip() or type(exc).__name__})") from None

@@ -16,6 +16,7 @@ from typing import Sequence
 import pandas as pd
 
 from membench.core.errors import InputError
+from membench.core.validate import open_regular
 from membench.core.tables import metrics_table
 
 TABLE_COLUMNS = (
@@ -71,12 +72,11 @@ def scaling_table(metrics_paths: Sequence[str | os.PathLike], strong_steps: int,
 
 def read_scaling_table(path: Path) -> pd.DataFrame:
     """Read a table written by :func:`scaling_table`, checking its columns."""
-    if not path.is_file():
-        raise InputError(path, "robust table not found")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(path, f"not a readable CSV file ({exc})") from None
+    with open_regular(path, missing="robust table not found") as handle:
+        try:
+            frame = pd.read_csv(handle)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise InputError(path, f"not a readable CSV file ({exc})") from None
     missing = [c for c in TABLE_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(path, f"missing column(s) {', '.join(missing)}", "line 1")
