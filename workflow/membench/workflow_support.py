@@ -13,10 +13,16 @@ or, across nodes, ``gres`` per node with ``nodes``, ``tasks`` and ``mpi``.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 # -- every system ---------------------------------------------------------------------------------
+
+
+def _words(*words: object) -> str:
+    """``words`` as shell words, each quoted where it needs it."""
+    return shlex.join(str(word) for word in words)
 
 
 def timing_job_threads(used_threads: int, local_cores: int | None) -> int:
@@ -96,6 +102,9 @@ def division_job_mem_mb(image_size: int, batch_size: int, on_gpu: bool) -> int:
 
 # The rendezvous port on the allocation's first node (torchrun's c10d store).
 RENDEZVOUS_PORT = 29500
+# The allocation's first node, found when a multi-node job's command runs: shell code, so the
+# launcher lines that hold it are put into the rules' commands unquoted.
+_FIRST_NODE = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
 
 
 def division_train_threads(local_cores: int | None, local_gpus: int) -> int:
@@ -109,16 +118,19 @@ def division_train_threads(local_cores: int | None, local_gpus: int) -> int:
 def division_train_launcher(gpus: int, nodes: int, threads: int) -> str:
     """What starts a training job: membench itself, torchrun with one process per GPU on one node,
     or, across nodes, one ``srun`` task per node (each with the job's ``threads`` CPUs) running
-    torchrun with a rendezvous on the allocation's first node."""
+    torchrun with a rendezvous on the allocation's first node.
+
+    Shell code, not one word: the rule puts it into its command unquoted, so that the multi-node
+    line reads the job's id and first node when it runs; every value in it is quoted."""
     if gpus == 1 and nodes == 1:
         return "membench"
     if nodes == 1:
-        return f"torchrun --standalone --nproc-per-node {gpus} -m membench.cli"
-    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+        return _words("torchrun", "--standalone", "--nproc-per-node", gpus, "-m", "membench.cli")
+    srun = _words("srun", "--nodes", nodes, "--ntasks", nodes, "--ntasks-per-node", 1, "--cpus-per-task", threads)
+    torchrun = _words("torchrun", "--nnodes", nodes, "--nproc-per-node", gpus, "--rdzv-backend", "c10d")
     return (
-        f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --cpus-per-task {threads}"
-        f" torchrun --nnodes {nodes} --nproc-per-node {gpus} --rdzv-backend c10d"
-        f' --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint {head}:{RENDEZVOUS_PORT} -m membench.cli'
+        f'{srun} {torchrun} --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint {_FIRST_NODE}:{RENDEZVOUS_PORT}'
+        " -m membench.cli"
     )
 
 
@@ -147,17 +159,15 @@ def robust_train_launcher(options: Mapping[str, Any], nodes: int) -> str:
     gives them): membench itself (sequential, or parallel on shared memory, which spawns its
     producers), torchrun with one process per rank (trainer and P producers) on one node, or across
     ``nodes`` one ``srun`` task per rank, each taking its rank from Slurm and the trainer's address
-    (the allocation's first node) from ``MASTER_ADDR``."""
+    (the allocation's first node) from ``MASTER_ADDR``. Shell code, as
+    :func:`division_train_launcher`'s."""
     if options["mode"] != "parallel" or options["transport"] != "distributed":
         return "membench"
     ranks = options["producers"] + 1
     if nodes == 1:
-        return f"torchrun --standalone --nproc-per-node {ranks} -m membench.cli"
-    head = '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
-    return (
-        f"MASTER_ADDR={head} MASTER_PORT={RENDEZVOUS_PORT}"
-        f" srun --nodes {nodes} --ntasks {ranks} --cpus-per-task {options['threads']} membench"
-    )
+        return _words("torchrun", "--standalone", "--nproc-per-node", ranks, "-m", "membench.cli")
+    srun = _words("srun", "--nodes", nodes, "--ntasks", ranks, "--cpus-per-task", options["threads"], "membench")
+    return f"MASTER_ADDR={_FIRST_NODE} MASTER_PORT={RENDEZVOUS_PORT} {srun}"
 
 
 # -- local runs --------------------------------------------------------------------------------------
