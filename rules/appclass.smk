@@ -26,7 +26,7 @@ rule appclass_build:
     params:
         outdir=lambda wildcards, output: os.path.dirname(output.manifest),
     shell:
-        "membench appclass build --outdir {params.outdir} > {log} 2>&1"
+        "membench appclass build --outdir {params.outdir:q} > {log:q} 2>&1"
 
 
 rule appclass_rmat:
@@ -47,7 +47,7 @@ rule appclass_rmat:
     params:
         options=lambda wildcards: appclass_rmat_options(wildcards.graph),
     shell:
-        "membench appclass generate-rmat --vertices {output.vertices} --edges {output.edges} {params.options} > {log} 2>&1"
+        "membench appclass generate-rmat --vertices {output.vertices:q} --edges {output.edges:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule appclass_pattern:
@@ -75,8 +75,8 @@ rule appclass_pattern:
         ],
         seed=config["seed"],
     shell:
-        "membench appclass generate-pattern {input.vertices} {input.edges} --max-pattern-nodes {params.max_pattern_nodes}"
-        " --seed {params.seed} --vertices {output.vertices} --edges {output.edges} > {log} 2>&1"
+        "membench appclass generate-pattern {input.vertices:q} {input.edges:q} --max-pattern-nodes {params.max_pattern_nodes:q}"
+        " --seed {params.seed:q} --vertices {output.vertices:q} --edges {output.edges:q} > {log:q} 2>&1"
 
 
 rule appclass_reference:
@@ -104,8 +104,8 @@ rule appclass_reference:
         outdir=lambda wildcards, output: os.path.dirname(output.metrics),
         options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
     shell:
-        "membench appclass bench {input} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
-        " --out-npy {output.beliefs} {params.options} > {log} 2>&1"
+        "membench appclass bench {input:q} --dataset {wildcards.graph:q}/{wildcards.pattern:q} --outdir {params.outdir:q}"
+        " --out-npy {output.beliefs:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule appclass_bench:
@@ -136,8 +136,8 @@ rule appclass_bench:
         outdir=lambda wildcards, output: os.path.dirname(output.metrics),
         options=lambda wildcards: appclass_bench_options(wildcards.variant),
     shell:
-        "membench appclass bench {input.graphs} --dataset {wildcards.graph}/{wildcards.pattern} --outdir {params.outdir}"
-        " --reference-npy {input.reference} {params.options} > {log} 2>&1"
+        "membench appclass bench {input.graphs:q} --dataset {wildcards.graph:q}/{wildcards.pattern:q} --outdir {params.outdir:q}"
+        " --reference-npy {input.reference:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule appclass_table:
@@ -162,7 +162,7 @@ rule appclass_table:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 rule appclass_graph_stats:
@@ -188,7 +188,7 @@ rule appclass_graph_stats:
     params:
         pairs=appclass_stats_pairs(),
     shell:
-        "membench appclass graph-stats --out {output.csv} {params.pairs} > {log} 2>&1"
+        "membench appclass graph-stats --out {output.csv:q} {params.pairs:q} > {log:q} 2>&1"
 
 
 rule appclass_plots:
@@ -218,7 +218,7 @@ rule appclass_plots:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench appclass plot --table {input} --runtime-png {output.runtime} --speedup-png {output.speedup} > {log} 2>&1"
+        "membench appclass plot --table {input:q} --runtime-png {output.runtime:q} --speedup-png {output.speedup:q} > {log:q} 2>&1"
 
 
 if appclass_pairs():

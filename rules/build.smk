@@ -33,4 +33,4 @@ rule division_build:
     params:
         cuda=DIVISION["cuda"],
     shell:
-        "membench division build --outdir results/build/division --cuda {params.cuda} > {log} 2>&1"
+        "membench division build --outdir results/build/division --cuda {params.cuda:q} > {log:q} 2>&1"

@@ -43,7 +43,10 @@ def benchmark_path(rule_name, pattern="all"):
 
 
 def cli_options(options):
-    """Turn {"val_fraction": 0.1, "sort_by_size": False, "search_dirs": [...]} into CLI options."""
+    """Turn {"val_fraction": 0.1, "sort_by_size": False, "search_dirs": [...]} into CLI options.
+
+    A list of words, unquoted: a shell command takes it as ``{params.<name>:q}``, which quotes
+    each word. So do the other ``*_options`` helpers below."""
     words = []
     for key, value in options.items():
         name = key.replace("_", "-")
@@ -54,7 +57,7 @@ def cli_options(options):
                 words += [f"--{name}", str(item)]
         elif value is not None:
             words += [f"--{name}", str(value)]
-    return " ".join(shlex.quote(w) for w in words)
+    return words
 
 
 def alternatives(names):
@@ -352,7 +355,7 @@ def appclass_bench_options(variant_name):
             and variant["implementation"] == "torch",
         }
     )
-    return f"{options} {meter_options()} {trace_allocator_option()}"
+    return options + meter_options() + trace_allocator_option()
 
 
 def appclass_bench_dir(graph, pattern, variant):
@@ -377,7 +380,7 @@ def appclass_stats_pairs():
             *appclass_graph_files(graph),
             *appclass_pattern_files(graph, pattern),
         ]
-    return " ".join(shlex.quote(w) for w in words)
+    return words
 
 
 def appclass_stats_inputs():
@@ -469,20 +472,18 @@ def hotconv_train_runtime():
 
 def hotconv_train_options():
     meter = config["meter"]
-    return " ".join(
-        [
-            cli_options({key: HOTCONV[key] for key in HOTCONV_TRAIN_KEYS}),
-            cli_options(
-                {
-                    "trace_live_tensors": meter["trace_live_tensors"],
-                    "trace_saved_activations": meter["trace_saved_activations"],
-                    "trace_allocator": meter["trace_allocator"],
-                    "device": config["device"],
-                    "seed": config["seed"],
-                }
-            ),
-            meter_options(),
-        ]
+    return (
+        cli_options({key: HOTCONV[key] for key in HOTCONV_TRAIN_KEYS})
+        + cli_options(
+            {
+                "trace_live_tensors": meter["trace_live_tensors"],
+                "trace_saved_activations": meter["trace_saved_activations"],
+                "trace_allocator": meter["trace_allocator"],
+                "device": config["device"],
+                "seed": config["seed"],
+            }
+        )
+        + meter_options()
     )
 
 
@@ -510,13 +511,11 @@ def hotconv_sweep_point_mem_mb(name):
 def hotconv_sweep_options(name):
     """Options of ``membench hotconv bench`` for a point of the sweep ``hotconv.<name>``."""
     sweep = HOTCONV[name]
-    return " ".join(
-        [
-            cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}),
-            cli_options({"device": config["device"], "seed": config["seed"]}),
-            trace_allocator_option(),
-            meter_options(),
-        ]
+    return (
+        cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS})
+        + cli_options({"device": config["device"], "seed": config["seed"]})
+        + trace_allocator_option()
+        + meter_options()
     )
 
 
@@ -606,7 +605,11 @@ def division_job_options(section):
     """Model options of a division benchmark section (memory, speed, max_batch)."""
     spec = DIVISION[section]
     keys = ("width", "stem", "image_size", "num_classes")
-    return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
+    return (
+        cli_options({k: spec.get(k) for k in keys})
+        + division_method_options()
+        + meter_options()
+    )
 
 
 def division_job_mem_mb(section):
@@ -687,7 +690,11 @@ def division_train_options():
         "num_workers",
         "flip",
     )
-    return f"{cli_options({k: spec.get(k) for k in keys})} {division_method_options()} {meter_options()}"
+    return (
+        cli_options({k: spec.get(k) for k in keys})
+        + division_method_options()
+        + meter_options()
+    )
 
 
 def division_train_threads():
@@ -765,7 +772,7 @@ def robust_metrics_files():
 
 def robust_train_options(run):
     options = ROBUST_RUNS[run] | {"device": config["device"], "seed": config["seed"]}
-    return f"{cli_options(options)} {meter_options()}"
+    return cli_options(options) + meter_options()
 
 
 def robust_run_cores(run):
@@ -862,35 +869,49 @@ def memnet_bins_option(dataset):
     else:
         bins = MEMNET["families"][memnet_dataset_family(dataset)].get("bins")
     if not bins:
-        return ""
-    return f"--bins {bins['start_mib']} {bins['width_mib']} {bins['count']}"
+        return []
+    return ["--bins", *(str(bins[key]) for key in ("start_mib", "width_mib", "count"))]
 
 
 def memnet_generate_options(family):
     spec = MEMNET["families"][family]
-    ranges = " ".join(
-        f"--range {key} {low} {high}"
+    ranges = [
+        word
         for key, (low, high) in spec.get("ranges", {}).items()
-    )
-    return f"--count {spec['count']} --seed {config['seed']} {ranges}"
+        for word in ("--range", key, str(low), str(high))
+    ]
+    return ["--count", str(spec["count"]), "--seed", str(config["seed"]), *ranges]
 
 
 def memnet_measure_options():
     keys = ("steps", "optimizer", "timeout_s", "threads")
-    return f"{cli_options({key: MEMNET[key] for key in keys})} --device {config['device']} {meter_options()}"
+    return (
+        cli_options({key: MEMNET[key] for key in keys} | {"device": config["device"]})
+        + meter_options()
+    )
 
 
 def memnet_evaluate_options(dataset):
     keys = ("folds", "faketensor_rows", "timing_rows") + MEMNET_ESTIMATOR_KEYS
     options = cli_options({key: MEMNET[key] for key in keys} | {"seed": config["seed"]})
-    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+    return [
+        "--family",
+        memnet_dataset_family(dataset),
+        *memnet_bins_option(dataset),
+        *options,
+    ]
 
 
 def memnet_train_options(dataset):
     options = cli_options(
         {key: MEMNET[key] for key in MEMNET_ESTIMATOR_KEYS} | {"seed": config["seed"]}
     )
-    return f"--family {memnet_dataset_family(dataset)} {memnet_bins_option(dataset)} {options}"
+    return [
+        "--family",
+        memnet_dataset_family(dataset),
+        *memnet_bins_option(dataset),
+        *options,
+    ]
 
 
 def memnet_measure_runtime():

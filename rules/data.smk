@@ -18,9 +18,10 @@ rule bodmas_synthetic:
         mem_mb=1000,
         runtime=30,
     params:
+        outdir=subpath(output.metadata, parent=True),
         options=lambda wildcards: bodmas_synthetic_options(wildcards.dataset),
     shell:
-        "membench bodmas synthetic --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
+        "membench bodmas synthetic --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule bodmas_elf:
@@ -39,9 +40,10 @@ rule bodmas_elf:
         mem_mb=1000,
         runtime=30,
     params:
+        outdir=subpath(output.metadata, parent=True),
         options=lambda wildcards: bodmas_elf_options(wildcards.dataset),
     shell:
-        "membench bodmas elf --outdir results/data/bodmas/{wildcards.dataset} {params.options} > {log} 2>&1"
+        "membench bodmas elf --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule bodmas_fold:
@@ -65,11 +67,12 @@ rule bodmas_fold:
         runtime=60,
     params:
         binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
+        outdir=subpath(output.train, parent=True),
         options=lambda wildcards: bodmas_fold_options(wildcards.dataset),
     shell:
-        "membench bodmas fold --metadata {input.metadata} --binaries {params.binaries}"
-        " --dataset {wildcards.dataset} --fold {wildcards.fold}"
-        " --outdir results/data/bodmas/{wildcards.dataset}/folds {params.options} > {log} 2>&1"
+        "membench bodmas fold --metadata {input.metadata:q} --binaries {params.binaries:q}"
+        " --dataset {wildcards.dataset:q} --fold {wildcards.fold:q}"
+        " --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule bodmas_classes:
@@ -92,8 +95,8 @@ rule bodmas_classes:
         label_mode=lambda wildcards: BODMAS[wildcards.dataset]["label_mode"],
         top_families=lambda wildcards: BODMAS[wildcards.dataset]["top_families"],
     shell:
-        "membench bodmas classes --metadata {input.metadata} --out {output}"
-        " --label-mode {params.label_mode} --top-families {params.top_families} > {log} 2>&1"
+        "membench bodmas classes --metadata {input.metadata:q} --out {output:q}"
+        " --label-mode {params.label_mode:q} --top-families {params.top_families:q} > {log:q} 2>&1"
 
 
 rule dataset_table:
@@ -119,7 +122,7 @@ rule dataset_table:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench bodmas stats --out {output.csv} {input.folds} > {log} 2>&1"
+        "membench bodmas stats --out {output.csv:q} {input.folds:q} > {log:q} 2>&1"
 
 
 if bodmas_datasets():

@@ -19,7 +19,7 @@ rule images_digits:
     params:
         options=lambda wildcards: digits_options(wildcards.dataset),
     shell:
-        "membench images digits --outdir {output} {params.options} > {log} 2>&1"
+        "membench images digits --outdir {output:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule images_lmdb:
@@ -41,7 +41,7 @@ rule images_lmdb:
     params:
         root=lambda wildcards: image_folder(wildcards.dataset),
     shell:
-        "membench images lmdb --root {params.root} --split {wildcards.split} --out {output} > {log} 2>&1"
+        "membench images lmdb --root {params.root:q} --split {wildcards.split:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule images_cifar:
@@ -63,8 +63,8 @@ rule images_cifar:
         root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
         variant=lambda wildcards: IMAGES[wildcards.dataset]["source"],
     shell:
-        "membench images cifar --batches {params.root} --variant {params.variant} --split {wildcards.split}"
-        " --out {output} > {log} 2>&1"
+        "membench images cifar --batches {params.root:q} --variant {params.variant:q} --split {wildcards.split:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule division_memory:
@@ -99,9 +99,9 @@ rule division_memory:
         ),
         trace_allocator=trace_allocator_option(),
     shell:
-        "membench division memory --outdir {params.outdir} --model {wildcards.division_model}"
-        " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
-        " {params.trace} {params.trace_allocator} {params.options} > {log} 2>&1"
+        "membench division memory --outdir {params.outdir:q} --model {wildcards.division_model:q}"
+        " --method {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
+        " {params.trace:q} {params.trace_allocator:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule division_speed:
@@ -130,9 +130,9 @@ rule division_speed:
         options=division_job_options("speed"),
         timing=cli_options({k: DIVISION["speed"][k] for k in ("iterations", "warmup")}),
     shell:
-        "membench division speed --outdir {params.outdir} --model {wildcards.division_model}"
-        " --method {wildcards.division_method} --batch-size {wildcards.division_batch}"
-        " {params.timing} {params.options} > {log} 2>&1"
+        "membench division speed --outdir {params.outdir:q} --model {wildcards.division_model:q}"
+        " --method {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
+        " {params.timing:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule division_max_batch:
@@ -157,8 +157,8 @@ rule division_max_batch:
         options=division_job_options("max_batch"),
         search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
     shell:
-        "membench division maxbatch --outdir {params.outdir} --model {wildcards.division_model}"
-        " --method {wildcards.division_method} {params.search} {params.options} > {log} 2>&1"
+        "membench division maxbatch --outdir {params.outdir:q} --model {wildcards.division_model:q}"
+        " --method {wildcards.division_method:q} {params.search:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule division_train:
@@ -184,11 +184,12 @@ rule division_train:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=division_train_options(),
+        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
         launcher=division_train_launcher(),
     shell:
-        "{params.launcher} division train --outdir {params.outdir} --model {wildcards.division_model}"
-        " --method {wildcards.division_method} --dataset {wildcards.image_dataset}"
-        " --train-lmdb {input.train} --val-lmdb {input.val} {params.options} > {log} 2>&1"
+        "{params.launcher} division train --outdir {params.outdir:q} --model {wildcards.division_model:q}"
+        " --method {wildcards.division_method:q} --dataset {wildcards.image_dataset:q}"
+        " --train-lmdb {input.train:q} --val-lmdb {input.val:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule division_table:
@@ -231,9 +232,9 @@ rule division_table:
         mem_mb=1000,
         runtime=10,
     shell:
-        "(membench table metrics --out {output.memory} {input.memory}"
-        " && membench table metrics --out {output.speed} {input.speed}"
-        " && membench table metrics --out {output.accuracy} {input.accuracy}) > {log} 2>&1"
+        "(membench table metrics --out {output.memory:q} {input.memory:q}"
+        " && membench table metrics --out {output.speed:q} {input.speed:q}"
+        " && membench table metrics --out {output.accuracy:q} {input.accuracy:q}) > {log:q} 2>&1"
 
 
 rule division_max_batch_table:
@@ -258,7 +259,7 @@ rule division_max_batch_table:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 rule division_plot_memory:
@@ -282,7 +283,7 @@ rule division_plot_memory:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench division plot-memory --table {input} --out {output} > {log} 2>&1"
+        "membench division plot-memory --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule division_plot_speed:
@@ -306,7 +307,7 @@ rule division_plot_speed:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench division plot-speed --table {input} --out {output} > {log} 2>&1"
+        "membench division plot-speed --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 if DIVISION_METHODS:

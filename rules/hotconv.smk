@@ -35,9 +35,9 @@ rule hotconv_train:
         ),
         options=hotconv_train_options(),
     shell:
-        "membench hotconv train --variant {wildcards.variant} --dataset {wildcards.dataset} --fold {wildcards.fold}"
-        " --train {input.train} --val {input.val} --test {input.test} --classes {input.classes}"
-        " --binaries {params.binaries} --outdir {params.outdir} {params.options} > {log} 2>&1"
+        "membench hotconv train --variant {wildcards.variant:q} --dataset {wildcards.dataset:q} --fold {wildcards.fold:q}"
+        " --train {input.train:q} --val {input.val:q} --test {input.test:q} --classes {input.classes:q}"
+        " --binaries {params.binaries:q} --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule hotconv_table:
@@ -62,7 +62,7 @@ rule hotconv_table:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 # One job per sweep point (variant x batch size x max_len), each its own process: CUDA context,
@@ -96,8 +96,8 @@ rule hotconv_sweep_point:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: hotconv_sweep_options(wildcards.sweep),
     shell:
-        "membench hotconv bench --outdir {params.outdir} --variant {wildcards.variant}"
-        " --batch-size {wildcards.batch_size} --max-len {wildcards.max_len} {params.options} > {log} 2>&1"
+        "membench hotconv bench --outdir {params.outdir:q} --variant {wildcards.variant:q}"
+        " --batch-size {wildcards.batch_size:q} --max-len {wildcards.max_len:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule hotconv_sweep:
@@ -122,7 +122,7 @@ rule hotconv_sweep:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
+        "membench hotconv sweep-table --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 # The paper model (256 filters, window 512) at max_len up to 2 MiB: minutes on a CPU, so it is not
@@ -143,7 +143,7 @@ rule hotconv_bench:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench hotconv sweep-table --out {output.csv} {input} > {log} 2>&1"
+        "membench hotconv sweep-table --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 rule plot_hotconv_variants:
@@ -168,7 +168,7 @@ rule plot_hotconv_variants:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench hotconv plot --table {input.table} --sweep {input.sweep} --out {output} > {log} 2>&1"
+        "membench hotconv plot --table {input.table:q} --sweep {input.sweep:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule plot_hotconv_sweep:
@@ -192,7 +192,7 @@ rule plot_hotconv_sweep:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench hotconv plot-sweep --table {input} --out {output} > {log} 2>&1"
+        "membench hotconv plot-sweep --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 if HOTCONV["datasets"]:

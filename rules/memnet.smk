@@ -18,7 +18,7 @@ rule memnet_generate:
     params:
         options=lambda wildcards: memnet_generate_options(wildcards.memnet_family),
     shell:
-        "membench memnet generate --family {wildcards.memnet_family} {params.options} --out {output} > {log} 2>&1"
+        "membench memnet generate --family {wildcards.memnet_family:q} {params.options:q} --out {output:q} > {log:q} 2>&1"
 
 
 # One forked process per configuration; records/ is not an output, so a rerun after a kill
@@ -44,8 +44,8 @@ rule memnet_measure:
         records="results/memnet/{memnet_family}/records",
         options=memnet_measure_options(),
     shell:
-        "membench memnet measure --configs {input} --family {wildcards.memnet_family} --records-dir {params.records}"
-        " --out {output} {params.options} > {log} 2>&1"
+        "membench memnet measure --configs {input:q} --family {wildcards.memnet_family:q} --records-dir {params.records:q}"
+        " --out {output:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule memnet_clean:
@@ -64,8 +64,8 @@ rule memnet_clean:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench memnet clean --configs {input.configs} --measurements {input.measurements}"
-        " --family {wildcards.memnet_family} --out {output} > {log} 2>&1"
+        "membench memnet clean --configs {input.configs:q} --measurements {input.measurements:q}"
+        " --family {wildcards.memnet_family:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule memnet_evaluate:
@@ -87,8 +87,8 @@ rule memnet_evaluate:
     params:
         options=lambda wildcards: memnet_evaluate_options(wildcards.memnet_dataset),
     shell:
-        "membench memnet evaluate --data {input} --dataset {wildcards.memnet_dataset} {params.options}"
-        " --out {output.table} --predictions {output.predictions} > {log} 2>&1"
+        "membench memnet evaluate --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
+        " --out {output.table:q} --predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule memnet_train:
@@ -109,7 +109,7 @@ rule memnet_train:
         outdir=lambda wildcards, output: os.path.dirname(output[0]),
         options=lambda wildcards: memnet_train_options(wildcards.memnet_dataset),
     shell:
-        "membench memnet train --data {input} {params.options} --outdir {params.outdir} > {log} 2>&1"
+        "membench memnet train --data {input:q} {params.options:q} --outdir {params.outdir:q} > {log:q} 2>&1"
 
 
 rule memnet_table:
@@ -137,7 +137,7 @@ rule memnet_table:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench memnet table --out {output.csv} {input} > {log} 2>&1"
+        "membench memnet table --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 rule memnet_plots:
@@ -174,15 +174,15 @@ rule memnet_plots:
         mem_mb=2000,
         runtime=5,
     params:
-        tables=lambda wildcards, input: " ".join(
-            f"--table {path}" for path in input.tables
-        ),
-        predictions=lambda wildcards, input: " ".join(
-            f"--predictions {path}" for path in input.predictions
-        ),
+        tables=lambda wildcards, input: [
+            word for path in input.tables for word in ("--table", path)
+        ],
+        predictions=lambda wildcards, input: [
+            word for path in input.predictions for word in ("--predictions", path)
+        ],
     shell:
-        "membench memnet plot {params.tables} {params.predictions} --confusion-png {output.confusion}"
-        " --comparison-png {output.comparison} > {log} 2>&1"
+        "membench memnet plot {params.tables:q} {params.predictions:q} --confusion-png {output.confusion:q}"
+        " --comparison-png {output.comparison:q} > {log:q} 2>&1"
 
 
 if memnet_datasets():

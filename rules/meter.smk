@@ -18,11 +18,11 @@ rule meter_check:
         gpu=gpu_count(),
     params:
         device=config["device"],
-        options=f'{cli_options(config["meter_check"])} {meter_options()}',
+        options=cli_options(config["meter_check"]) + meter_options(),
         seed=config["seed"],
     shell:
-        "membench meter check --outdir results/meter/check --device {params.device}"
-        " --seed {params.seed} {params.options} > {log} 2>&1"
+        "membench meter check --outdir results/meter/check --device {params.device:q}"
+        " --seed {params.seed:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule meter_table:
@@ -47,7 +47,7 @@ rule meter_table:
         mem_mb=500,
         runtime=5,
     shell:
-        "membench table metrics --out {output.csv} {input} > {log} 2>&1"
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 FINAL_OUTPUTS.append("results/tables/meter.csv")

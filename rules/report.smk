@@ -22,7 +22,7 @@ rule plot_bodmas_sizes:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench bodmas plot-sizes --out {output} {input} > {log} 2>&1"
+        "membench bodmas plot-sizes --out {output:q} {input:q} > {log:q} 2>&1"
 
 
 rule plot_meter_memlog:
@@ -46,7 +46,7 @@ rule plot_meter_memlog:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench meter plot --memlog {input} --out {output} > {log} 2>&1"
+        "membench meter plot --memlog {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 FINAL_OUTPUTS.append("results/plots/meter_memlog.png")
@@ -96,8 +96,8 @@ rule report_table_page:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench report table --name {wildcards.report_table} --csv {input.csv} --parquet {input.parquet}"
-        " --out {output} > {log} 2>&1"
+        "membench report table --name {wildcards.report_table:q} --csv {input.csv:q} --parquet {input.parquet:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule report_provenance:
@@ -125,7 +125,7 @@ rule report_provenance:
     shell:
         "membench report provenance --command {params.command:q} --config-json {params.config:q}"
         " --default-config {input.default_config:q} --schema {input.schema:q}"
-        " --checkout {params.checkout:q} --out {output} > {log} 2>&1"
+        " --checkout {params.checkout:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule report_summary:
@@ -153,9 +153,9 @@ rule report_summary:
         mem_mb=1000,
         runtime=5,
     shell:
-        "membench report summary --tables results/tables --published {input.published}"
-        " --provenance {input.provenance} --out-html {output.html} --out-fragment {output.fragment}"
-        " --out-csv {output.csv} > {log} 2>&1"
+        "membench report summary --tables results/tables --published {input.published:q}"
+        " --provenance {input.provenance:q} --out-html {output.html:q} --out-fragment {output.fragment:q}"
+        " --out-csv {output.csv:q} > {log:q} 2>&1"
 
 
 FINAL_OUTPUTS.append("results/report/summary.html")

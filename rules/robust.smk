@@ -26,9 +26,10 @@ rule robust_train:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: robust_train_options(wildcards.robust_run),
+        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
         launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
     shell:
-        "{params.launcher} robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
+        "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 # A parallel run over several nodes, the way division's multi-node training runs: a multi-task job
@@ -60,9 +61,10 @@ rule robust_train_nodes:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: robust_train_options(wildcards.robust_run),
+        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
         launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
     shell:
-        "{params.launcher} robust train --outdir {params.outdir} {params.options} > {log} 2>&1"
+        "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule robust_table:
@@ -90,8 +92,8 @@ rule robust_table:
         steps=ROBUST["steps"],
         weak_base_steps=ROBUST["weak_base_steps"],
     shell:
-        "membench robust table --out {output.csv} --strong-steps {params.steps}"
-        " --weak-base-steps {params.weak_base_steps} {input} > {log} 2>&1"
+        "membench robust table --out {output.csv:q} --strong-steps {params.steps:q}"
+        " --weak-base-steps {params.weak_base_steps:q} {input:q} > {log:q} 2>&1"
 
 
 rule robust_plot_scaling:
@@ -115,7 +117,7 @@ rule robust_plot_scaling:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench robust plot-scaling --table {input} --out {output} > {log} 2>&1"
+        "membench robust plot-scaling --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule robust_plot_staleness:
@@ -139,7 +141,7 @@ rule robust_plot_staleness:
         mem_mb=1000,
         runtime=10,
     shell:
-        "membench robust plot-staleness --table {input} --out {output} > {log} 2>&1"
+        "membench robust plot-staleness --table {input:q} --out {output:q} > {log:q} 2>&1"
 
 
 if ROBUST_RUNS:
