@@ -7,6 +7,7 @@ number of examples per reader (``MEMBENCH_FUZZ_EXAMPLES``, default 60), so CI ti
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import pickle
@@ -117,7 +118,29 @@ def _binaries(directory: Path, contents: list[bytes]) -> Path:
     return binaries
 
 
-_BINARY = st.one_of(st.binary(max_size=40), mutated(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03KLJ\x06\x00\xc2A$5\x03\x00\x00\x00"))
+@st.composite
+def damaged_gzip(draw) -> bytes:
+    """A gzip binary with its stream or trailer damaged: cut anywhere, CRC-32 or length trailer
+    rewritten, bytes appended, or a second member (possibly damaged itself) concatenated."""
+    data = bytearray(gzip.compress(draw(st.binary(max_size=64)), mtime=0))
+    action = draw(st.sampled_from(["cut", "crc", "length", "append", "member"]))
+    if action == "cut":
+        return bytes(data[: draw(st.integers(0, len(data) - 1))])
+    if action in ("crc", "length"):
+        offset = len(data) - (8 if action == "crc" else 4)
+        data[offset : offset + 4] = draw(st.binary(min_size=4, max_size=4))
+        return bytes(data)
+    if action == "append":
+        return bytes(data) + draw(st.binary(min_size=1, max_size=8))
+    return bytes(data) + draw(mutated(gzip.compress(draw(st.binary(max_size=16)), mtime=0)))
+
+
+_BINARY = st.one_of(st.binary(max_size=40), damaged_gzip(),
+                    mutated(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03KLJ\x06\x00\xc2A$5\x03\x00\x00\x00"))
+
+
+def _content_length(content: bytes) -> int:
+    return len(gzip.decompress(content)) if content[:2] == b"\x1f\x8b" else len(content)
 
 
 @FUZZ
@@ -129,7 +152,10 @@ def test_bodmas_metadata_reader(metadata, contents):
         binaries = _binaries(Path(directory), contents)
         frame = _only_input_errors(lambda: read_metadata(path, binaries), "BODMAS metadata.csv")
     if frame is not None:
-        assert (frame["File_Size"] >= 0).all() and frame["sha"].is_unique
+        # An accepted binary holds content, and File_Size is what it really decompresses to.
+        lengths = dict(zip(("aaa", "bbb", "ccc"), map(_content_length, contents)))
+        assert frame["sha"].is_unique and (frame["File_Size"] >= 1).all()
+        assert frame["File_Size"].tolist() == [lengths[sha] for sha in frame["sha"]]
 
 
 @FUZZ
