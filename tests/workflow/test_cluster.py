@@ -18,6 +18,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
+from workflow.dry_run import parse_dry_run
+
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = Path(__file__).with_name("config.yaml")
 SLURM_PROFILE = REPO / "profiles" / "slurm"
@@ -42,36 +44,6 @@ def _env() -> dict[str, str]:
 def snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
     return subprocess.run(command, capture_output=True, text=True, env=env or _env(), timeout=600, cwd=workdir)
-
-
-def _value(text: str) -> object:
-    return int(text) if re.fullmatch(r"-?\d+", text) else text
-
-
-def parse_dry_run(output: str) -> list[dict]:
-    """The jobs of a dry run's listing: rule, local or not, threads, resources, inputs, outputs, shell."""
-    jobs: list[dict] = []
-    for line in output.splitlines():
-        header = re.match(r"^(?:local)?rule (\w+):$", line)
-        if header:
-            jobs.append({"rule": header.group(1), "threads": 1,
-                         "resources": {}, "input": [], "output": [], "shell": ""})
-            continue
-        if not jobs:
-            continue
-        job = jobs[-1]
-        field = re.match(r"^    (\w+): (.*)$", line)
-        if field:
-            key, text = field.groups()
-            if key == "threads":
-                job["threads"] = int(text)
-            elif key == "resources":
-                job["resources"] = {k: _value(v) for k, v in (item.split("=", 1) for item in text.split(", "))}
-            elif key in ("input", "output"):
-                job[key] = text.split(", ")
-        elif line.startswith("Shell command: "):
-            job["shell"] = line.removeprefix("Shell command: ")
-    return jobs
 
 
 class _Resources(dict):
