@@ -10,6 +10,7 @@ import zlib
 import pandas as pd
 import pytest
 
+from membench.cli import main
 from membench.core.errors import InputError
 from membench.data.bodmas import binaries
 from membench.data.bodmas.binaries import content_size, read_prefix
@@ -126,3 +127,21 @@ def test_pipes_and_directories_as_tables_do_not_block(tiny_dataset, tmp_path):
                      lambda: read_class_names(path)):
             with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {problem}$"):
                 read()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("damage", ["pipe", "truncated gzip"])
+def test_bodmas_fold_command_names_the_binary_in_one_line(tiny_dataset, tmp_path, capsys, damage):
+    metadata, binaries_dir = tiny_dataset
+    _, file_name = _first_binary(metadata)
+    binary = binaries_dir / file_name
+    binary.unlink()
+    if damage == "pipe":
+        os.mkfifo(binary)
+    else:
+        binary.write_bytes(DAMAGED["truncated"][0])
+    code = main(["bodmas", "fold", "--metadata", str(metadata), "--binaries", str(binaries_dir), "--dataset", "tiny",
+                 "--fold", "0", "--outdir", str(tmp_path / "folds")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"membench bodmas: error: {metadata}, line 2: binary {binary.resolve()} is a")
