@@ -29,7 +29,12 @@ def metrics_table(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
 
 
 def write_table(frame: pd.DataFrame, csv_path: str | os.PathLike, parquet_path: str | os.PathLike | None = None) -> None:
-    """Write ``frame`` as CSV and (optionally) Parquet, each atomically."""
+    """Write ``frame`` as CSV and (optionally) Parquet, each atomically; both targets are checked by
+    the write guard before either is written, so a refused twin leaves no half-written pair."""
+    for path in (csv_path, parquet_path):
+        if path is not None:
+            atomic.refuse_inputs(path, contains=False)
+            atomic.check_replaceable(path)
     atomic.write_csv(csv_path, frame)
     if parquet_path is not None:
         with atomic.atomic_path(parquet_path, suffix=".parquet") as tmp:
