@@ -12,31 +12,25 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Iterable
 
+from membench.core import atomic
 from membench.core.errors import InputError
 
 if TYPE_CHECKING:  # pandas takes half a second to import; runs that read no CSV table skip it
     import pandas as pd
 
 
-_KINDS = (
-    (stat.S_ISDIR, "is a directory"),
-    (stat.S_ISFIFO, "is a named pipe (FIFO), not a regular file"),
-    (stat.S_ISSOCK, "is a socket, not a regular file"),
-    (stat.S_ISCHR, "is a character device, not a regular file"),
-    (stat.S_ISBLK, "is a block device, not a regular file"),
-)
-
-
 def _not_regular(mode: int) -> str | None:
     """What a file of ``mode`` is when it is not a regular file, in words; None for a regular file."""
     if stat.S_ISREG(mode):
         return None
-    return next((words for test, words in _KINDS if test(mode)), "is a special file, not a regular file")
+    return "is a directory" if stat.S_ISDIR(mode) else f"is {atomic.file_kind(mode)}, not a regular file"
 
 
 def _os_problem(path: Path, exc: OSError, missing: str) -> str:
@@ -142,23 +136,49 @@ def read_csv_columns(
     return frame
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+# More digits than any int64 has (19): out of range whatever they are, and not worth converting.
+_MAX_DIGITS = 40
+
+
+def _integer(text: str) -> int | float | None:
+    """The integer ``text`` writes, exactly (``3``, ``3.0``, ``1e3``); +-inf for a longer decimal
+    than any range admits; ``None`` when it is no integer (``x``, ``2.5``, ``inf``, ``nan``)."""
+    if _DECIMAL.fullmatch(text):
+        if len(text.lstrip("+-")) > _MAX_DIGITS:
+            return -math.inf if text.startswith("-") else math.inf
+        return int(text)
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() else None
+
+
 def int_column(frame: pd.DataFrame, column: str, path, minimum: int | None = None, maximum: int | None = None) -> pd.Series:
-    """Parse ``frame[column]`` as integers within ``[minimum, maximum]``; name the first bad line."""
+    """Parse ``frame[column]`` as integers within ``[minimum, maximum]`` and int64; name the first bad line.
+
+    Values are compared exactly (as Python integers), so one beyond int64 is reported as written,
+    "out of range", never as the number a 64-bit conversion would wrap it to.
+    """
     import pandas as pd
 
-    values = pd.to_numeric(frame[column], errors="coerce")
-    bad = values.isna() | (values != values.round())
-    if bad.any():
-        i = int(bad.to_numpy().argmax())
-        raise InputError(path, f"column {column}: {frame[column].iloc[i]!r} is not an integer", csv_line(i))
-    values = values.astype("int64")
-    if minimum is not None and (values < minimum).any():
-        i = int((values < minimum).to_numpy().argmax())
-        raise InputError(path, f"column {column}: {values.iloc[i]} is below the minimum {minimum}", csv_line(i))
-    if maximum is not None and (values > maximum).any():
-        i = int((values > maximum).to_numpy().argmax())
-        raise InputError(path, f"column {column}: {values.iloc[i]} is above the maximum {maximum}", csv_line(i))
-    return values
+    texts = [str(value).strip() for value in frame[column]]
+    numbers = [_integer(text) for text in texts]
+    low = _INT64[0] if minimum is None else max(minimum, _INT64[0])
+    high = _INT64[1] if maximum is None else min(maximum, _INT64[1])
+    for i, number in enumerate(numbers):
+        if number is None:
+            raise InputError(path, f"column {column}: {frame[column].iloc[i]!r} is not an integer", csv_line(i))
+        if low <= number <= high:
+            continue
+        if not _INT64[0] <= number <= _INT64[1]:
+            raise InputError(path, f"column {column}: {texts[i]} is out of range (expected {low} to {high})", csv_line(i))
+        if number < low:
+            raise InputError(path, f"column {column}: {number} is below the minimum {minimum}", csv_line(i))
+        raise InputError(path, f"column {column}: {number} is above the maximum {maximum}", csv_line(i))
+    return pd.Series(numbers, index=frame.index, dtype="int64")
 
 
 def unique_column(frame: pd.DataFrame, column: str, path) -> None:
