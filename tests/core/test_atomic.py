@@ -215,3 +215,13 @@ def test_a_torn_ledger_line_makes_its_file_foreign_not_a_crash(tmp_path):
     assert atomic.written_by_membench(path)
     (tmp_path / atomic.LEDGER_NAME).write_text("not json\n")
     assert not atomic.written_by_membench(path)
+
+
+def test_an_output_below_a_file_is_a_one_line_error_naming_it(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(InputError, match=r"x\.csv: cannot create its directory .*notes\.txt"):
+        atomic.write_text(tmp_path / "notes.txt" / "sub" / "x.csv", "x")
+    with pytest.raises(InputError, match="cannot create its directory"):
+        with atomic.atomic_directory(tmp_path / "notes.txt" / "db", "db"):
+            pass
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import errno
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from membench.core.errors import InputError
 from membench.core.processes import process_alive
@@ -232,6 +233,29 @@ def check_replaceable(path: str | os.PathLike) -> None:
         )
 
 
+def _make_parent(target: Path) -> None:
+    """Create ``target``'s directory; a failure (a file in the way, no permission) names the target."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = exc.filename or target.parent
+        raise InputError(target, f"cannot create its directory {where} ({exc.strerror or exc})") from None
+
+
+def _temporary(target: Path, make: Callable[..., str]) -> Path:
+    """A hidden temporary file or directory beside ``target`` (``make``: tempfile.mkstemp or mkdtemp)."""
+    _make_parent(target)
+    _remove_stale_temporaries(target)
+    try:
+        made = make(prefix=_temporary_prefix(target), dir=target.parent)
+    except OSError as exc:
+        raise InputError(target, f"cannot write in {target.parent} ({exc.strerror or exc})") from None
+    if isinstance(made, tuple):  # mkstemp: (descriptor, name)
+        os.close(made[0])
+        made = made[1]
+    return Path(made)
+
+
 @contextlib.contextmanager
 def atomic_path(
     path: str | os.PathLike, suffix: str = "", inputs: Iterable[str | os.PathLike] = ()
@@ -247,11 +271,7 @@ def atomic_path(
     target = Path(path)
     refuse_inputs(target, inputs, contains=False)
     check_replaceable(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(target)
-    fd, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=suffix or ".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temporary(target, functools.partial(tempfile.mkstemp, suffix=suffix or ".tmp"))
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~current_umask())
@@ -333,9 +353,7 @@ def atomic_directory(path: str | os.PathLike, kind: str, inputs: Iterable[str | 
                 f"is a previous {kind!r} output, but holds {foreign}, which membench did not write there;"
                 " refusing to replace it (move that away or choose another output path)",
             )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temporaries(target)
-    tmp = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), dir=target.parent))
+    tmp = _temporary(target, tempfile.mkdtemp)
     try:
         os.chmod(tmp, 0o777 & ~current_umask())
         yield tmp
