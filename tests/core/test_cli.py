@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from membench.cli import GROUPS, main
 from membench.core.timing import TIMING_FIELDS
 
@@ -50,3 +52,27 @@ def test_group_help_is_plain_text(capsys):
             assert exit_.code == 0
         out = capsys.readouterr().out
         assert f"membench {group}" in out and "``" not in out, out
+
+
+def test_an_error_is_one_bounded_line_whatever_the_input_holds(tmp_path, capsys):
+    data = tmp_path / "jobs.csv"
+    data.write_text("Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+                    f"Batch Size,Max GPU Memory (MiB)\na.out,1,\"[('linear', 3, 15)]\",ReLU,3,15,\"{'x' * 20_000_000}\ny\",9\n")
+    out = tmp_path / "t.csv"
+    assert main(["memnet", "evaluate", "--data", str(data), "--family", "mlp", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 1000
+    assert err.startswith(f"membench memnet: error: {data}, line 2: column Batch Size: 'xxx")
+    assert " characters) ... " in err and err.endswith("xx\\ny' is not an integer\n")
+    odd = tmp_path / "new\nline.csv"
+    assert main(["bodmas", "classes", "--metadata", str(odd), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"membench bodmas: error: {tmp_path}/new\\nline.csv: file not found (expected a CSV file)\n"
+
+
+def test_a_usage_error_ends_in_one_bounded_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["memnet", "generate", "--family", "x" * 100_000 + "\n", "--count", "1", "--out", "c.csv"])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("membench memnet generate: error: argument --family: invalid choice: 'xxx")
+    assert len(last) < 700 and "characters) ..." in last and last.endswith("(choose from 'mlp', 'cnn', 'transformer')")

@@ -49,6 +49,22 @@ def _plain_text(docstring: str | None) -> str | None:
     return None if docstring is None else docstring.replace("``", "")
 
 
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` and its subcommands' parsers end a usage error in one line of bounded
+    length: argparse quotes the bad value (a choice, a number) in full."""
+    from membench.core.errors import PROBLEM_CHARACTERS, one_line, shorten
+
+    def error(message: str):
+        parser.print_usage(sys.stderr)
+        parser.exit(2, f"{parser.prog}: error: {one_line(shorten(message, PROBLEM_CHARACTERS))}\n")
+
+    parser.error = error
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                _one_line_errors(subparser)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``membench`` script; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -59,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(GROUPS[argv[0]][0])
     parser = module.build_parser(f"membench {argv[0]}")
     parser.description = _plain_text(parser.description)
+    _one_line_errors(parser)
     args = parser.parse_args(argv[1:])
     from membench.core.atomic import protect_inputs
     from membench.core.errors import InputError
