@@ -11,11 +11,12 @@ import pytest
 
 from membench import cli
 from membench.core import atomic
-from membench.core.options import PathRole
+from membench.core.options import Number, PathRole
 
-# Options that take a string which is not a path (names, device strings, expressions).
+# Options that take a string which is not a path (names, device strings, expressions). Options of
+# several fields (``fields_action``) type each field themselves.
 NOT_PATHS = {
-    "--command", "--dataset", "--device", "--input-shape", "--kwargs", "--model", "--name", "--range",
+    "--command", "--dataset", "--device", "--input-shape", "--kwargs", "--model", "--name",
     "--split", "--time-split-date", "--timm-models", "--variant",
 }
 
@@ -57,9 +58,9 @@ def test_every_string_option_is_a_path_with_a_role_or_declared_not_a_path():
     untyped = []
     for words, parser in SUBCOMMANDS.items():
         for action in _value_actions(parser):
-            if action.type in (None, str) and not action.choices:
+            if action.type in (None, str) and not action.choices and not hasattr(action, "field_types"):
                 name = action.option_strings[0] if action.option_strings else action.dest
-                if name not in NOT_PATHS and not name.startswith("--pair"):
+                if name not in NOT_PATHS:
                     untyped.append(f"membench {' '.join(words)} {name}")
     assert untyped == [], "declare these as InputFile/InputDir/OutputFile/OutputDir, or add them to NOT_PATHS"
 
@@ -90,10 +91,9 @@ def _argv(words, parser, paths: dict[str, str], tmp_path):
                 values = [str(tmp_path / "fresh" / f"{name.strip('-')}{'' if role.directory else '.out'}")] * count
         elif action.choices:
             values = [str(list(action.choices)[0])] * count
-        elif action.type is int:
-            values = ["1"] * count
-        elif action.type is float:
-            values = ["1.0"] * count
+        elif isinstance(action.type, Number):
+            inside = action.type.low if action.type.low in action.type else (action.type.low + action.type.high) / 2
+            values = [str(inside)] * count
         else:
             values = ["x"] * count
         argv += ([action.option_strings[0]] if action.option_strings else []) + values

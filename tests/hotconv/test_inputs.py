@@ -111,8 +111,10 @@ def test_command_line_reports_bad_input_in_one_line(fold_copy, tmp_path, capsys)
 def test_bench_rejects_a_bad_point_and_model_before_measuring(tmp_path, capsys):
     point = ["hotconv", "bench", "--variant", "hotconv", "--max-len", "4096", "--device", "cpu",
              "--outdir", str(tmp_path / "point")]
-    assert main([*point, "--batch-size", "0"]) == 2
-    assert "option --batch-size: must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([*point, "--batch-size", "0"])
+    assert exit_.value.code == 2
+    assert "argument --batch-size: expected an integer from 1 to 1048576, got '0'" in capsys.readouterr().err
     assert main([*point, "--batch-size", "2", "--stride", "1024"]) == 2
     assert "key 'stride'" in capsys.readouterr().err
     assert not (tmp_path / "point").exists()

@@ -26,11 +26,13 @@ from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NO
 from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES  # noqa: E402
 from membench.core.device import DEVICE_CHOICES  # noqa: E402
 from membench.core.meter import add_allocator_option, add_meter_options  # noqa: E402
-from membench.core.options import InputFile, OutputDir, OutputFile, fields_action  # noqa: E402
+from membench.core.options import SEED, THREADS, InputFile, OutputDir, OutputFile, fields_action, integer, real  # noqa: E402
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "time_median_s", "time_min_s",
                 "time_max_s", "timing_reliable")
+REPEATS = integer(1, 1000)
+FEATURE_DIM = integer(1, 4096)
 
 
 def _add_graph_files(parser: argparse.ArgumentParser) -> None:
@@ -48,13 +50,13 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-manifest", type=InputFile, default=None,
                         help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})")
     parser.add_argument("--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--precision", choices=PRECISIONS, default="float64", help="torch only; the reference is float64")
     parser.add_argument("--normalisation", choices=NORMALISATIONS, default="reference",
                         help="reference: PNNL's log(exp(.)) (underflows past ~745); stable: log-sum-exp")
     parser.add_argument("--forward-message-index", choices=FORWARD_MESSAGE_INDEX, default="src",
                         help="row of the forward edge message: src as PNNL, or dst (SPEC's dst-fixed mode)")
-    parser.add_argument("--chunk-edges", type=int, default=None, help="torch: edges per chunk (default by device)")
+    parser.add_argument("--chunk-edges", type=integer(1, 2**31), default=None, help="torch: edges per chunk (default by device)")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -76,7 +78,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add_method_options(bench)
     bench.add_argument("--dataset", required=True, help="name of the graph pair in the results")
     bench.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
-    bench.add_argument("--repeats", type=int, default=1, help="runs of init + iterations (median reported)")
+    bench.add_argument("--repeats", type=REPEATS, default=1, help="runs of init + iterations (median reported)")
     bench.add_argument("--reference-npy", type=InputFile, help="reference beliefs (.npy) to check agreement against")
     bench.add_argument("--out-npy", type=OutputFile, help="write this job's beliefs as .npy")
     add_meter_options(bench, sample_interval_s=0.02)
@@ -91,26 +93,26 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     compare.add_argument("--variant", action="append", required=True,
                          help="IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS], repeatable; the first is the baseline")
     compare.add_argument("--build-manifest", type=InputFile, default=None, help=f"kernels' build manifest (default {DEFAULT_MANIFEST})")
-    compare.add_argument("--rounds", type=int, default=3)
-    compare.add_argument("--repeats", type=int, default=1)
+    compare.add_argument("--rounds", type=REPEATS, default=3)
+    compare.add_argument("--repeats", type=REPEATS, default=1)
     compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     add_allocator_option(compare)
 
     rmat = steps.add_parser("generate-rmat", help="RMAT data graph with uniform random features")
-    rmat.add_argument("--scale", type=int, required=True, help="2**scale + 1 nodes")
-    rmat.add_argument("--edge-factor", type=int, default=8, help="edges drawn per node (before dropping loops/duplicates)")
-    rmat.add_argument("--node-feature-dim", type=int, default=13)
-    rmat.add_argument("--edge-feature-dim", type=int, default=17)
-    rmat.add_argument("--feature-max", type=float, default=10.0)
-    rmat.add_argument("--seed", type=int, default=0)
+    rmat.add_argument("--scale", type=integer(2, 26), required=True, help="2**scale + 1 nodes")
+    rmat.add_argument("--edge-factor", type=integer(1, 1024), default=8, help="edges drawn per node (before dropping loops/duplicates)")
+    rmat.add_argument("--node-feature-dim", type=FEATURE_DIM, default=13)
+    rmat.add_argument("--edge-feature-dim", type=FEATURE_DIM, default=17)
+    rmat.add_argument("--feature-max", type=real(0, 1e6, exclusive_low=True), default=10.0)
+    rmat.add_argument("--seed", type=SEED, default=0)
     rmat.add_argument("--vertices", type=OutputFile, required=True, help="output vertex table")
     rmat.add_argument("--edges", type=OutputFile, required=True, help="output edge table")
 
     pattern = steps.add_parser("generate-pattern", help="pattern graph induced by a sampled neighbourhood")
     pattern.add_argument("data_vertices", type=InputFile)
     pattern.add_argument("data_edges", type=InputFile)
-    pattern.add_argument("--max-pattern-nodes", type=int, required=True)
-    pattern.add_argument("--seed", type=int, default=0)
+    pattern.add_argument("--max-pattern-nodes", type=integer(2, 100_000), required=True)
+    pattern.add_argument("--seed", type=SEED, default=0)
     pattern.add_argument("--vertices", type=OutputFile, required=True)
     pattern.add_argument("--edges", type=OutputFile, required=True)
 
@@ -237,13 +239,16 @@ def _parse_variant(text: str) -> tuple[str, str, int, str, str]:
     from membench.core.errors import InputError
 
     parts = text.split(":")
-    if len(parts) not in (4, 5) or not parts[2].isdigit():
+    if len(parts) not in (4, 5):
         raise InputError(None, f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS]", "option --variant")
     implementation, device, threads, precision = parts[:4]
     kernels = parts[4] if len(parts) == 5 else "auto"
     if implementation not in IMPLEMENTATIONS or precision not in PRECISIONS or kernels not in KERNEL_CHOICES:
         raise InputError(None, f"variant {text!r}: implementation, precision or kernels unknown", "option --variant")
-    return implementation, device, int(threads), precision, kernels
+    try:
+        return implementation, device, THREADS(threads), precision, kernels
+    except argparse.ArgumentTypeError as exc:
+        raise InputError(None, f"variant {text!r}: THREADS {exc}", "option --variant") from None
 
 
 def _compare(args: argparse.Namespace) -> None:

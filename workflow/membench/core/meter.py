@@ -59,6 +59,7 @@ from torch.utils._pytree import tree_flatten
 
 from membench.core import sources
 from membench.core.device import synchronize
+from membench.core.options import real
 from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
 MIB = 2**20
@@ -380,9 +381,10 @@ class Meter:
 def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
     """The meter's command-line options, named as its config keys: ``--sample-interval-s`` and
     ``--grid-intensity-g-per-kwh``."""
-    parser.add_argument("--sample-interval-s", type=float, default=sample_interval_s,
+    parser.add_argument("--sample-interval-s", type=real(0, 3600), default=sample_interval_s,
                         help="period of the background memory sampler; 0 turns it off")
-    parser.add_argument("--grid-intensity-g-per-kwh", type=float, default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
+    parser.add_argument("--grid-intensity-g-per-kwh", type=real(0, 10_000, exclusive_low=True),
+                        default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
                         help="grid carbon intensity for co2e_g")
 
 

@@ -7,27 +7,47 @@ values as before, and :func:`command_paths` finds them in the parsed arguments: 
 command's inputs, an existing output file membench did not write, and an input of the wrong kind (a
 directory where a file is read, a named pipe that would block). The inputs then stay protected
 while the command runs (:func:`membench.core.atomic.protect_inputs`), whichever function writes.
+
+Every numeric option has a range: ``type=integer(low, high)`` or ``type=real(low, high)`` (or one
+of the named ranges below, shared by the commands). A value outside it, or not finite, ends in
+argparse's usage error naming the option and the range, before anything runs; the config schema
+gives each key that feeds an option the same range (``tests/core/test_option_ranges.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 from typing import Iterator
 
 from membench.core import atomic
-from membench.core.errors import InputError
+from membench.core.errors import InputError, shorten
 
 __all__ = [
+    "BATCH_SIZE",
+    "EPOCHS",
+    "IMAGE_SIZE",
     "InputDir",
     "InputFile",
+    "LEARNING_RATE",
+    "MOMENTUM",
+    "Number",
     "OutputDir",
     "OutputFile",
     "PathRole",
+    "SEED",
+    "STEPS",
+    "THREADS",
+    "TIMEOUT_S",
+    "WEIGHT_DECAY",
+    "WORKERS",
     "check_command_paths",
     "command_paths",
     "fields_action",
+    "integer",
+    "real",
 ]
 
 
@@ -61,13 +81,101 @@ class OutputDir(PathRole):
     directory = True
 
 
-def fields_action(*types) -> type[argparse.Action]:
-    """An ``append`` action for ``nargs=len(types)`` that converts each field with its own type
-    (a name followed by files, say), so that only the paths are taken for paths."""
+class Number:
+    """An argparse type: a finite integer or real number within ``[low, high]`` (either end open).
 
-    class FieldsAction(argparse._AppendAction):
+    Called with the option's text it returns the number, or raises ``ArgumentTypeError`` saying
+    the range (argparse then names the option). ``value in number`` checks a value already parsed.
+    Build one with :func:`integer` or :func:`real`.
+    """
+
+    # Longer texts are no number in any range here; int() of a huge text would take long.
+    _MAX_TEXT = 64
+
+    def __init__(self, integral: bool, low: int | float, high: int | float, exclusive_low: bool = False,
+                 exclusive_high: bool = False) -> None:
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise ValueError(f"a range needs finite low <= high, got {low}, {high}")
+        self.integral, self.low, self.high = integral, low, high
+        self.exclusive_low, self.exclusive_high = exclusive_low, exclusive_high
+        self.__name__ = "integer" if integral else "number"
+
+    def __contains__(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.integral and not isinstance(value, int):
+            return False
+        above = value > self.low if self.exclusive_low else value >= self.low
+        below = value < self.high if self.exclusive_high else value <= self.high
+        return above and below
+
+    def describe(self) -> str:
+        """The range in words, e.g. ``an integer from 1 to 4096``."""
+        low, high = (f"{v}" if isinstance(v, int) else f"{v:g}" for v in (self.low, self.high))
+        kind = "an integer" if self.integral else "a number"
+        if not (self.exclusive_low or self.exclusive_high):
+            return f"{kind} from {low} to {high}"
+        low = f"above {low}" if self.exclusive_low else f"at least {low}"
+        high = f"below {high}" if self.exclusive_high else f"at most {high}"
+        return f"{kind} {low} and {high}"
+
+    def __call__(self, text: str) -> int | float:
+        value = None
+        if len(text) <= self._MAX_TEXT:
+            try:
+                value = int(text) if self.integral else float(text)
+            except ValueError:
+                pass
+        if value is None or value not in self:
+            raise argparse.ArgumentTypeError(f"expected {self.describe()}, got {shorten(repr(text), 80)}")
+        return value
+
+    def __repr__(self) -> str:
+        return f"{'integer' if self.integral else 'real'}({self.low}, {self.high})"
+
+
+def integer(low: int, high: int) -> Number:
+    """An argparse type for an integer in ``[low, high]``."""
+    return Number(True, low, high)
+
+
+def real(low: float, high: float, *, exclusive_low: bool = False, exclusive_high: bool = False) -> Number:
+    """An argparse type for a finite real number in ``[low, high]``, either end excluded on request."""
+    return Number(False, low, high, exclusive_low, exclusive_high)
+
+
+# Ranges shared by the commands (the config schema repeats them for the keys that feed them).
+# Seeds: scikit-learn and NumPy's legacy seeding take 0 .. 2**32 - 1; runs add a fold or an epoch
+# to the seed, so half of that leaves room.
+SEED = integer(0, 2**31 - 1)
+THREADS = integer(1, 4096)
+WORKERS = integer(0, 256)
+# Batch sizes times an image, a sequence or a file stay far below int64 (2**20 x 2**30 bytes).
+BATCH_SIZE = integer(1, 2**20)
+EPOCHS = integer(1, 100_000)
+STEPS = integer(1, 1_000_000)
+IMAGE_SIZE = integer(8, 4096)
+LEARNING_RATE = real(0, 100, exclusive_low=True)
+MOMENTUM = real(0, 1)
+WEIGHT_DECAY = real(0, 1)
+# Ten million seconds (four months): longer than any job, short enough for every timer.
+TIMEOUT_S = real(0, 1e7, exclusive_low=True)
+
+
+def fields_action(*types, append: bool = True) -> type[argparse.Action]:
+    """An action for ``nargs=len(types)`` that converts each field with its own type (a name
+    followed by files, say, or a range's bounds), so that only the paths are taken for paths and
+    each number has its range. It appends each use (``append=False``: keeps the last)."""
+    base = argparse._AppendAction if append else argparse._StoreAction
+
+    class FieldsAction(base):
+        field_types = types
+
         def __call__(self, parser, namespace, values, option_string=None):
-            fields = [kind(value) for kind, value in zip(types, values, strict=True)]
+            try:
+                fields = [kind(value) for kind, value in zip(types, values, strict=True)]
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentError(self, str(exc)) from None
             super().__call__(parser, namespace, fields, option_string)
 
     return FieldsAction

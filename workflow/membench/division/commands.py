@@ -16,22 +16,24 @@ from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KE
 from membench.division.methods import METHODS, MethodSpec
 from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
-from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
+from membench.core.options import (BATCH_SIZE, EPOCHS, IMAGE_SIZE, LEARNING_RATE, MOMENTUM, SEED, STEPS, TIMEOUT_S,
+                                   WEIGHT_DECAY, WORKERS, InputDir, InputFile, OutputDir, OutputFile, integer)
 
 SYSTEM = "division"
+NUM_CLASSES = integer(2, 100_000)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
     parser.add_argument("--method", required=True, choices=METHODS)
     parser.add_argument("--model", default="resnet18", choices=MODELS)
-    parser.add_argument("--width", type=int, default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
+    parser.add_argument("--width", type=integer(1, 4096), default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
     parser.add_argument("--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)")
     parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block-size", type=int, default=MethodSpec.block_size, help="DIVISION LFC block B")
-    parser.add_argument("--hfc-bits", type=int, default=MethodSpec.hfc_bits, choices=(1, 2, 4, 8), help="DIVISION HFC bits Q")
-    parser.add_argument("--group-size", type=int, default=MethodSpec.group_size, help="ActNN values per min/scale group")
+    parser.add_argument("--seed", type=SEED, default=0)
+    parser.add_argument("--block-size", type=integer(1, 1024), default=MethodSpec.block_size, help="DIVISION LFC block B")
+    parser.add_argument("--hfc-bits", type=integer(1, 8), default=MethodSpec.hfc_bits, choices=(1, 2, 4, 8), help="DIVISION HFC bits Q")
+    parser.add_argument("--group-size", type=integer(1, 2**20), default=MethodSpec.group_size, help="ActNN values per min/scale group")
     parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
     parser.add_argument("--build-manifest", type=InputFile, default=None, help="manifest.json of `membench division build`")
     parser.add_argument("--amp", default="none", choices=AMP_CHOICES,
@@ -40,9 +42,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_synthetic(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--num-classes", type=int, default=10)
+    parser.add_argument("--batch-size", type=BATCH_SIZE, required=True)
+    parser.add_argument("--image-size", type=IMAGE_SIZE, default=32)
+    parser.add_argument("--num-classes", type=NUM_CLASSES, default=10)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -53,7 +55,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     build.add_argument("--outdir", type=OutputDir, required=True)
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
-    build.add_argument("--lock-timeout-s", type=float, default=DEFAULT_LOCK_TIMEOUT_S,
+    build.add_argument("--lock-timeout-s", type=TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S,
                        help="longest wait for another build of --outdir to finish")
 
     memory = steps.add_parser("memory", help="activation and total memory of one training step")
@@ -65,28 +67,28 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
     _add_common(speed)
     _add_synthetic(speed)
-    speed.add_argument("--iterations", type=int, default=16)
-    speed.add_argument("--warmup", type=int, default=3)
+    speed.add_argument("--iterations", type=STEPS, default=16)
+    speed.add_argument("--warmup", type=integer(0, 1_000_000), default=3)
 
     maxbatch = steps.add_parser("maxbatch", help="largest batch whose training step fits (binary search, one process per probe)")
     _add_common(maxbatch)
-    maxbatch.add_argument("--image-size", type=int, default=224)
-    maxbatch.add_argument("--num-classes", type=int, default=1000)
-    maxbatch.add_argument("--start", type=int, default=64)
-    maxbatch.add_argument("--limit", type=int, default=4096)
+    maxbatch.add_argument("--image-size", type=IMAGE_SIZE, default=224)
+    maxbatch.add_argument("--num-classes", type=NUM_CLASSES, default=1000)
+    maxbatch.add_argument("--start", type=BATCH_SIZE, default=64)
+    maxbatch.add_argument("--limit", type=BATCH_SIZE, default=4096)
 
     train = steps.add_parser("train", help="accuracy run on image LMDBs")
     _add_common(train)
     train.add_argument("--train-lmdb", type=InputDir, required=True)
     train.add_argument("--val-lmdb", type=InputDir, required=True)
     train.add_argument("--dataset", required=True, help="dataset name recorded in the metrics")
-    train.add_argument("--image-size", type=int, default=32)
-    train.add_argument("--epochs", type=int, default=8)
-    train.add_argument("--batch-size", type=int, default=64)
-    train.add_argument("--lr", type=float, default=0.05)
-    train.add_argument("--momentum", type=float, default=0.9)
-    train.add_argument("--weight-decay", type=float, default=5e-4)
-    train.add_argument("--num-workers", type=int, default=0)
+    train.add_argument("--image-size", type=IMAGE_SIZE, default=32)
+    train.add_argument("--epochs", type=EPOCHS, default=8)
+    train.add_argument("--batch-size", type=BATCH_SIZE, default=64)
+    train.add_argument("--lr", type=LEARNING_RATE, default=0.05)
+    train.add_argument("--momentum", type=MOMENTUM, default=0.9)
+    train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=5e-4)
+    train.add_argument("--num-workers", type=WORKERS, default=0)
     train.add_argument("--flip", action=argparse.BooleanOptionalAction, default=False, help="random horizontal flips")
 
     for name, text in (("plot-memory", "memory against batch size"), ("plot-speed", "throughput against batch size")):
@@ -120,20 +122,10 @@ def run(args: argparse.Namespace) -> None:
         _job(args)
 
 
-def _check_positive(args: argparse.Namespace, names) -> None:
-    from membench.core.errors import InputError
-
-    for name in names:
-        if getattr(args, name, None) is not None and getattr(args, name) < 1:
-            raise InputError(None, f"must be at least 1, got {getattr(args, name)}", f"option --{name.replace('_', '-')}")
-
-
 def _job(args: argparse.Namespace) -> None:
     from membench.core.device import resolve_device
     from membench.core.distributed import process_group
 
-    _check_positive(args, ["batch_size", "image_size", "num_classes", "block_size", "group_size", "width",
-                           "iterations", "epochs", "start", "limit"])
     start = time.perf_counter()
     with process_group(resolve_device(args.device)) as (ranks, device):
         _measure(args, device, ranks, start)
@@ -205,7 +197,6 @@ def _maxbatch(args) -> None:
     from membench.core.errors import InputError
     from membench.division.maxbatch import search
 
-    _check_positive(args, ["image_size", "num_classes", "block_size", "group_size", "width", "start", "limit"])
     # is_available() creates no CUDA context, so the probes still find the device untouched.
     if args.device == "auto" and not torch.cuda.is_available():
         raise InputError(None, "the largest-batch search needs a CUDA device; --device cpu searches the host "

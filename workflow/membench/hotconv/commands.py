@@ -8,21 +8,26 @@ import logging
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
 from membench.hotconv.models import VARIANTS
-from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
+from membench.core.options import (BATCH_SIZE, EPOCHS, LEARNING_RATE, SEED, STEPS, WORKERS, InputDir, InputFile,
+                                   OutputDir, OutputFile, integer)
+
+MAX_LEN = integer(1, 2**30)
+WINDOW = integer(1, 2**20)
+SLICE = integer(1, 2**30)
 
 
 def _add_model_options(parser: argparse.ArgumentParser, defaults: dict) -> None:
-    parser.add_argument("--num-filters", type=int, default=defaults["num_filters"])
-    parser.add_argument("--window-size", type=int, default=defaults["window_size"], help="bytes")
-    parser.add_argument("--stride", type=int, default=defaults["stride"], help="bytes")
-    parser.add_argument("--fp-slice-size", type=int, default=defaults["fp_slice_size"], help="bytes per sliced-pass slice")
-    parser.add_argument("--fp2-slice-size", type=int, default=defaults["fp2_slice_size"],
+    parser.add_argument("--num-filters", type=integer(1, 4096), default=defaults["num_filters"])
+    parser.add_argument("--window-size", type=WINDOW, default=defaults["window_size"], help="bytes")
+    parser.add_argument("--stride", type=WINDOW, default=defaults["stride"], help="bytes")
+    parser.add_argument("--fp-slice-size", type=SLICE, default=defaults["fp_slice_size"], help="bytes per sliced-pass slice")
+    parser.add_argument("--fp2-slice-size", type=SLICE, default=defaults["fp2_slice_size"],
                         help="hotconv_eco: bytes of hot windows streamed per chunk")
 
 
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=SEED, default=0)
     add_meter_options(parser)
 
 
@@ -38,15 +43,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--classes", type=InputFile, required=True, help="classes.csv (Label, Name, Count)")
     train.add_argument("--binaries", type=InputDir, required=True, help="directory of the binaries the fold files name")
     train.add_argument("--dataset", required=True)
-    train.add_argument("--fold", type=int, required=True)
+    train.add_argument("--fold", type=integer(0, 1000), required=True)
     train.add_argument("--outdir", type=OutputDir, required=True)
-    train.add_argument("--epochs", type=int, default=6)
-    train.add_argument("--batch-size", type=int, default=16)
-    train.add_argument("--max-len", type=int, default=32768, help="bytes read per file")
-    train.add_argument("--learning-rate", type=float, default=0.01)
-    train.add_argument("--early-stopping-patience", type=int, default=2)
-    train.add_argument("--num-workers", type=int, default=0)
-    train.add_argument("--memory-probe-steps", type=int, default=5)
+    train.add_argument("--epochs", type=EPOCHS, default=6)
+    train.add_argument("--batch-size", type=BATCH_SIZE, default=16)
+    train.add_argument("--max-len", type=MAX_LEN, default=32768, help="bytes read per file")
+    train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.01)
+    train.add_argument("--early-stopping-patience", type=EPOCHS, default=2)
+    train.add_argument("--num-workers", type=WORKERS, default=0)
+    train.add_argument("--memory-probe-steps", type=integer(0, 1_000_000), default=5)
     train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
@@ -57,10 +62,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench = steps.add_parser("bench", help="memory benchmark of one variant at one batch size x max_len point; write metrics.json")
     bench.add_argument("--outdir", type=OutputDir, required=True, help="directory for metrics.json")
     bench.add_argument("--variant", required=True, choices=VARIANTS)
-    bench.add_argument("--batch-size", type=int, required=True)
-    bench.add_argument("--max-len", type=int, required=True, help="bytes")
-    bench.add_argument("--steps", type=int, default=2, help="timed training steps (median)")
-    bench.add_argument("--learning-rate", type=float, default=1e-4)
+    bench.add_argument("--batch-size", type=BATCH_SIZE, required=True)
+    bench.add_argument("--max-len", type=MAX_LEN, required=True, help="bytes")
+    bench.add_argument("--steps", type=STEPS, default=2, help="timed training steps (median)")
+    bench.add_argument("--learning-rate", type=LEARNING_RATE, default=1e-4)
     add_allocator_option(bench)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
     _add_job_options(bench)
@@ -121,13 +126,9 @@ def _train(args: argparse.Namespace) -> None:
 
 def _bench(args: argparse.Namespace) -> None:
     from membench.core.device import resolve_device
-    from membench.core.errors import InputError
     from membench.core.metrics import write_job_outputs
     from membench.hotconv.bench import SweepSpec, measure_point
 
-    for option in ("batch_size", "max_len", "steps"):
-        if getattr(args, option) < 1:
-            raise InputError(None, f"must be at least 1, got {getattr(args, option)}", f"option --{option.replace('_', '-')}")
     sweep = SweepSpec(
         num_filters=args.num_filters, window_size=args.window_size, stride=args.stride,
         fp_slice_size=args.fp_slice_size, fp2_slice_size=args.fp2_slice_size,

@@ -26,20 +26,27 @@ from membench.core.errors import InputError  # noqa: E402
 from membench.core.meter import add_meter_options  # noqa: E402
 from membench.core.tables import parquet_path_for, write_table  # noqa: E402
 from membench.core.validate import read_csv_columns  # noqa: E402
-from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
+from membench.core.options import (BATCH_SIZE, IMAGE_SIZE, SEED, STEPS, THREADS, TIMEOUT_S, InputDir,  # noqa: E402
+                                   InputFile, OutputDir, OutputFile, fields_action, integer, real)
 
 FAMILIES = ("mlp", "cnn", "transformer")
 LOG = logging.getLogger("membench.memnet")
+# Memory classes: start and width up to 2**40 MiB, and at most 1000 classes.
+BINS = fields_action(real(0, 2**40), real(0, 2**40, exclusive_low=True), integer(2, 1000), append=False)
+# A generated setting (width, depth, batch, ...): what a model of it holds stays countable in int64.
+SETTING = integer(1, 2**20)
+CONFIGURATIONS = integer(1, 1_000_000)
+FOLDS = integer(2, 1000)
 
 
 def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bins", nargs=3, type=float, metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
+    parser.add_argument("--bins", nargs=3, action=BINS, metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
                         help="memory classes (default: 1000 1000 5 for mlp, 0 8000 6 for cnn/transformer)")
-    parser.add_argument("--quantile", type=float, default=0.7,
+    parser.add_argument("--quantile", type=real(0, 1), default=0.7,
                         help="membench estimator: residual quantile added before binning")
-    parser.add_argument("--members", type=int, default=3, help="GPUMemNet ensembles: networks per ensemble")
-    parser.add_argument("--mlp-epochs", type=int, default=200, help="GPUMemNet MLP ensemble: full-batch steps")
-    parser.add_argument("--transformer-epochs", type=int, default=100,
+    parser.add_argument("--members", type=integer(1, 100), default=3, help="GPUMemNet ensembles: networks per ensemble")
+    parser.add_argument("--mlp-epochs", type=STEPS, default=200, help="GPUMemNet MLP ensemble: full-batch steps")
+    parser.add_argument("--transformer-epochs", type=STEPS, default=100,
                         help="GPUMemNet transformer ensemble: full-batch steps")
     parser.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam",
                         help="optimizer of the jobs (FakeTensor's step)")
@@ -57,9 +64,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     generate = steps.add_parser("generate", help="seeded training-job configurations of one family: a table")
     generate.add_argument("--family", choices=FAMILIES, required=True)
-    generate.add_argument("--count", type=int, required=True, help="configurations to draw")
-    generate.add_argument("--seed", type=int, default=0)
-    generate.add_argument("--range", nargs=3, action="append", default=[], metavar=("KEY", "LOW", "HIGH"),
+    generate.add_argument("--count", type=CONFIGURATIONS, required=True, help="configurations to draw")
+    generate.add_argument("--seed", type=SEED, default=0)
+    generate.add_argument("--range", nargs=3, action=fields_action(str, SETTING, SETTING), default=[],
+                          metavar=("KEY", "LOW", "HIGH"),
                           help="override a range of the family, e.g. --range batch 4 64 (repeatable)")
     generate.add_argument("--out", type=OutputFile, required=True, help="configuration table (CSV)")
 
@@ -70,10 +78,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="one JSON per measured configuration; a rerun measures only the missing ones")
     measure.add_argument("--out", type=OutputFile, required=True, help="all records as one table (CSV)")
     measure.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    measure.add_argument("--steps", type=int, default=2, help="training steps per configuration")
+    measure.add_argument("--steps", type=STEPS, default=2, help="training steps per configuration")
     measure.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
-    measure.add_argument("--timeout-s", type=float, default=600.0, help="a configuration running longer is TIMEOUT")
-    measure.add_argument("--threads", type=int, default=None, help="torch CPU threads in each child")
+    measure.add_argument("--timeout-s", type=TIMEOUT_S, default=600.0, help="a configuration running longer is TIMEOUT")
+    measure.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads in each child")
     add_meter_options(measure, sample_interval_s=0.02)
 
     clean = steps.add_parser("clean", help="measured records -> GPUMemNet-format CSV of the family")
@@ -84,23 +92,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     evaluate = steps.add_parser("evaluate", help="every estimator on a GPUMemNet-format CSV: k-fold and grouped split")
     _add_data_options(evaluate)
-    evaluate.add_argument("--folds", type=int, default=3)
-    evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--faketensor-rows", type=int, default=50, help="FakeTensor: test jobs per fold at most")
-    evaluate.add_argument("--timing-rows", type=int, default=20, help="single-job predictions timed per fold")
+    evaluate.add_argument("--folds", type=FOLDS, default=3)
+    evaluate.add_argument("--seed", type=SEED, default=0)
+    evaluate.add_argument("--faketensor-rows", type=integer(0, 1_000_000), default=50, help="FakeTensor: test jobs per fold at most")
+    evaluate.add_argument("--timing-rows", type=integer(1, 1_000_000), default=20, help="single-job predictions timed per fold")
     evaluate.add_argument("--dataset", default=None, help="name of the data in the table (default: the file name)")
     evaluate.add_argument("--out", type=OutputFile, required=True, help="one row per estimator (CSV; a .parquet twin is written)")
     evaluate.add_argument("--predictions", type=OutputFile, help="also write one row per prediction (CSV)")
 
     train = steps.add_parser("train", help="fit the learned estimators on a whole CSV for `predict`")
     _add_data_options(train)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=SEED, default=0)
     train.add_argument("--outdir", type=OutputDir, required=True, help="directory for estimators.json and the networks")
 
     predict = steps.add_parser("predict", help="memory class and MiB of a model factory's training job, per estimator")
     predict.add_argument("--model", required=True, help="package.module:factory returning a torch.nn.Module")
     predict.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
-    predict.add_argument("--batch-size", type=int, required=True)
+    predict.add_argument("--batch-size", type=BATCH_SIZE, required=True)
     predict.add_argument("--input-shape", required=True, help="one sample's shape, e.g. 3,224,224")
     predict.add_argument("--input-dtype", choices=("float32", "int64"), default="float32",
                          help="int64 for token ids")
@@ -108,7 +116,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     predict.add_argument("--estimators", type=InputDir, action="append", default=[],
                          help="directory written by `train` (repeatable; the model's family is used)")
     predict.add_argument("--family", choices=FAMILIES, help="default: from the model's layers")
-    predict.add_argument("--bins", nargs=3, type=float, metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
+    predict.add_argument("--bins", nargs=3, action=BINS, metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
                          help="classes of the analytic estimators when no trained directory matches")
     predict.add_argument("--out", type=OutputFile, help="also write the table (CSV)")
 
@@ -124,17 +132,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     campaign = steps.add_parser("campaign", help="generate, measure, clean, evaluate and real models in one run")
     campaign.add_argument("--outdir", type=OutputDir, required=True, help="everything goes here (rerun resumes)")
-    campaign.add_argument("--count", nargs=3, type=int, default=[120, 60, 40], metavar=("MLP", "CNN", "TRANSFORMER"),
+    campaign.add_argument("--count", nargs=3, type=CONFIGURATIONS, default=[120, 60, 40], metavar=("MLP", "CNN", "TRANSFORMER"),
                           help="configurations per family")
     campaign.add_argument("--device", default="auto")
-    campaign.add_argument("--steps", type=int, default=3)
-    campaign.add_argument("--seed", type=int, default=0)
-    campaign.add_argument("--folds", type=int, default=3)
-    campaign.add_argument("--timeout-s", type=float, default=300.0)
+    campaign.add_argument("--steps", type=STEPS, default=3)
+    campaign.add_argument("--seed", type=SEED, default=0)
+    campaign.add_argument("--folds", type=FOLDS, default=3)
+    campaign.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0)
     campaign.add_argument("--timm-models", nargs="*", default=[],
                           help="timm model names to measure and predict (batch from --timm-batch-sizes)")
-    campaign.add_argument("--timm-batch-sizes", nargs="*", type=int, default=[32, 128])
-    campaign.add_argument("--image-size", type=int, default=224)
+    campaign.add_argument("--timm-batch-sizes", nargs="*", type=BATCH_SIZE, default=[32, 128])
+    campaign.add_argument("--image-size", type=IMAGE_SIZE, default=224)
     add_meter_options(campaign, sample_interval_s=0.02)
     return parser
 
@@ -150,10 +158,7 @@ def _bins(args, family: str):
 
     if getattr(args, "bins", None) is None:
         return DEFAULT_BINS[family]
-    start, width, count = args.bins
-    if width <= 0 or count < 1 or count != int(count):
-        raise InputError(None, f"--bins {start} {width} {count}: width must be > 0 and count a positive integer")
-    return Bins(start, width, int(count))
+    return Bins(*args.bins)
 
 
 def _estimator_options(args) -> dict:
@@ -165,14 +170,7 @@ def _estimator_options(args) -> dict:
 def _generate(args) -> None:
     from membench.memnet.generate import generate
 
-    if args.count < 1:
-        raise InputError(None, f"--count {args.count}: expected at least 1")
-    ranges = {}
-    for key, low, high in args.range:
-        try:
-            ranges[key] = (int(low), int(high))
-        except ValueError:
-            raise InputError(None, f"--range {key} {low} {high}: bounds must be integers") from None
+    ranges = {key: (low, high) for key, low, high in args.range}
     frame = generate(args.family, args.count, args.seed, ranges)
     write_table(frame, args.out)
     LOG.info("%d %s configurations -> %s", len(frame), args.family, args.out)

@@ -15,11 +15,15 @@ from membench.robust.attacks import ATTACKS
 from membench.robust.data import SOURCES
 from membench.robust.models import MODELS
 from membench.robust.train import GUARD_ACTIONS, LR_SCHEDULES, OPTIMIZERS
-from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
+from membench.core.options import (BATCH_SIZE, EPOCHS, LEARNING_RATE, MOMENTUM, SEED, THREADS, TIMEOUT_S, WEIGHT_DECAY,
+                                   InputDir, InputFile, OutputDir, OutputFile, integer, real)
 
 SYSTEM = "robust"
 MODES = ("sequential", "parallel")
 TRANSPORTS = ("shared_memory", "distributed")
+SAMPLES = integer(1, 10**9)
+ATTACK_STEPS = integer(1, 100_000)
+FRACTION = real(0, 1, exclusive_low=True, exclusive_high=True)
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -31,50 +35,50 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--mode", default="sequential", choices=MODES)
     train.add_argument("--source", default="digits", choices=SOURCES, help="dataset")
     train.add_argument("--root", type=InputDir, default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
-    train.add_argument("--test-fraction", type=float, default=0.2, help="digits: share held out for testing")
-    train.add_argument("--train-limit", type=int, default=None, help="keep the first N training samples")
-    train.add_argument("--test-limit", type=int, default=None, help="keep the first N test samples")
+    train.add_argument("--test-fraction", type=FRACTION, default=0.2, help="digits: share held out for testing")
+    train.add_argument("--train-limit", type=SAMPLES, default=None, help="keep the first N training samples")
+    train.add_argument("--test-limit", type=SAMPLES, default=None, help="keep the first N test samples")
     train.add_argument("--model", default="mlp", choices=MODELS)
-    train.add_argument("--hidden-units", type=int, default=256, help="MLP hidden width")
+    train.add_argument("--hidden-units", type=integer(1, 65536), default=256, help="MLP hidden width")
     train.add_argument("--attack", default="pgd", choices=ATTACKS, help="training attack (fgsm: FGSM-RS)")
-    train.add_argument("--eps", type=float, default=0.1, help="L-inf radius on [0, 1] inputs")
-    train.add_argument("--steps", type=int, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
-    train.add_argument("--alpha", type=float, default=None,
+    train.add_argument("--eps", type=real(0, 1, exclusive_low=True), default=0.1, help="L-inf radius on [0, 1] inputs")
+    train.add_argument("--steps", type=ATTACK_STEPS, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
+    train.add_argument("--alpha", type=real(0, 1, exclusive_low=True), default=None,
                        help="training attack step; default 2.5 eps / steps (PGD), 1.25 eps (FGSM-RS)")
-    train.add_argument("--epochs", type=int, default=10)
-    train.add_argument("--batch-size", type=int, default=32)
-    train.add_argument("--learning-rate", type=float, default=0.01, help="(peak) learning rate")
+    train.add_argument("--epochs", type=EPOCHS, default=10)
+    train.add_argument("--batch-size", type=BATCH_SIZE, default=32)
+    train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.01, help="(peak) learning rate")
     train.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
     train.add_argument("--lr-schedule", default="cyclic", choices=LR_SCHEDULES)
-    train.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and of each producer)")
-    train.add_argument("--producers", type=int, default=1, help="parallel: adversary-generating processes P")
-    train.add_argument("--publish-every", type=int, default=1, help="parallel: trainer steps between weight publications k")
-    train.add_argument("--max-staleness", type=int, default=4,
+    train.add_argument("--momentum", type=MOMENTUM, default=0.9, help="SGD momentum")
+    train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=0.0)
+    train.add_argument("--threads", type=THREADS, default=1, help="torch threads of the trainer (and of each producer)")
+    train.add_argument("--producers", type=integer(1, 1024), default=1, help="parallel: adversary-generating processes P")
+    train.add_argument("--publish-every", type=integer(1, 1_000_000), default=1, help="parallel: trainer steps between weight publications k")
+    train.add_argument("--max-staleness", type=integer(0, 1_000_000), default=4,
                        help="parallel: a batch staler than this is attacked again on current weights")
     train.add_argument("--transport", default="shared_memory", choices=TRANSPORTS,
                        help="parallel: producers as child processes on this node (shared_memory), or as ranks "
                        "1..P of a process group started by torchrun or srun (distributed; this process is a rank)")
-    train.add_argument("--queue-size", type=int, default=None, help="parallel: attacked batches in flight (default 2 P)")
-    train.add_argument("--timeout-s", type=float, default=300.0, help="parallel: longest wait for any process")
-    train.add_argument("--eval-steps", type=int, default=40, help="PGD steps of the final evaluation")
-    train.add_argument("--eval-restarts", type=int, default=5, help="random restarts of the final evaluation")
-    train.add_argument("--eval-samples", type=int, default=None, help="evaluate the first N test samples")
-    train.add_argument("--guard-steps", type=int, default=10, help="PGD steps of the per-epoch overfitting check")
-    train.add_argument("--guard-samples", type=int, default=256, help="training samples the check attacks")
-    train.add_argument("--guard-drop", type=float, default=0.5,
+    train.add_argument("--queue-size", type=integer(1, 1024), default=None, help="parallel: attacked batches in flight (default 2 P)")
+    train.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0, help="parallel: longest wait for any process")
+    train.add_argument("--eval-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation")
+    train.add_argument("--eval-restarts", type=integer(1, 1000), default=5, help="random restarts of the final evaluation")
+    train.add_argument("--eval-samples", type=SAMPLES, default=None, help="evaluate the first N test samples")
+    train.add_argument("--guard-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the per-epoch overfitting check")
+    train.add_argument("--guard-samples", type=SAMPLES, default=256, help="training samples the check attacks")
+    train.add_argument("--guard-drop", type=real(0, 1, exclusive_low=True), default=0.5,
                        help="relative fall of the check's robust accuracy below its best that triggers the guard")
     train.add_argument("--guard-action", default="shrink", choices=GUARD_ACTIONS)
-    train.add_argument("--guard-shrink", type=float, default=0.5, help="factor on alpha when the guard shrinks it")
+    train.add_argument("--guard-shrink", type=FRACTION, default=0.5, help="factor on alpha when the guard shrinks it")
     train.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=SEED, default=0)
     add_meter_options(parser=train)
 
     table = steps.add_parser("table", help="scaling table: one row per run and scaling series, with speed-ups")
     table.add_argument("--out", type=OutputFile, required=True, help="CSV path (the Parquet twin is written beside it)")
-    table.add_argument("--strong-steps", type=int, required=True, help="attack steps of the strong-scaling series")
-    table.add_argument("--weak-base-steps", type=int, required=True, help="weak scaling: steps = this x producers")
+    table.add_argument("--strong-steps", type=ATTACK_STEPS, required=True, help="attack steps of the strong-scaling series")
+    table.add_argument("--weak-base-steps", type=ATTACK_STEPS, required=True, help="weak scaling: steps = this x producers")
     table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of the runs")
 
     scaling = steps.add_parser("plot-scaling", help="speed-up and robust accuracy against producers")

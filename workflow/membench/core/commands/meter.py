@@ -10,7 +10,7 @@ from pathlib import Path
 from membench.core.device import DEVICE_CHOICES, resolve_device
 from membench.core.meter import add_meter_options
 from membench.core.metrics import job_record, write_job_outputs
-from membench.core.options import InputFile, OutputDir, OutputFile
+from membench.core.options import BATCH_SIZE, SEED, STEPS, InputFile, OutputDir, OutputFile, integer
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -19,11 +19,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     check = steps.add_parser("check", help="run the reference step under the meter; write metrics.json")
     check.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
     check.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    check.add_argument("--batch-size", type=int, default=32)
-    check.add_argument("--steps", type=int, default=20, help="training steps per timed block")
-    check.add_argument("--repeats", type=int, default=5, help="timed blocks with and without the meter")
+    check.add_argument("--batch-size", type=BATCH_SIZE, default=32)
+    check.add_argument("--steps", type=STEPS, default=20, help="training steps per timed block")
+    check.add_argument("--repeats", type=integer(1, 1000), default=5, help="timed blocks with and without the meter")
     add_meter_options(check)
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=SEED, default=0)
     plot = steps.add_parser("plot", help="plot a job's memlog.csv (memory over time)")
     plot.add_argument("--memlog", type=InputFile, required=True)
     plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")

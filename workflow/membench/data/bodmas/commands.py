@@ -7,7 +7,30 @@ import dataclasses
 
 from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
 from membench.data.bodmas.synthetic import SyntheticSpec
-from membench.core.options import InputDir, InputFile, OutputDir, OutputFile
+from membench.core.options import SEED, InputDir, InputFile, OutputDir, OutputFile, integer, real
+
+# The range of every numeric field of SyntheticSpec and FoldSpec, as its option's type. Files of
+# up to 1 GiB; the config schema repeats the ranges of the fields it sets.
+FILE_BYTES = integer(64, 2**30)
+TOP_FAMILIES = integer(1, 10_000)
+FIELD_TYPES = {
+    "samples": integer(4, 1_000_000),
+    "families": integer(1, 1000),
+    "benign_fraction": real(0, 1),
+    "min_bytes": FILE_BYTES,
+    "median_bytes": FILE_BYTES,
+    "max_bytes": FILE_BYTES,
+    "size_sigma": real(0, 10),
+    "motifs_per_class": integer(1, 1000),
+    "motif_bytes": integer(1, 4096),
+    "motif_copies": integer(0, 1000),
+    "gzip_fraction": real(0, 1),
+    "seed": SEED,
+    "folds": integer(2, 1000),
+    "top_families": TOP_FAMILIES,
+    "val_fraction": real(0, 0.5),
+    "time_split_quantile": real(0, 1, exclusive_low=True, exclusive_high=True),
+}
 
 
 def _add_dataclass_options(parser: argparse.ArgumentParser, spec_type) -> None:
@@ -20,8 +43,7 @@ def _add_dataclass_options(parser: argparse.ArgumentParser, spec_type) -> None:
         elif field.type == "str | None":
             parser.add_argument(option, default=field.default)
         else:
-            kind = {"int": int, "float": float, "str": str}[field.type]
-            parser.add_argument(option, type=kind, default=field.default)
+            parser.add_argument(option, type=FIELD_TYPES[field.name], default=field.default)
 
 
 def _spec_from_args(spec_type, args: argparse.Namespace):
@@ -39,15 +61,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     elf = steps.add_parser("elf", help="collect ELF programs and shared libraries found on this machine")
     elf.add_argument("--outdir", type=OutputDir, required=True)
     elf.add_argument("--search-dir", type=InputDir, action="append", required=True, help="directory to search (repeatable)")
-    elf.add_argument("--max-files", type=int, default=200)
-    elf.add_argument("--max-file-bytes", type=int, default=1 << 20)
-    elf.add_argument("--seed", type=int, default=0)
+    elf.add_argument("--max-files", type=integer(4, 1_000_000), default=200)
+    elf.add_argument("--max-file-bytes", type=FILE_BYTES, default=1 << 20)
+    elf.add_argument("--seed", type=SEED, default=0)
 
     fold = steps.add_parser("fold", help="validate a dataset and write one fold's train/val/test CSVs")
     fold.add_argument("--metadata", type=InputFile, required=True, help="bodmas_metadata.csv (sha, timestamp, family)")
     fold.add_argument("--binaries", type=InputDir, required=True, help="directory of <sha>.exe files")
     fold.add_argument("--dataset", required=True, help="dataset name used in the fold file names")
-    fold.add_argument("--fold", type=int, required=True, help="0 (time split) or 1..k (stratified)")
+    fold.add_argument("--fold", type=integer(0, 1000), required=True, help="0 (time split) or 1..k (stratified)")
     fold.add_argument("--outdir", type=OutputDir, required=True)
     _add_dataclass_options(fold, FoldSpec)
 
@@ -55,7 +77,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     classes.add_argument("--metadata", type=InputFile, required=True)
     classes.add_argument("--out", type=OutputFile, required=True)
     classes.add_argument("--label-mode", default="binary", choices=LABEL_MODES)
-    classes.add_argument("--top-families", type=int, default=10)
+    classes.add_argument("--top-families", type=TOP_FAMILIES, default=10)
 
     stats = steps.add_parser("stats", help="samples, classes and size quantiles per split")
     stats.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")

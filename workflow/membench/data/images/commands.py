@@ -7,7 +7,23 @@ import dataclasses
 import logging
 
 from membench.data.images.generate import DigitsSpec
-from membench.core.options import InputDir, OutputDir
+from membench.core.options import IMAGE_SIZE, SEED, TIMEOUT_S, InputDir, OutputDir, integer, real
+
+# The range of every field of DigitsSpec, as its option's type (the config schema repeats them).
+PIXELS = integer(8, 4096)
+CHANNEL = real(0, 255)
+FIELD_TYPES = {
+    "image_size": IMAGE_SIZE,
+    "min_digit_size": PIXELS,
+    "max_digit_size": PIXELS,
+    "max_shift": integer(0, 4096),
+    "background_max": CHANNEL,
+    "foreground_min": CHANNEL,
+    "noise_std": CHANNEL,
+    "val_fraction": real(0, 1, exclusive_low=True, exclusive_high=True),
+    "images_per_class": integer(0, 1_000_000),
+    "seed": SEED,
+}
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -17,8 +33,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     digits = steps.add_parser("digits", help="draw scikit-learn digits as an image folder (train/val)")
     digits.add_argument("--outdir", type=OutputDir, required=True)
     for field in dataclasses.fields(DigitsSpec):
-        kind = {"int": int, "float": float}[field.type]
-        digits.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default)
+        digits.add_argument("--" + field.name.replace("_", "-"), type=FIELD_TYPES[field.name], default=field.default)
 
     folder = steps.add_parser("lmdb", help="ImageFolder root/<split>/<class>/<image> to one LMDB")
     folder.add_argument("--root", type=InputDir, required=True)
@@ -35,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     check = steps.add_parser("check", help="read and decode every record of an image LMDB (in a child process)")
     check.add_argument("--lmdb", type=InputDir, required=True, help="LMDB directory")
-    check.add_argument("--timeout-s", type=float, default=3600.0)
+    check.add_argument("--timeout-s", type=TIMEOUT_S, default=3600.0)
     return parser
 
 
