@@ -72,3 +72,36 @@ def test_a_large_bad_value_is_shortened():
     with pytest.raises(InputError) as error:
         check_config(config, SCHEMA)
     assert len(str(error.value)) < 300
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("seed", 1e29, "1e+29 is greater than the maximum of 2147483647"),
+    ("seed", 2**32, "4294967296 is greater than the maximum of 2147483647"),
+    ("seed", float("nan"), "nan is not a finite number"),
+    ("hotconv.batch_size", 2**40, "1099511627776 is greater than the maximum of 1048576"),
+    ("meter.sample_interval_s", float("inf"), "inf is not a finite number"),
+    ("robust.momentum", 1.5, "1.5 is greater than the maximum of 1"),
+])
+def test_a_number_out_of_its_range_is_one_line_naming_the_key(key, value, problem):
+    config = default_config()
+    *parents, last = key.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    with pytest.raises(InputError) as error:
+        check_config(config, SCHEMA, source="my.yaml")
+    assert str(error.value) == f"my.yaml, key '{key}': {problem}"
+
+
+@pytest.mark.timeout(10)
+def test_a_long_text_override_is_refused_before_it_is_parsed():
+    config = default_config()
+    text = "[" + ", ".join(["1"] * 5_000_000) + "]"
+    config["hotconv"] = {"folds": text}
+    with pytest.raises(InputError, match=rf"^the config, key 'hotconv.folds': a value of {len(text)} characters given "
+                                         "as text; at most 65536 are read$"):
+        check_config(config, SCHEMA)
+    config["hotconv"] = {"folds": "[" * 30_000 + "]" * 30_000}  # too deep for YAML's parser: left as text
+    with pytest.raises(InputError, match=r"key 'hotconv.folds': .* is not of type 'array'"):
+        check_config(config, SCHEMA)

@@ -10,6 +10,7 @@ the closest valid one). Defaults are filled in afterwards by Snakemake's ``valid
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from typing import Any
 
@@ -20,6 +21,9 @@ from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
 _SCALAR_TYPES = {"integer": int, "number": (int, float), "boolean": bool}
+# A value given as text is parsed as YAML, which takes seconds and hundreds of MB for a long list;
+# no setting of the workflow is written in more characters than this.
+MAX_TEXT_CHARACTERS = 65_536
 
 
 def load_schema(path: str | os.PathLike) -> dict:
@@ -28,20 +32,28 @@ def load_schema(path: str | os.PathLike) -> dict:
         return yaml.safe_load(handle)
 
 
-def coerce_overrides(value: Any, schema: dict, root: dict | None = None) -> Any:
+def coerce_overrides(value: Any, schema: dict, root: dict | None = None, source: str = "the config") -> Any:
     """``value`` with strings turned into the schema's integer, number, boolean, list or mapping.
 
     A string is replaced only when it parses (as YAML) into a value of the type the schema asks
     for, so ``"3"`` becomes ``3`` under ``type: integer`` while a string-typed key keeps ``"3"``.
-    ``root`` is the whole schema, against which ``$ref: "#/..."`` pointers are resolved.
+    ``root`` is the whole schema, against which ``$ref: "#/..."`` pointers are resolved. A string of
+    more than :data:`MAX_TEXT_CHARACTERS` where the schema asks for another type raises
+    :class:`InputError` naming ``source`` and the key, before any parsing.
     """
-    root = schema if root is None else root
+    return _coerce(value, schema, schema if root is None else root, source, [])
+
+
+def _coerce(value: Any, schema: dict, root: dict, source: str, path: list) -> Any:
     schema = _resolve(schema, root)
     expected = schema.get("type")
     if isinstance(value, str) and expected not in (None, "string"):
+        if len(value) > MAX_TEXT_CHARACTERS:
+            raise InputError(source, f"a value of {len(value)} characters given as text; at most "
+                                     f"{MAX_TEXT_CHARACTERS} are read", where=f"key '{_dotted(path)}'")
         try:
             parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             return value
         if _matches(parsed, expected):
             value = parsed
@@ -49,11 +61,11 @@ def coerce_overrides(value: Any, schema: dict, root: dict | None = None) -> Any:
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties")
         return {
-            key: coerce_overrides(item, properties.get(key, extra if isinstance(extra, dict) else {}), root)
+            key: _coerce(item, properties.get(key, extra if isinstance(extra, dict) else {}), root, source, [*path, key])
             for key, item in value.items()
         }
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [coerce_overrides(item, schema["items"], root) for item in value]
+        return [_coerce(item, schema["items"], root, source, [*path, i]) for i, item in enumerate(value)]
     return value
 
 
@@ -98,7 +110,11 @@ def check_config(config: dict, schema: dict, source: str = "the config") -> None
         For the first violation: the dotted key, what was found and what was expected; a key
         the schema does not know is named with the closest key it does know.
     """
-    config.update(coerce_overrides(dict(config), schema))
+    config.update(coerce_overrides(dict(config), schema, source=source))
+    not_finite = _first_not_finite(config, [])
+    if not_finite is not None:
+        # JSON schema ranges let NaN through (every comparison with it is false).
+        raise InputError(source, f"{not_finite[1]} is not a finite number", where=f"key '{_dotted(not_finite[0])}'")
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if not errors:
@@ -108,6 +124,18 @@ def check_config(config: dict, schema: dict, source: str = "the config") -> None
     if error.validator == "additionalProperties":
         path.append(sorted(set(error.instance) - set(error.schema.get("properties", {})))[0])
     raise InputError(source, _describe(error), where=f"key '{_dotted(path)}'")
+
+
+def _first_not_finite(value: Any, path: list) -> tuple[list, float] | None:
+    """The path and value of the first NaN or infinity in ``value``, a config or part of one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_not_finite(item, [*path, key])
+        if found is not None:
+            return found
+    return None
 
 
 def _dotted(path) -> str:
