@@ -6,6 +6,7 @@ import re
 import socket
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from membench.core import validate
@@ -163,3 +164,18 @@ def test_a_pipe_as_a_checkpoint_is_named_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "checkpoint.pt")
     with pytest.raises(InputError, match=r"checkpoint.pt: is a named pipe \(FIFO\), not a regular file$"):
         load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+@pytest.mark.parametrize("text, problem", [
+    (str(2**63), f"{2**63} is out of range \\(expected 0 to {2**63 - 1}\\)"),
+    (str(-(2**63) - 1), f"{-(2**63) - 1} is out of range"),
+    ("1e30", "1e30 is out of range"),
+    ("9" * 5000, "9999999999.* is out of range"),
+    ("inf", "'inf' is not an integer"),
+    ("nan", "'nan' is not an integer"),
+])
+def test_int_column_reports_a_value_beyond_int64_as_written(text, problem):
+    frame = pd.DataFrame({"a": ["1", text]})
+    with pytest.raises(InputError, match=f"x.csv, line 3: column a: {problem}"):
+        int_column(frame, "a", "x.csv", minimum=0)
+    assert int_column(pd.DataFrame({"a": [str(2**63 - 1), " 3.0", "1e3"]}), "a", "x.csv").tolist() == [2**63 - 1, 3, 1000]
