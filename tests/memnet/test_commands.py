@@ -71,3 +71,13 @@ def test_bad_input_is_one_line_naming_it(tmp_path, capsys):
     assert main(["memnet", "evaluate", "--data", str(missing), "--family", "mlp", "--out", str(tmp_path / "t.csv")]) == 2
     assert f"{missing}: file not found" in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_predict_bounds_the_sample_shape_and_the_factory_arguments_before_using_them(capsys):
+    argv = ["memnet", "predict", "--model", "torch.nn:Linear", "--batch-size", "2"]
+    assert main([*argv, "--input-shape", "4096,4096,8"]) == 2
+    assert "--input-shape '4096,4096,8': expected positive integers separated by commas, at most 67108864 values" \
+        in capsys.readouterr().err
+    kwargs = "[" + "1, " * 100_000 + "1]"
+    assert main([*argv, "--input-shape", "3", "--kwargs", kwargs]) == 2
+    assert f"--kwargs: {len(kwargs)} characters; at most 65536 are read" in capsys.readouterr().err

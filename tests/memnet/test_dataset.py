@@ -109,3 +109,37 @@ def test_a_pipe_or_directory_given_as_the_csv_is_named_without_blocking(tmp_path
 def test_extra_columns_are_kept_out_of_the_way(tmp_path):
     path = _write(tmp_path, HEADER.replace("\n", ",Note\n") + GOOD_ROW.replace("\n", ",x\n"))
     assert len(load_jobs(path, "mlp")) == 1
+
+
+@pytest.mark.parametrize("column,value,problem", [
+    ("Batch Size", "inf", r"column Batch Size: 'inf' is not an integer"),
+    ("Batch Size", str(2**63), rf"column Batch Size: {2**63} is out of range \(expected 1 to {2**20}\)"),
+    ("Batch Size", "2000000", rf"column Batch Size: 2000000 is above the maximum {2**20}"),
+    ("Total Parameters", "1e30", rf"column Total Parameters: 1e30 is out of range \(expected 0 to {2**40}\)"),
+    ("Max GPU Memory (MiB)", "inf", r", column Max GPU Memory \(MiB\): 'inf' is not a number of MiB"),
+    ("Max GPU Memory (MiB)", "1e300", r", column Max GPU Memory \(MiB\): 1e300 MiB is out of range"),
+])
+def test_numbers_must_be_finite_and_in_range_naming_line_and_column(tmp_path, column, value, problem):
+    frame = pd.read_csv(_write(tmp_path, HEADER + GOOD_ROW), dtype=str)
+    frame.loc[len(frame)] = frame.loc[0]
+    frame.loc[1, column] = value
+    frame.to_csv(tmp_path / "jobs.csv", index=False)
+    with pytest.raises(InputError, match=f"jobs.csv, line 3{problem}" if problem.startswith(",") else
+                       f"jobs.csv, line 3: {problem}"):
+        load_jobs(tmp_path / "jobs.csv", "mlp")
+
+
+def test_layer_counts_beyond_their_bound_are_refused(tmp_path):
+    bad = GOOD_ROW.replace("(\'linear\', 2, 8)", f"(\'linear\', {10**30}, 8)")
+    with pytest.raises(InputError, match=r"line 2, column Activations-Params: .*integer counts from 0 to 2\*\*40"):
+        load_jobs(_write(tmp_path, HEADER + bad), "mlp")
+
+
+@pytest.mark.timeout(10)
+def test_a_long_layer_list_is_refused_before_it_is_parsed(tmp_path):
+    # Parsing takes about 150 bytes of syntax tree per character: 15 MB of list took 4.4 GB.
+    layers = "[" + ", ".join(["('ReLU', 3, 0)"] * 2_000_000) + "]"
+    bad = GOOD_ROW.replace("[(\'linear\', 3, 15), (\'ReLU\', 3, 0), (\'linear\', 2, 8)]", layers)
+    with pytest.raises(InputError, match=rf"line 2, column Activations-Params: a layer list of {len(layers)} "
+                                         "characters; at most 100000 are read$"):
+        load_jobs(_write(tmp_path, HEADER + bad), "mlp")

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
+from membench.core.errors import InputError
 from membench.core.tracers import SavedActivationCounter
 from membench.memnet import faketensor
 from membench.memnet.dataset import Bins, Jobs, load_jobs
@@ -83,3 +84,29 @@ def test_faketensor_rebuilds_published_mlp_rows(shared_data):
     row = jobs.frame.iloc[0]
     # at least weights, gradients and Adam's two moments of every parameter
     assert mib[0] >= 16 * row["total_parameters"] / 2**20 and (bins >= 0).all()
+
+
+@pytest.mark.parametrize("layers", [
+    [("linear", 0, 15)],  # no outputs
+    [("linear", 30, 15)],  # fewer parameters than outputs
+    [("linear", 3, 15), ("batch_normalization", 0, 0)],  # does not take the 3 outputs
+    [("ReLU", 3, 0), ("linear", 2, 8)],  # nothing before the activation
+    [("linear", 2**40, 2**40), ("linear", 2**40, 2**40)],  # in range, but no MLP
+])
+def test_faketensor_answers_nan_for_a_layer_list_that_is_no_mlp(layers):
+    frame = pd.DataFrame({"filename": ["x.out"], "layers": [layers], "batch_size": [4], "input_elements": [4]})
+    bins, mib = new_estimator("faketensor", Bins(0, 100, 3)).predict(Jobs("mlp", frame, "x.csv"))
+    assert bins.tolist() == [-1] and np.isnan(mib).all()
+
+
+def test_faketensor_counts_the_largest_mlp_the_reader_accepts_and_refuses_what_int64_cannot_size():
+    # 2**20 samples of 2**40 - 1 inputs: 2**62 bytes, countable.
+    big = faketensor.step_bytes(lambda: torch.nn.Linear(2**40 - 1, 1),
+                                lambda: (torch.empty(2**20, 2**40 - 1), torch.zeros(2**20, dtype=torch.long)))
+    assert big.total_bytes > 2**62
+    with pytest.raises(InputError, match="would hold 2\\*\\*63 bytes or more"):
+        faketensor.step_bytes(lambda: torch.nn.Linear(2**31, 2**31),
+                              lambda: (torch.empty(2, 2**31), torch.zeros(2, dtype=torch.long)))
+    with pytest.raises(InputError, match="would hold 2\\*\\*63 bytes or more"):
+        faketensor.step_bytes(lambda: torch.nn.Linear(4, 10**30),
+                              lambda: (torch.empty(2, 4), torch.zeros(2, dtype=torch.long)))

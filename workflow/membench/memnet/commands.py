@@ -18,6 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import math  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pandas as pd  # noqa: E402
@@ -37,6 +38,10 @@ BINS = fields_action(real(0, 2**40), real(0, 2**40, exclusive_low=True), integer
 SETTING = integer(1, 2**20)
 CONFIGURATIONS = integer(1, 1_000_000)
 FOLDS = integer(2, 1000)
+# predict runs the model on two real samples: one sample of 2**26 values is 256 MiB of float32.
+MAX_SAMPLE_ELEMENTS = 2**26
+# Factory arguments are a few numbers and names; a longer text is no such object.
+MAX_KWARGS_CHARACTERS = 65_536
 
 
 def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
@@ -264,11 +269,12 @@ def _train(args) -> None:
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(v) for v in text.split(","))
-    except ValueError:
+        shape = tuple(SETTING(v) for v in text.split(","))
+    except argparse.ArgumentTypeError:
         shape = ()
-    if not shape or any(v < 1 for v in shape):
-        raise InputError(None, f"--input-shape {text!r}: expected positive integers separated by commas")
+    if not shape or math.prod(shape) > MAX_SAMPLE_ELEMENTS:
+        raise InputError(None, f"--input-shape {text!r}: expected positive integers separated by commas, "
+                               f"at most {MAX_SAMPLE_ELEMENTS} values in all")
     return shape
 
 
@@ -277,6 +283,8 @@ def _predict(args) -> None:
     from membench.memnet.predict import family_of, load_factory, predict_model
 
     factory = load_factory(args.model)
+    if len(args.kwargs) > MAX_KWARGS_CHARACTERS:
+        raise InputError(None, f"--kwargs: {len(args.kwargs)} characters; at most {MAX_KWARGS_CHARACTERS} are read")
     try:
         kwargs = json.loads(args.kwargs)
     except json.JSONDecodeError as exc:

@@ -50,6 +50,15 @@ COUNT_COLUMNS = {
     "Num Heads": "num_heads",
 }
 ACTIVATIONS = ("ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU", "ReLU", "SELU", "SiLU", "Softplus", "Tanh")
+# The largest numbers a row may hold. Within them every tensor the estimators rebuild from a row
+# (FakeTensor's MLP from its layer list) stays below 2**63 bytes: 2**20 samples of 2**40 values
+# of 4 bytes are 2**62.
+MAX_BATCH_SIZE = 2**20
+MAX_COUNT = 2**40  # depth, activations, parameters, layer counts, sizes
+MAX_MEMORY_MIB = 2**40
+# A layer list is parsed as a Python literal, whose syntax tree takes about 150 times the text in
+# memory: longer texts (some thousand layers) are refused before parsing.
+MAX_LAYER_LIST_CHARACTERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,8 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
 
     Raises :class:`InputError` naming the file, line and column of the first bad value: missing
     columns, non-integer counts, a layer list that is not a Python literal list of
-    ``(name, activations, parameters)``, negative or non-numeric memory, an unknown status.
+    ``(name, activations, parameters)``, negative or non-numeric memory, an unknown status, a number
+    beyond its bound (:data:`MAX_BATCH_SIZE`, :data:`MAX_COUNT`, :data:`MAX_MEMORY_MIB`).
     Successful rows with 0 MiB are failed measurements and are dropped (``Jobs.dropped_failed``).
     """
     if family not in FAMILIES:
@@ -117,10 +127,10 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
     frame["filename"] = raw["Filename"] if "Filename" in raw else [f"row{i + 2}" for i in range(n)]
     for column, name in (("Depth", "depth"), ("Total Activations", "total_activations"),
                          ("Total Parameters", "total_parameters")):
-        frame[name] = int_column(raw, column, path, minimum=0).to_numpy()
-    frame["batch_size"] = int_column(raw, "Batch Size", path, minimum=1).to_numpy()
+        frame[name] = int_column(raw, column, path, 0, MAX_COUNT).to_numpy()
+    frame["batch_size"] = int_column(raw, "Batch Size", path, 1, MAX_BATCH_SIZE).to_numpy()
     for column, name in COUNT_COLUMNS.items():
-        frame[name] = int_column(raw, column, path, minimum=0).to_numpy() if column in raw else 0
+        frame[name] = int_column(raw, column, path, 0, MAX_COUNT).to_numpy() if column in raw else 0
     frame["memory_mib"] = _memory_column(raw, path).to_numpy()
     status = raw["Status"].str.strip() if "Status" in raw else pd.Series([STATUS_OK] * n)
     bad = ~status.isin([STATUS_OK, STATUS_OOM])
@@ -168,6 +178,11 @@ def _memory_column(raw: pd.DataFrame, path) -> pd.Series:
     if negative.any():
         i = int(negative.to_numpy().argmax())
         raise InputError(path, f"{values.iloc[i]} MiB is negative", f"{csv_line(i)}, column {MEMORY_COLUMN}")
+    too_large = values > MAX_MEMORY_MIB
+    if too_large.any():
+        i = int(too_large.to_numpy().argmax())
+        raise InputError(path, f"{raw[MEMORY_COLUMN].iloc[i]} MiB is out of range (at most 2**40)",
+                         f"{csv_line(i)}, column {MEMORY_COLUMN}")
     return values.astype(float)
 
 
@@ -175,17 +190,20 @@ def _layer_lists(raw: pd.DataFrame, path) -> list[list[tuple[str, int, int]]]:
     lists = []
     for i, text in enumerate(raw["Activations-Params"]):
         where = f"{csv_line(i)}, column Activations-Params"
+        if len(text) > MAX_LAYER_LIST_CHARACTERS:
+            raise InputError(path, f"a layer list of {len(text)} characters; at most {MAX_LAYER_LIST_CHARACTERS} "
+                                   "are read", where)
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             raise InputError(path, f"not a Python literal list: {text[:60]!r}", where) from None
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, (list, tuple)) and len(v) == 3 and isinstance(v[0], str)
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v[1:])
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_COUNT for x in v[1:])
             for v in value
         ):
             raise InputError(path, "expected a list of (layer name, activations, parameters) with "
-                                   "non-negative integer counts", where)
+                                   "integer counts from 0 to 2**40", where)
         lists.append([(str(a), int(b), int(c)) for a, b, c in value])
     return lists
 

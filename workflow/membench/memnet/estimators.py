@@ -103,7 +103,8 @@ def horus_mib(activations: np.ndarray, parameters: np.ndarray, batch: np.ndarray
 
 class FakeTensor:
     """One training step under ``FakeTensorMode``: parameters + gradients + optimizer state + saved
-    activations, in MiB. Jobs whose model cannot be rebuilt from the row get NaN."""
+    activations, in MiB. Jobs whose model cannot be rebuilt from the row, or whose tensors could
+    not exist (2**63 bytes or more), get NaN."""
 
     name = "faketensor"
 
@@ -129,11 +130,11 @@ class FakeTensor:
                     self.optimizer,
                 ).total_mib
             config = config_from_tokens(family, filename_tokens(row.filename))
+            return faketensor.step_bytes(
+                lambda: build_model(family, config), lambda: example_batch(family, config), self.optimizer
+            ).total_mib
         except InputError:
             return float("nan")
-        return faketensor.step_bytes(
-            lambda: build_model(family, config), lambda: example_batch(family, config), self.optimizer
-        ).total_mib
 
     def state(self) -> dict:
         return {}

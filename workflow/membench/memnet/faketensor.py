@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from membench.core.errors import InputError
 from membench.core.meter import MIB
 
 OPTIMIZERS: dict[str, Callable] = {
@@ -72,8 +73,20 @@ def step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tu
 
     The model is built on the meta device (no memory, no initialisation; module copies such as an
     encoder's layer clones stay outside the fake mode), then given fake CPU storages; ``make_batch``
-    runs inside the mode.
+    runs inside the mode. A step with a tensor of 2**63 bytes or more, which no device holds and
+    torch cannot size, raises :class:`InputError`.
     """
+    try:
+        return _step_bytes(build, make_batch, optimizer)
+    except (RuntimeError, TypeError) as exc:
+        # torch reports a size beyond int64 only in its message ("Storage size calculation
+        # overflowed", "Overflow when unpacking long long"); anything else is not about the input.
+        if "overflow" not in str(exc).lower():
+            raise
+        raise InputError(None, f"a tensor of this training step would hold 2**63 bytes or more ({exc})") from None
+
+
+def _step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str) -> StepBytes:
     with torch.device("meta"):
         meta_model = build()
     # Non-fake inputs are allowed only so that ``to_empty`` can turn the meta storages into fake ones.

@@ -91,17 +91,24 @@ def build_mlp_from_layers(layers: list[tuple[str, int, int]]) -> tuple[nn.Module
     """Rebuild a GPUMemNet MLP from its ``Activations-Params`` list; returns (model, input features).
 
     A ``linear`` entry (out, params) has ``params = (in + 1) * out``; batch norm, dropout, softmax and
-    activation entries follow GPUMemNet's names.
+    activation entries follow GPUMemNet's names. Each entry must take the previous one's outputs (the
+    first is linear), else :class:`InputError`.
     """
     modules: list[nn.Module] = []
     fan_in = input_features = None
     for name, activations, params in layers:
         key = name.lower()
         if key == "linear":
-            in_features = params // activations - 1
+            in_features = params // activations - 1 if activations > 0 else 0
+            if in_features < 1 or fan_in not in (None, in_features):
+                raise InputError(None, f"layer ({name!r}, {activations}, {params}) is no linear layer taking "
+                                       f"{fan_in or 'some'} inputs; cannot rebuild the MLP")
             if input_features is None:
                 input_features = in_features
             modules.append(nn.Linear(in_features, activations))
+        elif activations != fan_in:
+            raise InputError(None, f"layer ({name!r}, {activations}, {params}) does not take the {fan_in} outputs "
+                                   "before it; cannot rebuild the MLP")
         elif key == "batch_normalization":
             modules.append(nn.BatchNorm1d(activations))
         elif key == "dropout":
