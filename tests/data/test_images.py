@@ -106,9 +106,11 @@ def test_corrupt_record_names_the_lmdb_and_key(image_folder, tmp_path, value, me
 
 def test_missing_record_and_metadata_are_reported(image_folder, tmp_path):
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
-    _corrupt(out, b"__len__", b"9")
+    with lmdb.open(str(out), map_size=2**24) as env, env.begin(write=True) as txn:
+        txn.delete(record_key(4))
+        txn.put(b"other", b"")  # as many entries as before
     with pytest.raises(InputError, match="record missing"):
-        ImageLMDB(out)[7]
+        ImageLMDB(out)[4]
     _corrupt(out, b"__classes__", b"[not json")
     with pytest.raises(InputError, match="__classes__"):
         read_metadata(out)
@@ -213,6 +215,16 @@ def test_cifar_refuses_pickles_that_would_run_code(tmp_path):
     with pytest.raises(InputError, match="not allowed"):
         cifar_to_lmdb(tmp_path / "cifar", "cifar10", "train", tmp_path / "train.lmdb")
     assert not (tmp_path / "train.lmdb").exists()
+
+
+@pytest.mark.timeout(20)
+def test_a_cifar_batch_declaring_a_huge_array_is_refused_before_numpy_allocates_it(tmp_path):
+    # 69 bytes: numpy's _reconstruct(ndarray, (2**43,), int8), which allocates 8 TiB at once.
+    declared = b"\x80\x02cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\n\x8a\x06" + (2**43).to_bytes(6, "little")
+    _write_cifar10(tmp_path / "cifar")
+    (tmp_path / "cifar" / "test_batch").write_bytes(declared + b"\x85C\x01b\x87R.")
+    with pytest.raises(InputError, match=r"test_batch: .*an array of 8796093022208 bytes declared in a file of 69 bytes"):
+        cifar_to_lmdb(tmp_path / "cifar", "cifar10", "test", tmp_path / "test.lmdb")
 
 
 @pytest.mark.parametrize("batch,message", [({b"data": np.zeros((2, 10), np.uint8), b"labels": [0, 1]}, "3072"),
@@ -355,12 +367,26 @@ def test_a_huge_declared_image_in_a_record_is_an_input_error(image_folder, tmp_p
         ImageLMDB(out)[0]
 
 
-@pytest.mark.parametrize("value", [b"true", b"-1", b"1.5", b'"3"', b"null"])
+@pytest.mark.parametrize("value", [b"true", b"-1", b"1.5", b'"3"', b"null", b"1" + b"0" * 5000])
 def test_metadata_length_must_be_a_non_negative_integer(image_folder, tmp_path, value):
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
     _corrupt(out, b"__len__", value)
     with pytest.raises(InputError, match="'__len__'"):
         read_metadata(out)
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("value", [b"7", str(2**70).encode()])
+def test_a_length_beyond_the_records_the_lmdb_holds_is_refused_before_anything_is_sized(image_folder, tmp_path,
+                                                                                      value, capsys):
+    from membench.cli import main
+
+    out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
+    _corrupt(out, b"__len__", value)
+    with pytest.raises(InputError, match=f"key '__len__': {value.decode()} records named, but the LMDB holds 6$"):
+        ImageLMDB(out)
+    assert main(["images", "check", "--lmdb", str(out)]) == 2
+    assert "records named, but the LMDB holds 6" in capsys.readouterr().err
 
 
 def _damage(out, damage):

@@ -11,6 +11,7 @@ checked (uint8, N x 3072, labels in range) and each image is stored PNG-encoded.
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 from pathlib import Path
@@ -36,10 +37,32 @@ _ALLOWED_GLOBALS = {
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, handle, file_bytes: int, **options) -> None:
+        super().__init__(handle, **options)
+        self.file_bytes = file_bytes
+
     def find_class(self, module: str, name: str):
         if (module, name) not in _ALLOWED_GLOBALS:
             raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR batch")
-        return super().find_class(module, name)
+        found = super().find_class(module, name)
+        return _reconstruct_within(found, self.file_bytes) if name == "_reconstruct" else found
+
+
+def _reconstruct_within(reconstruct, file_bytes: int):
+    """numpy's ``_reconstruct``, refusing an array larger than the file: it allocates the shape it
+    is given at once (a 63-byte pickle can ask for 8 TiB), while a pickled array asks for none and
+    takes its data from the file's own bytes afterwards."""
+
+    def checked(subtype, shape, dtype):
+        try:
+            nbytes = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
+        except (TypeError, ValueError) as exc:
+            raise pickle.UnpicklingError(f"malformed array header ({exc})") from None
+        if nbytes > file_bytes:
+            raise pickle.UnpicklingError(f"an array of {nbytes} bytes declared in a file of {file_bytes} bytes")
+        return reconstruct(subtype, shape, dtype)
+
+    return checked
 
 
 def load_cifar_batch(path: str | os.PathLike) -> dict:
@@ -47,7 +70,7 @@ def load_cifar_batch(path: str | os.PathLike) -> dict:
     path = Path(path)
     with open_regular(path, missing="CIFAR batch file not found") as handle:
         try:
-            obj = _RestrictedUnpickler(handle, encoding="bytes").load()
+            obj = _RestrictedUnpickler(handle, os.fstat(handle.fileno()).st_size, encoding="bytes").load()
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
             raise InputError(path, f"not a plain CIFAR python batch ({exc})") from None
     if not isinstance(obj, dict):

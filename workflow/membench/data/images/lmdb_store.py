@@ -199,6 +199,7 @@ def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     try:
         with env.begin() as txn:
             raw = {key: txn.get(key) for key in (b"__format__", b"__len__", b"__classes__")}
+        entries = env.stat()["entries"]
     except lmdb.Error as exc:
         raise InputError(path / "data.mdb", f"the LMDB is damaged ({exc})", "metadata") from None
     finally:
@@ -209,13 +210,16 @@ def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
             raise InputError(path, "metadata key missing (not a membench image LMDB)", f"key {key.decode()!r}")
         try:
             values[key] = json.loads(value)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError):  # JSONDecodeError, or an integer of over 4300 digits
             raise InputError(path, "metadata is not valid JSON", f"key {key.decode()!r}") from None
     if values[b"__format__"] != FORMAT:
         raise InputError(path, f"unsupported format {values[b'__format__']!r}, expected {FORMAT!r}", "key '__format__'")
     length, classes = values[b"__len__"], values[b"__classes__"]
     if type(length) is not int or length < 0:  # JSON true is a Python bool, an int subclass
         raise InputError(path, f"expected a non-negative integer, got {length!r}", "key '__len__'")
+    # Readers size index arrays, samplers and ranges by the length: it must be one the LMDB holds.
+    if length > entries - len(raw):
+        raise InputError(path, f"{length} records named, but the LMDB holds {entries - len(raw)}", "key '__len__'")
     if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
         raise InputError(path, "expected a non-empty JSON list of class names", "key '__classes__'")
     return length, classes
