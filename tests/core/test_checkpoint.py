@@ -104,3 +104,20 @@ def test_an_input_that_cannot_be_identified_is_a_one_line_error(tmp_path):
         run_identity({}, [fifo])
     with pytest.raises(InputError, match="cannot be read"):
         run_identity({}, [tmp_path / "missing.csv"])
+
+
+class _Pickled:
+    pass
+
+
+@pytest.mark.parametrize("content", ["pickled object", "garbage"])
+def test_a_pickled_or_foreign_checkpoint_is_refused_without_torchs_advice_to_unpickle_it(tmp_path, content):
+    path = tmp_path / "ckpt.pt"
+    if content == "garbage":
+        path.write_bytes(b"not a checkpoint at all")
+    else:
+        torch.save({"epoch": 1, "extra": _Pickled()}, path)
+    with pytest.raises(InputError) as error:
+        checkpoint.load_checkpoint(path)
+    assert str(error.value) == (f"{path}: not a membench checkpoint: it holds pickled objects other than tensors and "
+                                "plain values, or is damaged; membench never loads pickled code")

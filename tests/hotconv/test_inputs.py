@@ -92,7 +92,7 @@ def test_checkpoint_of_other_settings_is_replaced_and_a_corrupt_one_rejected(tin
     record = read_metrics(train_job(tiny_fold, MODEL, other, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0))
     assert record["resumed_from_epoch"] == 0 and record["epochs_run"] == 2 and record["batch_size"] == 4
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(InputError, match="not a readable membench checkpoint"):
+    with pytest.raises(InputError, match="not a membench checkpoint"):
         train_job(tiny_fold, MODEL, TRAIN, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)
 
 

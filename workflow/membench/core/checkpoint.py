@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 import stat
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -173,6 +174,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     regular_file(path)  # torch.load would wait forever on a named pipe
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's message advises weights_only=False, which would run whatever code the file names.
+        raise InputError(path, "not a membench checkpoint: it holds pickled objects other than tensors and plain "
+                               "values, or is damaged; membench never loads pickled code") from None
     except Exception as exc:  # a torn or foreign file must not crash into a traceback
         raise InputError(path, f"not a readable membench checkpoint ({exc})") from None
 
