@@ -46,6 +46,8 @@ def test_mnist_idx_files_load(tmp_path, gz):
     (lambda raw: raw[:2] + b"\x0d" + raw[3:], "type code 0x0d is not unsigned byte"),
     (lambda raw: raw[:-5], "header announces shape"),
     (lambda raw: raw[:6], "file ends inside the header"),
+    # 2**31 x 2**31 x 4 bytes, which a 64-bit product takes for 0, in a file with no data
+    (lambda raw: raw[:4] + (2**31).to_bytes(4, "big") * 2 + (4).to_bytes(4, "big"), "header announces shape"),
 ])
 def test_bad_mnist_image_file_is_named(tmp_path, corrupt, message):
     _write_mnist(tmp_path)
