@@ -19,10 +19,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import stat
 from typing import Iterator
 
-from membench.core import atomic
+from membench.core import atomic, validate
 from membench.core.errors import InputError, shorten
 
 __all__ = [
@@ -196,18 +195,13 @@ def command_paths(args: argparse.Namespace) -> tuple[list[PathRole], list[PathRo
 
 
 def _check_input(path: PathRole) -> None:
-    """An input that exists must be of its kind; one that does not is left to its reader to report."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
+    """An input that exists must be of its kind; a missing one is left to its reader to report."""
+    if not os.path.lexists(path):
         return
-    if path.directory:
-        if not stat.S_ISDIR(mode):
-            raise InputError(path, "is not a directory; expected a directory of input files")
-    elif stat.S_ISDIR(mode):
-        raise InputError(path, "is a directory; expected a file")
-    elif not stat.S_ISREG(mode):
-        raise InputError(path, f"is {atomic.file_kind(mode)}, not a regular file; membench reads only regular files")
+    if not path.directory:
+        validate.regular_file(path)
+    elif not os.path.isdir(path):
+        raise InputError(path, "is not a directory; expected a directory of input files")
 
 
 def _check_output(path: PathRole, inputs: list[PathRole]) -> None:
