@@ -5,7 +5,7 @@ in ``<outdir>/probes/b<batch>/``: it writes its ``metrics.json`` atomically as s
 measured, ``status`` ``ok`` or ``oom`` (whatever raised the out-of-memory). So every probe starts
 with no cuBLAS/cuDNN handles, workspaces, loaded kernels or cached allocator blocks left by an
 earlier one, an out-of-memory probe loses nothing, and a search killed half-way resumes measuring
-only the probes without a result. The driver never initialises CUDA itself (it would hold a
+only the probes without a result of the same arguments and code (``identity.json`` beside each). The driver never initialises CUDA itself (it would hold a
 context on the device the probes measure); it takes the device's identity from the probes.
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from membench.core import atomic
+from membench.core.checkpoint import code_version, matches_identity, run_identity
 from membench.core.errors import InputError
 from membench.core.metrics import REQUIRED_FIELDS, check_record, write_job_outputs
 from membench.core.oom import OOM_STATUS
@@ -33,6 +34,9 @@ PROBE_STATUSES = ("ok", OOM_STATUS)
 PROBE_FIELDS = ("batch_size", "status", "status_message", "total_memory_mib", "cuda_peak_allocated_mib", "pid", "wall_s")
 # Identity fields of the final record taken from the probes (the driver does not touch the device).
 _DEVICE_FIELDS = ("device", "device_name", "torch_version", "cuda_version", "kernels", "kernels_fallback_reason")
+
+
+IDENTITY_FILE = "identity.json"
 
 
 def probe_path(outdir: str | os.PathLike, batch: int) -> Path:
@@ -71,11 +75,18 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     records: dict[int, dict] = {}
     measured_now: set[int] = set()
 
+    code = code_version("core", "data", "division")
+
     def fits(batch: int) -> bool:
         path = probe_path(outdir, batch)
-        if path.exists():
+        identity = run_identity({"arguments": probe_arguments, "batch_size": batch}, code=code)
+        if _is_current(path, identity):
             LOG.info("batch %d: reusing %s", batch, path)
         else:
+            atomic.check_replaceable(path)
+            path.unlink(missing_ok=True)  # a probe of other options or code: measured again
+            # Before the probe: a result beside this identity can only be the probe's own.
+            atomic.write_json(path.parent / IDENTITY_FILE, identity)
             _run_probe(path, [*probe_arguments, "--batch-size", str(batch)], batch)
             measured_now.add(batch)
         records[batch] = read_probe(path, {**expected, "batch_size": batch})
@@ -95,6 +106,18 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     })
     write_job_outputs(outdir, record)
     return record
+
+
+def _is_current(path: Path, identity: dict) -> bool:
+    """Whether the probe at ``path`` was measured with the same arguments and code (the resume rule
+    of :mod:`membench.core.checkpoint`); a probe without its identity file is measured again."""
+    if not path.is_file():
+        return False
+    try:
+        found = read_json_object(path.parent / IDENTITY_FILE, "probe identity not found")
+    except InputError:
+        found = None
+    return matches_identity(found, identity, path)
 
 
 def _run_probe(path: Path, arguments: list[str], batch: int) -> None:
