@@ -2,6 +2,7 @@
 
 import pytest
 
+from membench.core.errors import InputError
 from membench.data.bodmas import SPLITS
 from membench.data.bodmas.folds import FoldSpec, make_fold, write_classes
 from membench.data.bodmas.stats import dataset_statistics, parse_fold_path, plot_size_distribution
@@ -31,3 +32,9 @@ def test_statistics_reject_a_malformed_fold_file(tmp_path):
     bad.write_text("FileName,Label,File_Size\na.exe,0,-5\n")
     with pytest.raises(Exception, match=r"train_x_fold_1.csv, line 2: column File_Size: -5 is below the minimum 1"):
         dataset_statistics([bad])
+
+
+@pytest.mark.parametrize("name", ["fold.csv", "train_fold_1.csv", "holdout_d_fold_1.csv", "train_d_fold_x.csv"])
+def test_a_fold_file_of_another_name_is_a_one_line_error(name):
+    with pytest.raises(InputError, match="name must be <train|val|test>_<dataset>_fold_<i>.csv"):
+        parse_fold_path(f"x/{name}")

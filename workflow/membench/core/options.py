@@ -217,12 +217,15 @@ def check_command_paths(args: argparse.Namespace) -> list[PathRole]:
     """Check a parsed command's paths before it runs; return its inputs (to protect while it runs).
 
     Raises :class:`InputError` naming the path when an input exists but is of the wrong kind, an
-    output is or (for a directory output) contains an input, a file output exists and was not
-    written by membench, or a directory output exists and is not a directory.
+    output is or (for a directory output) contains an input, two outputs are one path (the second
+    would replace the first), a file output exists and was not written by membench, or a directory
+    output exists and is not a directory.
     """
     inputs, outputs = command_paths(args)
     for path in inputs:
         _check_input(path)
-    for path in outputs:
+    for index, path in enumerate(outputs):
         _check_output(path, inputs)
+        if any(os.path.realpath(path) == os.path.realpath(other) for other in outputs[:index]):
+            raise InputError(path, "is given for two outputs of this command; give each output its own path")
     return inputs

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from membench.core.errors import InputError
 from membench.core.validate import int_column, read_csv_columns
 from membench.data.bodmas import FOLD_COLUMNS
 
@@ -48,11 +50,13 @@ def _read_fold_table(fold_csv: str | os.PathLike) -> pd.DataFrame:
 
 
 def parse_fold_path(path: str | os.PathLike) -> tuple[str, str, int]:
-    """``(split, dataset, fold)`` from a fold file name ``<split>_<dataset>_fold_<i>.csv``."""
-    stem = Path(path).name.removesuffix(".csv")
-    split, rest = stem.split("_", 1)
-    dataset, fold = rest.rsplit("_fold_", 1)
-    return split, dataset, int(fold)
+    """``(split, dataset, fold)`` from a fold file name ``<split>_<dataset>_fold_<i>.csv``; any other
+    name is an :class:`InputError` (the name is how a fold file says what it holds)."""
+    match = re.fullmatch(r"(train|val|test)_(.+)_fold_(\d{1,6})\.csv", Path(path).name)
+    if match is None:
+        raise InputError(path, "a fold file's name must be <train|val|test>_<dataset>_fold_<i>.csv,"
+                               " as membench bodmas fold writes it")
+    return match.group(1), match.group(2), int(match.group(3))
 
 
 def read_class_names(classes_csv: str | os.PathLike) -> dict[int, str]:
