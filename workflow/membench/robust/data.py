@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from membench.core.errors import InputError
+from membench.data.digits import digits_arrays
 from membench.data.images.cifar import cifar_arrays
 from membench.data.images.mnist import mnist_arrays
 
@@ -38,13 +39,11 @@ class Dataset:
 
 
 def _digits(test_fraction: float, seed: int) -> tuple[np.ndarray, ...]:
-    from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    digits = load_digits()
-    images = (digits.images / 16.0).astype(np.float32)[:, None]
-    return train_test_split(images, digits.target.astype(np.int64), test_size=test_fraction,
-                            stratify=digits.target, random_state=seed)
+    images, labels = digits_arrays()
+    return train_test_split((images / 16.0).astype(np.float32)[:, None], labels, test_size=test_fraction,
+                            stratify=labels, random_state=seed)
 
 
 def load_dataset(source: str, root: str | os.PathLike | None = None, *, test_fraction: float = 0.2,

@@ -12,6 +12,7 @@ from PIL import Image
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.data.digits import digits_arrays
 
 OUTPUT_KIND = "digits-image-folder"
 
@@ -70,19 +71,18 @@ def generate_digits_folder(outdir: str | os.PathLike, spec: DigitsSpec) -> dict[
     Depends only on ``spec`` (seeded). The folder is written whole into a temporary directory and
     renamed onto ``outdir``; an existing ``outdir`` that is not a previous digits folder is refused.
     """
-    from sklearn.datasets import load_digits
-
     rng = np.random.default_rng(spec.seed)
-    digits = load_digits()
+    images, labels = digits_arrays()
     counts = {"train": 0, "val": 0}
     with atomic.atomic_directory(outdir, OUTPUT_KIND) as tmp_dir:
-        _draw_all(tmp_dir, digits, spec, rng, counts)
+        _draw_all(tmp_dir, images, labels, spec, rng, counts)
     return counts
 
 
-def _draw_all(outdir: Path, digits, spec: DigitsSpec, rng: np.random.Generator, counts: dict[str, int]) -> None:
+def _draw_all(outdir: Path, images: np.ndarray, labels: np.ndarray, spec: DigitsSpec, rng: np.random.Generator,
+              counts: dict[str, int]) -> None:
     for label in range(10):
-        indices = np.flatnonzero(digits.target == label)
+        indices = np.flatnonzero(labels == label)
         rng.shuffle(indices)
         if spec.images_per_class > 0:
             indices = indices[: spec.images_per_class]
@@ -90,7 +90,7 @@ def _draw_all(outdir: Path, digits, spec: DigitsSpec, rng: np.random.Generator, 
         for rank, index in enumerate(indices):
             split = "val" if rank < val_count else "train"
             buffer = io.BytesIO()
-            Image.fromarray(draw_digit(digits.images[index], spec, rng)).save(buffer, format="PNG")
+            Image.fromarray(draw_digit(images[index], spec, rng)).save(buffer, format="PNG")
             path = outdir / split / str(label) / f"{index:05d}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(buffer.getvalue())
