@@ -5,8 +5,8 @@ child starts with torch loaded (no interpreter start, no import) and a clean dev
 context, cuBLAS/cuDNN handles and the allocator's cache are charged to every configuration alike,
 and an out-of-memory or a crash loses no other configuration. Each child writes
 ``<config_id>.json`` atomically as it finishes; a rerun measures only the configurations without a
-record of the same identity (configuration, measurement options and code: the resume rule of
-:mod:`membench.core.checkpoint`), so an edited configuration table is measured anew, never reused.
+record of the same identity (configuration, measurement options and code: the points of
+:mod:`membench.core.points`), so an edited configuration table is measured anew, never reused.
 
 The measured target (``memory_mib``, see :func:`target_source`): on a GPU the NVML peak minus the
 baseline (``nvml_peak_mib``), the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the
@@ -16,9 +16,7 @@ allocator-level peak of the training steps (``train_alloc_peak_mib``).
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,11 +25,11 @@ import pandas as pd
 import torch
 
 from membench.core import atomic
-from membench.core.checkpoint import IDENTITY_KEY, code_version, matches_identity, run_identity
+from membench.core.checkpoint import code_version, run_identity
 from membench.core.device import device_name, resolve_device
-from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.oom import is_out_of_memory
+from membench.core.points import Fork, Point, is_measured, measure
 from membench.core.validate import read_json_object
 from membench.memnet.faketensor import OPTIMIZERS
 from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
@@ -117,79 +115,46 @@ def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, floa
     return job
 
 
-def _child(path: Path, identity: dict, job: Callable, device: str, steps: int, optimizer: str,
+def _child(path: Path, labels: dict, job: Callable, device: str, steps: int, optimizer: str,
            sample_interval_s: float, threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    record = dict(identity)
+    record = dict(labels)
     record.update(job(resolve_device(device), steps, optimizer, sample_interval_s))
     record["wall_s"] = time.perf_counter() - start
     atomic.write_json(path, record)
 
 
-def _record_if_current(path: Path, identity: dict) -> dict | None:
-    """The record at ``path`` if a measurement of ``identity`` wrote it, else ``None``."""
-    if not path.is_file():
-        return None
-    try:
-        record = read_json_object(path, missing="")
-    except InputError:
-        return None  # a damaged record is measured again
-    return record if matches_identity(record.get(IDENTITY_KEY), identity, path) else None
-
-
 def run_isolated(jobs: list[tuple[dict, dict, Callable]], outdir: str | os.PathLike, device: str = "auto",
                  steps: int = 2, optimizer: str = "adam", sample_interval_s: float = 0.02,
                  timeout_s: float = 600.0, threads: int | None = None) -> list[dict]:
-    """Run each ``(identity, determines, job)`` in its own forked child, unless ``outdir`` holds a
-    record ``<identity["config_id"]>.json`` of the same measurement (``determines``: what fixes the
-    job's result, e.g. its configuration; the options here; the code); returns every job's record
-    (``identity`` plus the job's record), in order.
+    """Run each ``(labels, determines, job)`` in its own forked child (a point of
+    :mod:`membench.core.points`), unless ``outdir`` holds its record ``<labels["config_id"]>.json``
+    from the same measurement (``determines``: what fixes the job's result, e.g. its configuration;
+    the options here; the code); returns every job's record (``labels`` plus the job's record), in order.
 
     A child that dies or outlives ``timeout_s`` is recorded as FAILED or TIMEOUT with its exit code.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    context = multiprocessing.get_context("fork")
     code = code_version("core", "memnet")
     options = {"device": device, "steps": steps, "optimizer": optimizer, "sample_interval_s": sample_interval_s}
-    runs = [({**identity, IDENTITY_KEY: run_identity({"job": identity, "determines": determines, **options}, code=code)},
-             job) for identity, determines, job in jobs]
-    todo = [(identity, job) for identity, job in runs
-            if _record_if_current(outdir / f"{identity['config_id']}.json", identity[IDENTITY_KEY]) is None]
+    runs = [(Point(outdir / f"{labels['config_id']}.json",
+                   run_identity({"job": labels, "determines": determines, **options}, code=code)), labels, job)
+            for labels, determines, job in jobs]
+    todo = [run for run in runs if not is_measured(run[0])]
     LOG.info("%d of %d jobs to measure", len(todo), len(jobs))
-    for i, (identity, job) in enumerate(todo):
-        path = outdir / f"{identity['config_id']}.json"
-        # A stale record of this configuration (membench's own, or refused) goes; the child writes the new one.
-        atomic.check_replaceable(path)
-        path.unlink(missing_ok=True)
-        child = context.Process(target=_child, args=(path, identity, job, device, steps, optimizer,
-                                                      sample_interval_s, threads))
-        start = time.perf_counter()
-        child.start()
-        try:
-            child.join(timeout_s)
-        finally:
-            # Interrupted (Ctrl-C, timeout -s INT) or timed out: no child outlives its parent's wait.
-            timed_out = child.is_alive()
-            if timed_out:
-                os.kill(child.pid, signal.SIGKILL)
-                child.join()
-        status = None
-        if timed_out:
-            status = STATUS_TIMEOUT
-        elif not path.is_file():
-            status = STATUS_FAILED
-        if status is not None:
-            atomic.write_json(path, {**identity, "status": status, "exit_code": child.exitcode, "memory_mib": None,
-                                     "wall_s": time.perf_counter() - start})
-        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), identity["config_id"], read_json_object(path, missing="rerun the measurement")["status"])
-    records = [read_json_object(outdir / f"{identity['config_id']}.json", missing="rerun the measurement")
-               for identity, _ in runs]
-    for record in records:
-        record.pop(IDENTITY_KEY, None)
-    return records
+    for i, (point, labels, job) in enumerate(todo):
+        outcome = measure(point, Fork(_child, (point.record, labels, job, device, steps, optimizer,
+                                               sample_interval_s, threads)), timeout_s)
+        record = outcome.record
+        if outcome.timed_out or record is None:
+            record = {**labels, "status": STATUS_TIMEOUT if outcome.timed_out else STATUS_FAILED,
+                      "exit_code": outcome.exit_code, "memory_mib": None, "wall_s": outcome.wall_s}
+            atomic.write_json(point.record, record)
+        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), labels["config_id"], record["status"])
+    return [read_json_object(point.record, missing="rerun the measurement") for point, _, _ in runs]
 
 
 def measure_configs(configs: pd.DataFrame, family: str, outdir: str | os.PathLike, **options) -> list[dict]:
