@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from membench.core import atomic, validate
 from membench.core.errors import InputError, shorten
@@ -43,6 +43,7 @@ __all__ = [
     "WEIGHT_DECAY",
     "WORKERS",
     "check_command_paths",
+    "command_line",
     "command_paths",
     "fields_action",
     "integer",
@@ -229,3 +230,32 @@ def check_command_paths(args: argparse.Namespace) -> list[PathRole]:
         if any(os.path.realpath(path) == os.path.realpath(other) for other in outputs[:index]):
             raise InputError(path, "is given for two outputs of this command; give each output its own path")
     return inputs
+
+
+def command_line(parser: argparse.ArgumentParser, values: Mapping[str, Any]) -> list[str]:
+    """The options that make ``parser`` parse back to ``values`` (``vars`` of a namespace parsed by
+    it, or by another command with the same options): for each optional argument of ``parser``
+    whose ``dest`` is in ``values``, its option string and the value. So a command that starts
+    another (a probe, a point) passes its own parsed options on without a hand-kept list of them.
+
+    Options not in ``values`` are left out (the parser's default applies, or the caller appends
+    them), and so is a ``None`` where the option's default is ``None``. A value the option cannot
+    say (``None`` over another default, a flag's value other than its two) raises ``ValueError``.
+    """
+    argv: list[str] = []
+    for action in parser._actions:  # argparse keeps its arguments only here
+        if not action.option_strings or action.dest not in values:
+            continue
+        value, name = values[action.dest], action.option_strings[0]
+        if value is None and action.default is None:
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction) and isinstance(value, bool):
+            argv.append(name if value else action.option_strings[1])
+        elif isinstance(action, argparse._StoreConstAction) and value in (action.const, action.default):
+            if value != action.default:
+                argv.append(name)
+        elif isinstance(action, argparse._StoreAction) and value is not None:
+            argv += [name, str(value)] if action.nargs in (None, "?") else [name, *map(str, value)]
+        else:
+            raise ValueError(f"{name} cannot say {value!r} on a command line")
+    return argv

@@ -17,7 +17,8 @@ from membench.division.methods import METHODS, MethodSpec
 from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
 from membench.core.options import (BATCH_SIZE, EPOCHS, IMAGE_SIZE, LEARNING_RATE, MOMENTUM, SEED, STEPS, TIMEOUT_S,
-                                   WEIGHT_DECAY, WORKERS, InputDir, InputFile, OutputDir, OutputFile, integer)
+                                   WEIGHT_DECAY, WORKERS, InputDir, InputFile, OutputDir, OutputFile, command_line,
+                                   integer)
 
 SYSTEM = "division"
 NUM_CLASSES = integer(2, 100_000)
@@ -47,6 +48,20 @@ def _add_synthetic(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-classes", type=NUM_CLASSES, default=10)
 
 
+def _add_memory(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser)
+    _add_synthetic(parser)
+    parser.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
+    add_allocator_option(parser)
+
+
+def memory_parser() -> argparse.ArgumentParser:
+    """The options of ``membench division memory``, which the largest-batch search's probes run."""
+    parser = argparse.ArgumentParser(prog="membench division memory")
+    _add_memory(parser)
+    return parser
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
@@ -58,11 +73,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     build.add_argument("--lock-timeout-s", type=TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S,
                        help="longest wait for another build of --outdir to finish")
 
-    memory = steps.add_parser("memory", help="activation and total memory of one training step")
-    _add_common(memory)
-    _add_synthetic(memory)
-    memory.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
-    add_allocator_option(memory)
+    _add_memory(steps.add_parser("memory", help="activation and total memory of one training step"))
 
     speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
     _add_common(speed)
@@ -201,16 +212,12 @@ def _maxbatch(args) -> None:
     if args.device == "auto" and not torch.cuda.is_available():
         raise InputError(None, "the largest-batch search needs a CUDA device; --device cpu searches the host "
                                "allocator, which on most machines swaps or is killed before it refuses", "option --device")
-    options = {
-        "--method": args.method, "--model": args.model, "--width": args.width, "--stem": args.stem,
-        "--device": args.device, "--seed": args.seed, "--block-size": args.block_size, "--hfc-bits": args.hfc_bits,
-        "--group-size": args.group_size, "--kernels": args.kernels, "--build-manifest": args.build_manifest,
-        "--amp": args.amp, "--image-size": args.image_size, "--num-classes": args.num_classes,
-        "--sample-interval-s": args.sample_interval_s, "--grid-intensity-g-per-kwh": args.grid_intensity_g_per_kwh,
-    }
-    # A probe only needs to know whether the step fits: no live-tensor or CPU allocator tracing.
-    probe_arguments = [str(part) for name, value in options.items() if value is not None for part in (name, value)]
-    probe_arguments += ["--no-trace-live-tensors", "--no-trace-allocator"]
+    # A probe takes the search's options as they were parsed; the search gives each its --outdir
+    # and --batch-size. It only needs to know whether the step fits: no live-tensor or CPU
+    # allocator tracing.
+    probe_values = {key: value for key, value in vars(args).items() if key != "outdir"}
+    probe_values.update(trace_live_tensors=False, trace_allocator=False)
+    probe_arguments = command_line(memory_parser(), probe_values)
     expected = {
         "system": SYSTEM, "job": "memory", "variant": args.method, "model": args.model, "width": args.width,
         "stem": args.stem, "dataset": f"random_{args.image_size}px", "image_size": args.image_size,

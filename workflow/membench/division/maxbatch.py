@@ -5,25 +5,26 @@ in ``<outdir>/probes/b<batch>/``: it writes its ``metrics.json`` atomically as s
 measured, ``status`` ``ok`` or ``oom`` (whatever raised the out-of-memory). So every probe starts
 with no cuBLAS/cuDNN handles, workspaces, loaded kernels or cached allocator blocks left by an
 earlier one, an out-of-memory probe loses nothing, and a search killed half-way resumes measuring
-only the probes without a result of the same arguments and code (``identity.json`` beside each). The driver never initialises CUDA itself (it would hold a
-context on the device the probes measure); it takes the device's identity from the probes.
+only the probes without a result of the same arguments and code (the points of
+:mod:`membench.core.points`). The driver never initialises CUDA itself (it would hold a context on
+the device the probes measure); it takes the device's identity from the probes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from membench.core import atomic
-from membench.core.checkpoint import code_version, matches_identity, run_identity
+from membench.core.checkpoint import code_version, run_identity
 from membench.core.errors import InputError
 from membench.core.metrics import REQUIRED_FIELDS, check_record, write_job_outputs
 from membench.core.oom import OOM_STATUS
+from membench.core.points import Command, Point, is_measured, measure
 from membench.core.processes import membench_command
 from membench.core.validate import read_json_object
 from membench.division.bench import largest_batch
@@ -34,9 +35,6 @@ PROBE_STATUSES = ("ok", OOM_STATUS)
 PROBE_FIELDS = ("batch_size", "status", "status_message", "total_memory_mib", "cuda_peak_allocated_mib", "pid", "wall_s")
 # Identity fields of the final record taken from the probes (the driver does not touch the device).
 _DEVICE_FIELDS = ("device", "device_name", "torch_version", "cuda_version", "kernels", "kernels_fallback_reason")
-
-
-IDENTITY_FILE = "identity.json"
 
 
 def probe_path(outdir: str | os.PathLike, batch: int) -> Path:
@@ -78,18 +76,14 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     code = code_version("core", "data", "division")
 
     def fits(batch: int) -> bool:
-        path = probe_path(outdir, batch)
-        identity = run_identity({"arguments": probe_arguments, "batch_size": batch}, code=code)
-        if _is_current(path, identity):
-            LOG.info("batch %d: reusing %s", batch, path)
+        point = Point(probe_path(outdir, batch),
+                      run_identity({"arguments": probe_arguments, "batch_size": batch}, code=code))
+        if is_measured(point):
+            LOG.info("batch %d: reusing %s", batch, point.record)
         else:
-            atomic.check_replaceable(path)
-            path.unlink(missing_ok=True)  # a probe of other options or code: measured again
-            # Before the probe: a result beside this identity can only be the probe's own.
-            atomic.write_json(path.parent / IDENTITY_FILE, identity)
-            _run_probe(path, [*probe_arguments, "--batch-size", str(batch)], batch)
+            _run_probe(point, [*probe_arguments, "--batch-size", str(batch)], batch)
             measured_now.add(batch)
-        records[batch] = read_probe(path, {**expected, "batch_size": batch})
+        records[batch] = read_probe(point.record, {**expected, "batch_size": batch})
         return records[batch]["status"] == "ok"
 
     largest, probes = largest_batch(fits, start, limit)
@@ -108,23 +102,11 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     return record
 
 
-def _is_current(path: Path, identity: dict) -> bool:
-    """Whether the probe at ``path`` was measured with the same arguments and code (the resume rule
-    of :mod:`membench.core.checkpoint`); a probe without its identity file is measured again."""
-    if not path.is_file():
-        return False
-    try:
-        found = read_json_object(path.parent / IDENTITY_FILE, "probe identity not found")
-    except InputError:
-        found = None
-    return matches_identity(found, identity, path)
-
-
-def _run_probe(path: Path, arguments: list[str], batch: int) -> None:
-    command = membench_command("division", "memory", "--outdir", path.parent, *arguments)
+def _run_probe(point: Point, arguments: list[str], batch: int) -> None:
+    command = membench_command("division", "memory", "--outdir", point.record.parent, *arguments)
     LOG.info("batch %d: %s", batch, " ".join(command))
     # The probe's output goes to this job's log; an out-of-memory probe still exits 0 with its result.
-    finished = subprocess.run(command, check=False)
-    if not path.is_file():
-        raise RuntimeError(f"the probe at batch {batch} exited with code {finished.returncode} without writing "
-                           f"{path}; its output is above")
+    outcome = measure(point, Command(command))
+    if outcome.record is None:
+        raise RuntimeError(f"the probe at batch {batch} exited with code {outcome.exit_code} without writing "
+                           f"{point.record}; its output is above")
