@@ -9,12 +9,22 @@ from membench.core.errors import InputError
 from membench.report.published import METRICS, SYSTEMS, default_published_path, load_published
 
 
-def test_shipped_figures_are_valid_and_cite_a_seed_or_the_handbook():
+# The works the shipped figures come from, by the names a reader can look up; a reference point of
+# membench's own is labelled as such, never as a paper's.
+SOURCES = (
+    "the HotConv README", "DIVISION: Memory Efficient Training via Dual Activation Precision",
+    "Gunrock's Application Classification report", "GPUMemNet (github.com/itu-rad/GPUMemNet)",
+    "Fast is better than free: Revisiting adversarial training", "Parallel Training of Robust Neural Networks",
+    "membench's own reference point, not a paper's",
+)
+
+
+def test_shipped_figures_are_valid_and_name_the_work_they_come_from():
     figures = load_published(default_published_path())
     assert {figure["system"] for figure in figures} == set(SYSTEMS)
     for figure in figures:
         assert figure["metric"] in METRICS
-        assert "seed 00" in figure["source"] or "SPEC §5" in figure["source"], figure["id"]
+        assert sum(name in figure["source"] for name in SOURCES) == 1, figure["id"]
         assert figure["setting"].strip() and figure["requires"]
 
 

@@ -10,7 +10,7 @@ from membench.report.summary import (
 
 FIGURE = {
     "id": "eco_memory", "system": "hotconv", "match": {"variant": "hotconv_eco"}, "metric": "memory_ratio",
-    "value": 0.05, "text": "1/20", "compare": "at_most", "tolerance": 0.01, "source": "seed 000",
+    "value": 0.05, "text": "1/20", "compare": "at_most", "tolerance": 0.01, "source": "the HotConv README",
     "setting": "GPU", "requires": {"device": "cuda", "max_len": 1024},
 }
 
