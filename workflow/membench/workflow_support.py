@@ -51,7 +51,7 @@ def pnnl_rows(path: str, unreadable: int) -> int:
 
 
 def appclass_mem_mb(graph: Mapping[str, Any], pattern: Mapping[str, Any]) -> int:
-    """Host memory (MB) of a job on a graph/pattern pair given their config entries: SPEC's dominant
+    """Host memory (MB) of a job on a graph/pattern pair given their config entries: the dominant
     arrays (3 of data edges x pattern edges and 3 of data nodes x pattern edges, float64), three
     times over for temporaries and the input, over a 1 GB base."""
     if graph["source"] == "rmat":

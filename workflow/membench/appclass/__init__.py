@@ -1,4 +1,4 @@
-"""Application classification (seed 001): graph matching by loopy belief propagation.
+"""Application classification: graph matching by loopy belief propagation.
 
 A NumPy reference that reproduces the PNNL OpenMP output exactly (the readable specification), and
 the fast version behind one interface, :func:`membench.appclass.api.classify`: C++ kernels with

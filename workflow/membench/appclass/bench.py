@@ -130,8 +130,9 @@ def run_bench_job(
     array with the same threads, the memory-bandwidth yardstick of an iteration
     (``iteration_vs_copy`` = iteration time / copy time). Memory (MiB): ``algorithm_rss_mib``
     (sampled RSS peak of init and iterations above the RSS after reading and a warm-up run),
-    ``formula_mib`` (SPEC's arrays), and ``alloc_peak_mib``: the allocator-level peak of init and
-    iterations above the level after reading, exact, every buffer of the C++ kernels included (on a
+    ``formula_mib`` (the dominant arrays, :func:`~membench.appclass.options.formula_bytes`), and
+    ``alloc_peak_mib``: the allocator-level peak of init and iterations above the level after
+    reading, exact, every buffer of the C++ kernels included (on a
     GPU the CUDA allocator's, on a CPU with ``trace_allocator`` from a separate traced run; for the
     NumPy reference, which allocates outside torch, empty with ``alloc_peak_note`` saying so). With
     ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).

@@ -55,7 +55,7 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalisation", choices=NORMALISATIONS, default="reference",
                         help="reference: PNNL's log(exp(.)) (underflows past ~745); stable: log-sum-exp")
     parser.add_argument("--forward-message-index", choices=FORWARD_MESSAGE_INDEX, default="src",
-                        help="row of the forward edge message: src as PNNL, or dst (SPEC's dst-fixed mode)")
+                        help="row of the forward edge message: src as PNNL, or dst (the dst-fixed mode)")
     parser.add_argument("--chunk-edges", type=integer(1, 2**31), default=None, help="torch: edges per chunk (default by device)")
 
 

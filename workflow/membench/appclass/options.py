@@ -22,7 +22,8 @@ class AppclassOptions:
         ``x - m - log(sum exp(x - m))``, the log-sum-exp form without the round trip.
     forward_message_index
         ``src``: the forward edge message takes the data edge's source row, as PNNL does (both
-        messages then use the source); ``dst``: it takes the destination row (SPEC's "dst-fixed").
+        messages then use the source); ``dst``: it takes the destination row ("dst-fixed", the
+        correction Gunrock's Application Classification report suggests).
     """
 
     normalisation: str = "reference"
@@ -44,6 +45,7 @@ class AppclassOptions:
 
 
 def formula_bytes(data_nodes: int, data_edges: int, pattern_nodes: int, pattern_edges: int, itemsize: int = 8) -> int:
-    """SPEC's dominant arrays: 3 of data.edges x pattern.edges, 3 of data.nodes x pattern.edges and
-    2 of data.nodes x pattern.nodes, ``itemsize`` bytes each (the seed's memory formula)."""
+    """The dominant arrays: 3 of data.edges x pattern.edges, 3 of data.nodes x pattern.edges and
+    2 of data.nodes x pattern.nodes, ``itemsize`` bytes each (the memory formula of Gunrock's
+    Application Classification report)."""
     return itemsize * (3 * data_edges * pattern_edges + 3 * data_nodes * pattern_edges + 2 * data_nodes * pattern_nodes)

@@ -1,4 +1,5 @@
-"""The memory, time and energy meter every membench job runs under (SPEC section 3).
+"""The memory, time and energy meter every membench job runs under (README.md, "What is measured,
+and how").
 
 Usage::
 
@@ -324,7 +325,8 @@ class Meter:
         }
 
     def summary(self) -> dict[str, object]:
-        """The flat metrics fields of SPEC section 3, job-wide and per phase (``<phase>_<field>``)."""
+        """The flat metrics fields (README.md, "What is measured, and how"), job-wide and per phase
+        (``<phase>_<field>``)."""
         phases = list(self._state.phases.values())
         nvml_peak = _max(*(s.nvml_used_bytes for s in self._state.samples))
         process_peak = _max(*(s.nvml_process_used_bytes for s in self._state.samples))

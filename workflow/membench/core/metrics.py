@@ -1,4 +1,4 @@
-"""The metrics contract every job follows (SPEC section 2).
+"""The metrics contract every job follows (README.md, "What is measured, and how").
 
 A job writes, atomically, into its output directory:
 

@@ -1,6 +1,7 @@
 """Node- and edge-attributed graphs in the PNNL text format: read, validate, write, generate, describe.
 
-Format (SPEC section 4), whitespace separated, one table per file:
+Format (the tables of PNNL's ApplicationClassification code), whitespace separated, one table per
+file:
 
 * first line ``num_rows num_cols``;
 * vertex table rows ``id f1 .. f(num_cols-1)``, ids ``0 .. num_rows-1`` in order;
@@ -313,7 +314,8 @@ def rmat_graph(
 
 
 def induced_pattern(data: Graph, max_pattern_nodes: int, seed: int) -> Graph:
-    """A pattern graph by neighbourhood induction (the seed's recipe).
+    """A pattern graph by neighbourhood induction (the recipe of Gunrock's Application
+    Classification report).
 
     Sample a node q with at least one edge; take up to ``max_pattern_nodes - 1`` of its neighbours
     (either direction), widening to their neighbours, breadth first, while the neighbourhood is too

@@ -1,4 +1,4 @@
-"""DIVISION (seed 003): dual activation precision vs vanilla, ActNN-style 2-bit and checkpointing.
+"""DIVISION: dual activation precision vs vanilla, ActNN-style 2-bit and checkpointing.
 
 Modules: ``compress`` (the pure-torch compressors, the reference), ``kernels`` (choice between the
 reference and the built C++/CUDA kernels), ``extension`` (build and load the kernels),

@@ -1,4 +1,4 @@
-"""The MalConv architecture and the four ways of computing its temporal max-pool (SPEC 5, hotconv).
+"""The MalConv architecture and the four ways of computing its temporal max-pool.
 
 All variants share :class:`MalConvNet` (embedding 257x8 with padding index 0, two Conv1d 8->F with
 kernel ``window_size`` and ``stride``, gate ``relu(conv1) * sigmoid(conv2)``, global max over time,
@@ -8,8 +8,10 @@ activations and their gradients:
 ``malconv``
     dense: the whole (B, 8, L) embedding and every window's activation are kept for autograd.
 ``malconv2``
-    Raff et al.'s low-memory max-pool: a no-grad pass over slices finds each (sample, filter)'s
-    winning window; only the B x F winning windows are re-embedded and re-run with autograd.
+    the low-memory max-pool of Raff et al., "Classifying Sequences of Extreme Length with Constant
+    Memory Applied to Malware Detection" (AAAI 2021): a no-grad pass over slices finds each
+    (sample, filter)'s winning window; only the B x F winning windows are re-embedded and re-run
+    with autograd.
 ``hotconv``
     the same no-grad search also records the gate's pre-activations at the winner; the backward
     pass (:class:`_HotWindowPool`) computes the conv weight, bias and embedding gradients by hand

@@ -1,1 +1,1 @@
-"""GPUMemNet (seed 002): generate training jobs, measure their memory, learn and compare estimators."""
+"""GPUMemNet: generate training jobs, measure their memory, learn and compare estimators."""

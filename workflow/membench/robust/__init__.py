@@ -1,2 +1,2 @@
-"""Adversarial training (seed 004): FGSM-RS and PGD attacks, sequential PGD-K / FGSM-RS training,
+"""Adversarial training: FGSM-RS and PGD attacks, sequential PGD-K / FGSM-RS training,
 and parallel adversary generation (P producers on possibly stale weights, one trainer)."""

@@ -1,4 +1,4 @@
-"""Validate a BODMAS-shaped dataset and split it into folds (SPEC section 4).
+"""Validate a BODMAS-shaped dataset and split it into folds (config/README.md, ``bodmas``).
 
 Fold 0 is a time split: training samples come before a cut, test samples after it, and the
 validation set is a random share of training. Folds 1..k are stratified k-fold splits. Each fold

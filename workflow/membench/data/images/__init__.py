@@ -1,2 +1,3 @@
-"""Image datasets as LMDBs (SPEC section 4): ImageFolder and CIFAR python batches in, one LMDB per
-split out, read back by a DataLoader-friendly reader; plus a generated default image folder."""
+"""Image datasets as LMDBs (config/README.md, ``images``): ImageFolder and CIFAR python batches in,
+one LMDB per split out, read back by a DataLoader-friendly reader; plus a generated default image
+folder."""
