@@ -684,7 +684,7 @@ def division_train_options():
         "image_size",
         "epochs",
         "batch_size",
-        "lr",
+        "learning_rate",
         "momentum",
         "weight_decay",
         "num_workers",

@@ -107,7 +107,7 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
     "division.max_batch.start": [("division maxbatch", "--start", None)],
     "division.max_batch.limit": [("division maxbatch", "--limit", None)],
     **{f"division.accuracy.{key}": [("division train", f"--{key.replace('_', '-')}", None)]
-       for key in ("epochs", "batch_size", "lr", "momentum", "weight_decay", "num_workers")},
+       for key in ("epochs", "batch_size", "learning_rate", "momentum", "weight_decay", "num_workers")},
     **{f"robust.{key}": [("robust train", f"--{key.replace('_', '-')}", None)]
        for key in ("test_fraction", "train_limit", "test_limit", "hidden_units", "eps", "epochs", "batch_size",
                    "learning_rate", "momentum", "weight_decay", "max_staleness", "queue_size", "timeout_s")},

@@ -32,7 +32,7 @@ def _run(lmdbs, checkpoint, epochs, method="division", batch_size=64, identity="
     val_set = ImageLMDB(lmdbs["val"], EvalTransform(16, _MEAN, _STD))
     cpu = torch.device("cpu")
     model, context = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
-    spec = TrainSpec(epochs=epochs, batch_size=batch_size, lr=0.05, seed=0)
+    spec = TrainSpec(epochs=epochs, batch_size=batch_size, learning_rate=0.05, seed=0)
     with Meter(cpu, sample_interval_s=0) as meter:
         history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint,
                               run_identity({"run": identity}))
@@ -44,7 +44,7 @@ def test_resumed_run_equals_uninterrupted_run(digits_lmdbs, tmp_path):
     assert summary["train_activation_mib"] > 0 and summary["eval_wall_s"] > 0
     assert int(torch.load(tmp_path / "a.pt", weights_only=True)["epoch"]) == 2
     history, model, _ = _run_interrupted(digits_lmdbs, tmp_path / "c.pt")
-    deterministic = ("epoch", "lr", "train_loss", "val_accuracy", "val_loss")
+    deterministic = ("epoch", "learning_rate", "train_loss", "val_accuracy", "val_loss")
     assert [[h[k] for k in deterministic] for h in history] == [[h[k] for k in deterministic] for h in straight]
     for a, b in zip(model.state_dict().values(), straight_model.state_dict().values()):
         assert torch.equal(a, b)

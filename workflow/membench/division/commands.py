@@ -96,7 +96,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--image-size", type=IMAGE_SIZE, default=32)
     train.add_argument("--epochs", type=EPOCHS, default=8)
     train.add_argument("--batch-size", type=BATCH_SIZE, default=64)
-    train.add_argument("--lr", type=LEARNING_RATE, default=0.05)
+    train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.05)
     train.add_argument("--momentum", type=MOMENTUM, default=0.9)
     train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=5e-4)
     train.add_argument("--num-workers", type=WORKERS, default=0)
@@ -249,7 +249,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
     if val_set.classes != train_set.classes:
         raise InputError(args.val_lmdb, f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}", "key '__classes__'")
     model, context = prepare_model(args.model, args.method, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
-    train_spec = TrainSpec(args.epochs, args.batch_size, args.lr, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
+    train_spec = TrainSpec(args.epochs, args.batch_size, args.learning_rate, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
     # Options that do not change what is computed may differ between a killed run and its resumption.
     incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh",
@@ -263,7 +263,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
         write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
     last = history[-1]
     return {
-        "epochs": args.epochs, "lr": args.lr, "train_images": len(train_set), "val_images": len(val_set),
+        "epochs": args.epochs, "learning_rate": args.learning_rate, "train_images": len(train_set), "val_images": len(val_set),
         "num_classes": len(train_set.classes), "val_accuracy": last["val_accuracy"], "val_loss": last["val_loss"],
         "train_loss": last["train_loss"], "best_val_accuracy": max(h["val_accuracy"] for h in history),
         "epoch_s_mean": sum(h["epoch_s"] for h in history) / len(history),

@@ -30,7 +30,7 @@ class TrainSpec:
 
     epochs: int = 8
     batch_size: int = 64
-    lr: float = 0.05
+    learning_rate: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 5e-4
     num_workers: int = 0
@@ -83,7 +83,7 @@ def train_model(
     ranks: Ranks = SINGLE_PROCESS,
 ) -> list[dict[str, float]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
-    (``epoch``, ``lr``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``: the training
+    (``epoch``, ``learning_rate``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``: the training
     epoch's wall time, ``load_1m_max``: the 1-minute load average around it, see
     :mod:`membench.core.timing`).
 
@@ -97,7 +97,7 @@ def train_model(
     every process evaluates, and only the main process writes the checkpoint.
     """
     torch.manual_seed(spec.seed)
-    optimizer = make_optimizer(model, spec.lr, spec.momentum, spec.weight_decay)
+    optimizer = make_optimizer(model, spec.learning_rate, spec.momentum, spec.weight_decay)
     precision = Precision(spec.amp, device)
     trained = data_parallel(model, ranks, device)
     steps_per_epoch = len(_loader(train_set, spec, shuffle=True, epoch=0, ranks=ranks))
@@ -125,7 +125,7 @@ def train_model(
     timer = Timer("epoch", device=device)
     for epoch in range(start_epoch, spec.epochs):
         model.train()
-        lr = optimizer.param_groups[0]["lr"]
+        learning_rate = optimizer.param_groups[0]["lr"]
         loss_sum, steps = 0.0, 0
         with timer.sample(), meter.phase("train"):
             for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
@@ -135,7 +135,7 @@ def train_model(
         with meter.phase("eval"):
             val_accuracy, val_loss = evaluate(model, val_loader, device)
         history.append({
-            "epoch": epoch + 1, "lr": lr, "train_loss": loss_sum / max(steps, 1),
+            "epoch": epoch + 1, "learning_rate": learning_rate, "train_loss": loss_sum / max(steps, 1),
             "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": timer.samples_s[-1],
             "load_1m_max": timer.last_load_1m,
         })

@@ -14,7 +14,7 @@ from membench.core.meter import add_meter_options
 from membench.robust.attacks import ATTACKS
 from membench.robust.data import SOURCES
 from membench.robust.models import MODELS
-from membench.robust.train import GUARD_ACTIONS, LR_SCHEDULES, OPTIMIZERS
+from membench.robust.train import GUARD_ACTIONS, LEARNING_RATE_SCHEDULES, OPTIMIZERS
 from membench.core.options import (BATCH_SIZE, EPOCHS, LEARNING_RATE, MOMENTUM, SEED, THREADS, TIMEOUT_S, WEIGHT_DECAY,
                                    InputDir, InputFile, OutputDir, OutputFile, integer, real)
 
@@ -49,7 +49,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=BATCH_SIZE, default=32)
     train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.01, help="(peak) learning rate")
     train.add_argument("--optimizer", default="adam", choices=OPTIMIZERS)
-    train.add_argument("--lr-schedule", default="cyclic", choices=LR_SCHEDULES)
+    train.add_argument("--learning-rate-schedule", default="cyclic", choices=LEARNING_RATE_SCHEDULES)
     train.add_argument("--momentum", type=MOMENTUM, default=0.9, help="SGD momentum")
     train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=0.0)
     train.add_argument("--threads", type=THREADS, default=1, help="torch threads of the trainer (and of each producer)")

@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
     settings = TrainSettings(
         attack=args.attack, eps=args.eps, steps=args.steps, alpha=args.alpha, epochs=args.epochs,
         batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
-        lr_schedule=args.lr_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+        learning_rate_schedule=args.learning_rate_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
         guard_steps=args.guard_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
         guard_action=args.guard_action, guard_shrink=args.guard_shrink,
         max_staleness=args.max_staleness if parallel else None,
@@ -132,7 +132,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         "producers": args.producers if parallel else 0, "publish_every": args.publish_every if parallel else None,
         "transport": args.transport if parallel else None,
         "max_staleness": settings.max_staleness, "cores": cores,
-        "learning_rate": args.learning_rate, "optimizer": args.optimizer, "lr_schedule": args.lr_schedule,
+        "learning_rate": args.learning_rate, "optimizer": args.optimizer, "learning_rate_schedule": args.learning_rate_schedule,
         "train_samples": len(data.x_train), "test_samples": len(x_test),
         "clean_accuracy": clean_accuracy, "robust_accuracy": robust_accuracy,
         "eval_attack": f"pgd{args.eval_steps}x{args.eval_restarts}",

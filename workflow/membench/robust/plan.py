@@ -13,7 +13,7 @@ Runs are named ``<dataset>/eps<eps>/<variant>`` (variants as :func:`membench.rob
 from __future__ import annotations
 
 _DATA_KEYS = ("test_fraction", "train_limit", "test_limit", "model", "hidden_units", "epochs", "batch_size",
-              "learning_rate", "optimizer", "lr_schedule", "momentum", "weight_decay", "timeout_s")
+              "learning_rate", "optimizer", "learning_rate_schedule", "momentum", "weight_decay", "timeout_s")
 
 
 def _eps_name(eps: float) -> str:

@@ -27,7 +27,7 @@ from membench.core.timing import Timer
 from membench.robust.attacks import attack, evaluate
 
 OPTIMIZERS = ("adam", "sgd")
-LR_SCHEDULES = ("constant", "cyclic")
+LEARNING_RATE_SCHEDULES = ("constant", "cyclic")
 GUARD_ACTIONS = ("shrink", "stop")
 
 
@@ -52,7 +52,7 @@ class TrainSettings:
     batch_size: int
     learning_rate: float
     optimizer: str = "adam"
-    lr_schedule: str = "cyclic"
+    learning_rate_schedule: str = "cyclic"
     momentum: float = 0.9
     weight_decay: float = 0.0
     seed: int = 0
@@ -133,7 +133,7 @@ class SequentialSource:
 
 
 def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: int):
-    """Optimiser and per-step learning-rate schedule (``cyclic``: linear 0 -> lr over the first 2/5
+    """Optimiser and per-step learning-rate schedule (``cyclic``: linear 0 -> learning_rate over the first 2/5
     of the steps, then back to 0, as Wong et al.)."""
     if settings.optimizer == "adam":
         optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
@@ -144,7 +144,7 @@ def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: i
     peak = 0.4 * total
 
     def factor(step: int) -> float:
-        if settings.lr_schedule == "constant":
+        if settings.learning_rate_schedule == "constant":
             return 1.0
         return step / peak if step < peak else max(0.0, (total - step) / (total - peak))
 
