@@ -1,4 +1,4 @@
-# Application classification (seed 001): the C++ kernels' build, graphs (RMAT data graphs, induced
+# Application classification: the C++ kernels' build, graphs (RMAT data graphs, induced
 # patterns), benchmark jobs (implementation x device x threads x precision x graph pair), their table,
 # graph statistics, figures.
 

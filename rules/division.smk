@@ -1,4 +1,4 @@
-# DIVISION (seed 003): image data as LMDBs, memory / throughput / largest-batch benchmarks of
+# DIVISION: image data as LMDBs, memory / throughput / largest-batch benchmarks of
 # vanilla, DIVISION, ActNN-style 2-bit and checkpointing, accuracy runs, tables and figures.
 
 

@@ -1,4 +1,4 @@
-# HotConv (seed 000): MalConv, MalConv2, HotConv and HotConv-Eco trained on BODMAS folds and
+# HotConv: MalConv, MalConv2, HotConv and HotConv-Eco trained on BODMAS folds and
 # measured side by side; the memory sweep; the table and figures of the report.
 
 

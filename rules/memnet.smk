@@ -1,4 +1,4 @@
-# GPUMemNet (seed 002): generate configurations, measure each in its own process, clean into
+# GPUMemNet: generate configurations, measure each in its own process, clean into
 # GPUMemNet's CSV format, evaluate every estimator (measured and published data), train them for
 # `membench memnet predict`, then the table and figures.
 

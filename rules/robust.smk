@@ -1,4 +1,4 @@
-# Robust training (seed 004): sequential PGD-K / FGSM-RS baselines and parallel adversary generation
+# Robust training: sequential PGD-K / FGSM-RS baselines and parallel adversary generation
 # (P producers, one trainer publishing weights every k steps), swept over P and k; the scaling table
 # with speed-ups over the best sequential run on the same cores, and its figures.
 
