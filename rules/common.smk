@@ -5,8 +5,6 @@ import os
 import re
 import shlex
 
-from snakemake.exceptions import WorkflowError
-
 from membench import workflow_support
 from snakemake.logging import logger
 
@@ -84,22 +82,6 @@ def gpu_count():
     return 0 if config["device"] == "cpu" else 1
 
 
-# -- user datasets ------------------------------------------------------------------------------
-# Each rules file registers the paths of user data its config names, as (config key, path); the
-# Snakefile checks them all at start, so a missing dataset is reported before any job runs.
-DATASET_PATHS = []
-
-
-def check_dataset_paths():
-    missing = [(key, path) for key, path in DATASET_PATHS if not os.path.exists(path)]
-    if missing:
-        lines = "\n".join(f"  {key}: {path}" for key, path in missing)
-        raise WorkflowError(
-            f"membench: {len(missing)} dataset path(s) named in the config do not exist:\n{lines}\n"
-            "Point these keys at your copies of the data (see config/README.md)."
-        )
-
-
 # -- meter ---------------------------------------------------------------------------------------
 def meter_options():
     """The meter's settings as options of a job command."""
@@ -138,12 +120,6 @@ SYNTHETIC_KEYS = (
     "gzip_fraction",
 )
 SPLITS = ("train", "val", "test")
-
-
-for _name, _spec in BODMAS.items():
-    if _spec["source"] == "directory":
-        DATASET_PATHS.append((f"bodmas.datasets.{_name}.metadata", _spec["metadata"]))
-        DATASET_PATHS.append((f"bodmas.datasets.{_name}.binaries", _spec["binaries"]))
 
 
 def bodmas_datasets(source=None):
@@ -242,25 +218,9 @@ def appclass_variant_name(variant):
 def appclass_variants():
     variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
     for variant in APPCLASS["variants"]:
-        reference_part = {k: v for k, v in variant.items() if k != "kernels"}
-        if (
-            variant["implementation"] == "reference"
-            and reference_part != APPCLASS_REFERENCE
-        ):
-            raise WorkflowError(
-                f"config appclass.variants: the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
-            )
         variants[appclass_variant_name(variant)] = variant
     return variants
 
-
-for _kind in ("graphs", "patterns"):
-    for _name, _spec in APPCLASS[_kind].items():
-        if _spec["source"] == "files":
-            DATASET_PATHS.append(
-                (f"appclass.{_kind}.{_name}.vertices", _spec["vertices"])
-            )
-            DATASET_PATHS.append((f"appclass.{_kind}.{_name}.edges", _spec["edges"]))
 
 APPCLASS_REFERENCE_VARIANT = appclass_variant_name(APPCLASS_REFERENCE)
 APPCLASS_VARIANTS = appclass_variants()
@@ -439,13 +399,6 @@ HOTCONV_SWEEP_VARIANTS = sorted(
 )
 
 
-_unknown = [d for d in HOTCONV["datasets"] if d not in BODMAS]
-if _unknown:
-    raise WorkflowError(
-        f"config hotconv.datasets: {', '.join(_unknown)} not among bodmas.datasets ({', '.join(BODMAS)})"
-    )
-
-
 def hotconv_job_dir(dataset, variant, fold):
     return f"results/hotconv/{dataset}/{variant}/fold_{fold}"
 
@@ -536,10 +489,6 @@ DIGITS_KEYS = (
     "images_per_class",
 )
 DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
-
-for _name, _spec in IMAGES.items():
-    if _spec["source"] != "digits":
-        DATASET_PATHS.append((f"images.datasets.{_name}.root", _spec["root"]))
 
 
 def image_datasets(source=None):
@@ -644,35 +593,13 @@ def division_max_batch_files():
     ]
 
 
-def division_accuracy_dataset():
-    name = DIVISION["accuracy"]["dataset"]
-    if name not in IMAGES:
-        raise WorkflowError(
-            f"config key division.accuracy.dataset: {name!r} is not one of images.datasets ({', '.join(IMAGES)})"
-        )
-    return name
-
-
-def division_accuracy_methods():
-    methods = DIVISION["accuracy"].get("methods")
-    if methods is None:
-        return DIVISION_METHODS
-    unknown = [m for m in methods if m not in DIVISION_METHODS]
-    if unknown:
-        raise WorkflowError(
-            f"config key division.accuracy.methods: {', '.join(unknown)} not in division.methods ({', '.join(DIVISION_METHODS)})"
-        )
-    return methods
-
-
 def division_accuracy_files():
     if not DIVISION_METHODS:
         return []
     spec = DIVISION["accuracy"]
-    dataset = division_accuracy_dataset()
     return [
-        f"results/division/accuracy/{dataset}/{spec['model']}/{method}/metrics.json"
-        for method in division_accuracy_methods()
+        f"results/division/accuracy/{spec['dataset']}/{spec['model']}/{method}/metrics.json"
+        for method in spec.get("methods") or DIVISION_METHODS
     ]
 
 
@@ -743,24 +670,6 @@ ROBUST_NODE_RUNS = [
     run for run, options in ROBUST_RUNS.items() if spans_nodes(options, ROBUST["nodes"])
 ]
 
-if ROBUST["nodes"] > 1:
-    if ROBUST["transport"] != "distributed":
-        raise WorkflowError(
-            "config robust.nodes: runs span several nodes only with robust.transport: distributed"
-        )
-    if ROBUST["producers"] and ROBUST["nodes"] > min(ROBUST["producers"]) + 1:
-        raise WorkflowError(
-            f"config robust.nodes: {ROBUST['nodes']} nodes need at least as many ranks, but a run "
-            f"with P = {min(ROBUST['producers'])} producers has {min(ROBUST['producers']) + 1}"
-        )
-
-if ROBUST["dataset"] != "digits":
-    if ROBUST["root"] is None:
-        raise WorkflowError(
-            f"config robust.root: dataset {ROBUST['dataset']} needs the directory of its files"
-        )
-    DATASET_PATHS.append(("robust.root", ROBUST["root"]))
-
 
 def robust_job_dir(run):
     return f"results/robust/{run}"
@@ -830,19 +739,6 @@ MEMNET_ESTIMATOR_KEYS = (
     "transformer_epochs",
     "optimizer",
 )
-
-for _name, _spec in MEMNET_PUBLISHED.items():
-    DATASET_PATHS.append((f"memnet.published.{_name}.path", _spec["path"]))
-
-_clash = [
-    name
-    for name in MEMNET_PUBLISHED
-    if name in {f"measured_{f}" for f in ("mlp", "cnn", "transformer")}
-]
-if _clash:
-    raise WorkflowError(
-        f"config memnet.published: {', '.join(_clash)} is the name of a measured dataset; rename it"
-    )
 
 
 def memnet_datasets():

@@ -53,6 +53,7 @@ def test_format_matches_c_printf():
     assert format_beliefs(np.array([[1e-310, 0.0], [-0.0, 12345.678]])) == "1.000000e-310\n0.000000e+00\n-0.000000e+00\n1.234568e+04\n"
 
 
-def test_memory_formula_matches_the_seed():
-    # The seed's example: 6M nodes, 18M edges, 10 pattern nodes, 20 pattern edges -> ~13 GB.
+def test_memory_formula_matches_gunrocks_report():
+    # The example of Gunrock's Application Classification report: 6M nodes, 18M edges, 10 pattern
+    # nodes, 20 pattern edges -> about 13 GB.
     assert 12e9 < formula_bytes(6_000_000, 18_000_000, 10, 20) < 13.5e9

@@ -162,7 +162,7 @@ def test_division_accuracy_methods_choose_the_training_runs(tmp_path):
     assert trainings and trainings[0].split()[-1] == "1", trainings
     bad = snakemake(tmp_path, "-n", "--config", "division={accuracy: {methods: [checkpoint]}}")
     assert bad.returncode != 0
-    assert "division.accuracy.methods: checkpoint not in division.methods (vanilla, division)" in bad.stdout + bad.stderr
+    assert "key 'division.accuracy.methods': checkpoint not in division.methods (vanilla, division)" in bad.stdout + bad.stderr
 
 
 def test_forcerun_with_the_target_first_runs_only_that_rule(finished_run):

@@ -4,7 +4,9 @@ Snakemake's own ``validate`` prints the whole schema and config after the one us
 ``--config key=value`` hands nested values over as strings (``--config hotconv='{epochs: 3}'``
 gives ``{"epochs": "3"}``). :func:`check_config` turns such strings into the type the schema asks
 for, then reports the first violation as one line that names the key (and, for a misspelt key,
-the closest valid one). Defaults are filled in afterwards by Snakemake's ``validate``.
+the closest valid one). Defaults are filled in afterwards by Snakemake's ``validate``; then
+:func:`check_settings` checks what a schema cannot say (a key naming an entry of another section,
+user data paths that must exist), with errors of the same form.
 """
 
 from __future__ import annotations
@@ -155,3 +157,92 @@ def _describe(error: jsonschema.ValidationError) -> str:
     found = repr(error.instance)
     shown = found if len(found) <= 80 else found[:77] + "..."
     return error.message.replace(found, shown)
+
+
+# The only way the NumPy reference runs: every torch variant is checked against its beliefs.
+APPCLASS_REFERENCE = {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"}
+MEMNET_FAMILIES = ("mlp", "cnn", "transformer")
+
+
+def check_settings(config: dict, source: str = "the config") -> None:
+    """Check what the schema cannot: keys that name each other, and the user data paths.
+
+    Parameters
+    ----------
+    config : dict
+        The configuration after :func:`check_config`, completed with the schema's defaults.
+    source : str
+        What to name as the config's origin in an error (its files).
+
+    Raises
+    ------
+    InputError
+        For the first key that names something the config does not hold (a HotConv dataset that is
+        not a BODMAS dataset, ...), and then for the paths of :func:`dataset_paths` that do not
+        exist, all named in one line.
+    """
+    for key, problem in _cross_key_problems(config):
+        raise InputError(source, problem, where=f"key '{key}'")
+    missing = [(key, path) for key, path in dataset_paths(config) if not os.path.exists(path)]
+    if missing:
+        listed = ", ".join(f"{key}: {path}" for key, path in missing)
+        raise InputError(source, f"{len(missing)} dataset path(s) named in the config do not exist: {listed}; point "
+                                 "these keys at your copies of the data (see config/README.md)")
+
+
+def _cross_key_problems(config: dict):
+    """(dotted key, problem) of each key that contradicts another, in the order of the config."""
+    for i, variant in enumerate(config["appclass"]["variants"]):
+        reference_part = {key: value for key, value in variant.items() if key != "kernels"}
+        if variant["implementation"] == "reference" and reference_part != APPCLASS_REFERENCE:
+            yield f"appclass.variants.{i}", f"the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
+    bodmas = config["bodmas"]["datasets"]
+    unknown = [name for name in config["hotconv"]["datasets"] if name not in bodmas]
+    if unknown:
+        yield "hotconv.datasets", f"{', '.join(unknown)} not among bodmas.datasets ({', '.join(bodmas)})"
+    division, images = config["division"], config["images"]["datasets"]
+    # The accuracy runs exist only when division measures some method.
+    if division["methods"]:
+        dataset = division["accuracy"]["dataset"]
+        if dataset not in images:
+            yield "division.accuracy.dataset", f"{dataset!r} is not one of images.datasets ({', '.join(images)})"
+        methods = division["accuracy"].get("methods")
+        unknown = [method for method in methods or [] if method not in division["methods"]]
+        if unknown:
+            yield ("division.accuracy.methods",
+                   f"{', '.join(unknown)} not in division.methods ({', '.join(division['methods'])})")
+    robust = config["robust"]
+    if robust["nodes"] > 1:
+        if robust["transport"] != "distributed":
+            yield "robust.nodes", "runs span several nodes only with robust.transport: distributed"
+        fewest = min(robust["producers"], default=None)
+        if fewest is not None and robust["nodes"] > fewest + 1:
+            yield ("robust.nodes", f"{robust['nodes']} nodes need at least as many ranks, but a run with P = {fewest} "
+                                   f"producers has {fewest + 1}")
+    if robust["dataset"] != "digits" and robust["root"] is None:
+        yield "robust.root", f"dataset {robust['dataset']} needs the directory of its files"
+    clash = [name for name in config["memnet"]["published"] if name in {f"measured_{f}" for f in MEMNET_FAMILIES}]
+    if clash:
+        yield "memnet.published", f"{', '.join(clash)} is the name of a measured dataset; rename it"
+
+
+def dataset_paths(config: dict) -> list[tuple[str, str]]:
+    """(dotted key, path) of every user data file or directory the config names, whether or not
+    its system runs: a run reports each missing one before any job starts."""
+    paths = []
+    for name, spec in config["bodmas"]["datasets"].items():
+        if spec["source"] == "directory":
+            paths += [(f"bodmas.datasets.{name}.{key}", spec[key]) for key in ("metadata", "binaries")]
+    for kind in ("graphs", "patterns"):
+        for name, spec in config["appclass"][kind].items():
+            if spec["source"] == "files":
+                paths += [(f"appclass.{kind}.{name}.{key}", spec[key]) for key in ("vertices", "edges")]
+    for name, spec in config["images"]["datasets"].items():
+        if spec["source"] != "digits":
+            paths.append((f"images.datasets.{name}.root", spec["root"]))
+    robust = config["robust"]
+    if robust["dataset"] != "digits" and robust["root"] is not None:
+        paths.append(("robust.root", robust["root"]))
+    for name, spec in config["memnet"]["published"].items():
+        paths.append((f"memnet.published.{name}.path", spec["path"]))
+    return paths
