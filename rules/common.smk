@@ -15,11 +15,15 @@ FINAL_OUTPUTS = []
 
 
 # -- a lock left by a killed Snakemake is removed (membench.core.snakemake_lock) ------------------
+# Here, while the workflow is read: Snakemake takes its lock after reading and before onstart. Only
+# in the process that runs the jobs: a dry run or a lint takes no lock, and the Snakemake of a
+# cluster job must not touch the lock of the run that submitted it.
 from membench.core import snakemake_lock
 
-_stale_lock = snakemake_lock.clear_stale_lock()
-if _stale_lock:
-    logger.warning(f"membench: {_stale_lock}")
+if workflow_support.starts_jobs(workflow):
+    _stale_lock = snakemake_lock.clear_stale_lock()
+    if _stale_lock:
+        logger.warning(f"membench: {_stale_lock}")
 
 
 onstart:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from types import SimpleNamespace
 
 import pytest
 
@@ -127,3 +128,12 @@ def test_local_gpu_count_asks_nvml(monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: calls.append("shutdown"))
     assert ws.local_gpu_count() == 2
     assert calls == ["init", "shutdown"]
+
+
+@pytest.mark.parametrize(("main", "dryrun", "lint", "starts"), [
+    (True, False, False, True), (True, True, False, False), (True, False, True, False), (False, False, False, False),
+])
+def test_only_the_process_of_a_run_starts_jobs(main, dryrun, lint, starts):
+    workflow = SimpleNamespace(is_main_process=main, output_settings=SimpleNamespace(dryrun=dryrun),
+                               check_envvars=not lint)
+    assert ws.starts_jobs(workflow) is starts

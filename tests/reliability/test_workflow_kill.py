@@ -3,12 +3,15 @@ again completes, with the same tables as an uninterrupted run."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 import faults
 import pytest
 import yaml
+
+from membench.core import snakemake_lock
 
 pytestmark = pytest.mark.workflow
 
@@ -54,6 +57,23 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
     for table in TABLES:
         assert faults.comparable_table(killed / table).equals(faults.comparable_table(clean / table)), table
     faults.record_survived()
+
+
+def test_a_dead_snakemakes_lock_is_removed_by_a_run_only(tmp_path):
+    # The lock and owner record a killed Snakemake leaves behind.
+    snakemake_dir = tmp_path / ".snakemake"
+    (snakemake_dir / "locks").mkdir(parents=True)
+    (snakemake_dir / "locks" / "0.input.lock").write_text("x\n")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    snakemake_lock.record_owner(snakemake_dir, pid=dead.pid)
+    for args in (["-n"], ["--lint"]):
+        checked = faults.run(_snakemake(tmp_path, *args))
+        assert "removed the lock" not in checked.output, args
+        assert (snakemake_dir / "locks" / "0.input.lock").exists(), f"{args} removed the lock"
+    ran = faults.run(_snakemake(tmp_path, "results/data/bodmas/tiny/metadata.csv"))
+    assert ran.returncode == 0 and "removed the lock of Snakemake process" in ran.output, ran.output[-3000:]
+    assert (tmp_path / "results" / "data" / "bodmas" / "tiny" / "metadata.csv").exists()
 
 
 @pytest.mark.parametrize("kernels,builds", [("torch", False), ("auto", True)])

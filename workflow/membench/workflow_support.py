@@ -173,6 +173,14 @@ def robust_train_launcher(options: Mapping[str, Any], nodes: int) -> str:
 # -- local runs --------------------------------------------------------------------------------------
 
 
+def starts_jobs(workflow: Any) -> bool:
+    """Whether the Snakemake process reading the workflow (``workflow``, Snakemake's object) is the
+    one that runs its jobs and takes the working directory's lock: not a dry run (``-n``), not a
+    lint (``--lint`` reads the workflow with ``check_envvars`` off), and not the Snakemake that a
+    cluster job or a job group runs for one job (``is_main_process`` false)."""
+    return bool(workflow.is_main_process and not workflow.output_settings.dryrun and workflow.check_envvars)
+
+
 def local_gpu_count() -> int:
     """GPUs this machine shows to its jobs: ``CUDA_VISIBLE_DEVICES`` where set, else NVML's count,
     else 0 (no driver). Jobs measured on a GPU read the whole device (NVML memory, energy), so a
