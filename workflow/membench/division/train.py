@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from membench.core.checkpoint import resume_checkpoint, save_checkpoint
 from membench.core.distributed import SINGLE_PROCESS, Ranks, data_parallel, per_process_batch
 from membench.core.meter import Meter
+from membench.core.seeding import seeded
 from membench.core.timing import Timer
 from membench.division.bench import make_optimizer, training_step
 from membench.division.functions import CompressionContext
@@ -70,6 +71,18 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> tupl
     return correct / max(total, 1), loss_sum / max(total, 1)
 
 
+@dataclass
+class _Run:
+    """What an accuracy run steps, and its checkpoint holds."""
+
+    model: nn.Module
+    context: CompressionContext | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    precision: Precision
+    trained: nn.Module  # the model as the steps call it: data-parallel under torchrun
+
+
 def train_model(
     model: nn.Module,
     context: CompressionContext | None,
@@ -96,65 +109,90 @@ def train_model(
     takes ``batch_size / world_size`` images of every global batch and gradients are averaged;
     every process evaluates, and only the main process writes the checkpoint.
     """
-    torch.manual_seed(spec.seed)
+    # Data augmentation draws from the global generator: the whole run is seeded, so that its data
+    # and rounding noise repeat, and the caller's random state is left as it was.
+    with seeded(spec.seed, device):
+        run = _start(model, context, train_set, spec, device, ranks)
+        history = _resume(run, checkpoint_path, identity, device)
+        val_loader = _loader(val_set, spec, shuffle=False, epoch=0)
+        timer = Timer("epoch", device=device)
+        for epoch in range(len(history), spec.epochs):
+            history.append(_train_epoch(run, train_set, val_loader, spec, epoch, device, meter, timer, ranks))
+            _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
+            if ranks.is_main:
+                save_checkpoint(checkpoint_path, _checkpoint_state(run, history), identity)
+    return history
+
+
+def _start(model: nn.Module, context: CompressionContext | None, train_set: Dataset, spec: TrainSpec,
+           device: torch.device, ranks: Ranks) -> _Run:
+    """A fresh run: the optimiser with its per-step cosine schedule, the precision, the data-parallel model."""
     optimizer = make_optimizer(model, spec.learning_rate, spec.momentum, spec.weight_decay)
     precision = Precision(spec.amp, device)
     trained = data_parallel(model, ranks, device)
     steps_per_epoch = len(_loader(train_set, spec, shuffle=True, epoch=0, ranks=ranks))
     if steps_per_epoch == 0:
         raise ValueError(f"batch size {spec.batch_size} exceeds the {len(train_set)} training images")
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, spec.epochs * steps_per_epoch) / (spec.epochs * steps_per_epoch)))
-    )
-    history: list[dict[str, float]] = []
-    start_epoch = 0
+    steps = spec.epochs * steps_per_epoch
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)))
+    return _Run(model, context, optimizer, scheduler, precision, trained)
+
+
+def _resume(run: _Run, checkpoint_path: str | os.PathLike, identity: dict, device: torch.device) -> list[dict[str, float]]:
+    """Load the checkpoint of a run of the same ``identity`` into ``run`` and torch's generator; return
+    the history of its epochs (empty when there is none to resume)."""
     state = resume_checkpoint(checkpoint_path, identity, map_location=device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if context is not None:
-            context.load_state_dict(state["compression"])
-        if precision.scaler is not None and state.get("grad_scaler"):
-            precision.scaler.load_state_dict(state["grad_scaler"])
-        torch.set_rng_state(state["torch_rng"])
-        history = [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
-        start_epoch = int(state["epoch"])
-        _log.info("resumed from %s at epoch %d", checkpoint_path, start_epoch)
-    val_loader = _loader(val_set, spec, shuffle=False, epoch=0)
-    timer = Timer("epoch", device=device)
-    for epoch in range(start_epoch, spec.epochs):
-        model.train()
-        learning_rate = optimizer.param_groups[0]["lr"]
-        loss_sum, steps = 0.0, 0
-        with timer.sample(), meter.phase("train"):
-            for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
-                loss_sum += training_step(trained, optimizer, inputs.to(device), targets.to(device), meter, precision)
-                scheduler.step()
-                steps += 1
-        with meter.phase("eval"):
-            val_accuracy, val_loss = evaluate(model, val_loader, device)
-        history.append({
-            "epoch": epoch + 1, "learning_rate": learning_rate, "train_loss": loss_sum / max(steps, 1),
-            "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": timer.samples_s[-1],
-            "load_1m_max": timer.last_load_1m,
-        })
-        _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
-        if not ranks.is_main:
-            continue
-        columns = list(history[0])
-        save_checkpoint(checkpoint_path, {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "compression": {} if context is None else context.state_dict(),
-            "grad_scaler": {} if precision.scaler is None else precision.scaler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "epoch": epoch + 1,
-            "history_columns": columns,
-            "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
-        }, identity)
-    return history
+    if state is None:
+        return []
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    if run.context is not None:
+        run.context.load_state_dict(state["compression"])
+    if run.precision.scaler is not None and state.get("grad_scaler"):
+        run.precision.scaler.load_state_dict(state["grad_scaler"])
+    torch.set_rng_state(state["torch_rng"])
+    _log.info("resumed from %s at epoch %d", checkpoint_path, int(state["epoch"]))
+    return [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
+
+
+def _train_epoch(run: _Run, train_set: Dataset, val_loader: DataLoader, spec: TrainSpec, epoch: int,
+                 device: torch.device, meter: Meter, timer: Timer, ranks: Ranks) -> dict[str, float]:
+    """Train epoch ``epoch`` (from 0; meter phase ``train``, a sample of ``timer``), then evaluate
+    (phase ``eval``); return the epoch's history row."""
+    run.model.train()
+    learning_rate = run.optimizer.param_groups[0]["lr"]
+    loss_sum, steps = 0.0, 0
+    with timer.sample(), meter.phase("train"):
+        for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
+            loss_sum += training_step(run.trained, run.optimizer, inputs.to(device), targets.to(device), meter,
+                                      run.precision)
+            run.scheduler.step()
+            steps += 1
+    with meter.phase("eval"):
+        val_accuracy, val_loss = evaluate(run.model, val_loader, device)
+    return {
+        "epoch": epoch + 1, "learning_rate": learning_rate, "train_loss": loss_sum / max(steps, 1),
+        "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": timer.samples_s[-1],
+        "load_1m_max": timer.last_load_1m,
+    }
+
+
+def _checkpoint_state(run: _Run, history: list[dict[str, float]]) -> dict:
+    """What the checkpoint after the last epoch of ``history`` holds: the run, torch's generator
+    (the next epoch's augmentation) and the history."""
+    columns = list(history[0])
+    return {
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "compression": {} if run.context is None else run.context.state_dict(),
+        "grad_scaler": {} if run.precision.scaler is None else run.precision.scaler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "epoch": len(history),
+        "history_columns": columns,
+        "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
+    }
 
 
 def checkpoint_file(outdir: str | os.PathLike) -> Path:
