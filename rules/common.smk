@@ -721,7 +721,7 @@ def robust_nodes_gpu_resources():
 def robust_run_minutes(run):
     """Minutes: the default digits runs take seconds; CIFAR-10 PreActResNet-18 about 10 min an epoch on a GPU."""
     per_epoch = 15 if ROBUST["dataset"] == "cifar10" else 1
-    return 10 + ROBUST["epochs"] * per_epoch * ROBUST_RUNS[run]["steps"]
+    return 10 + ROBUST["epochs"] * per_epoch * ROBUST_RUNS[run]["attack_steps"]
 
 
 wildcard_constraints:

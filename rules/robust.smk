@@ -89,11 +89,11 @@ rule robust_table:
         mem_mb=1000,
         runtime=10,
     params:
-        steps=ROBUST["steps"],
-        weak_base_steps=ROBUST["weak_base_steps"],
+        attack_steps=ROBUST["attack_steps"],
+        weak_base_attack_steps=ROBUST["weak_base_attack_steps"],
     shell:
-        "membench robust table --out {output.csv:q} --strong-steps {params.steps:q}"
-        " --weak-base-steps {params.weak_base_steps:q} {input:q} > {log:q} 2>&1"
+        "membench robust table --out {output.csv:q} --attack-steps {params.attack_steps:q}"
+        " --weak-base-attack-steps {params.weak_base_attack_steps:q} {input:q} > {log:q} 2>&1"
 
 
 rule robust_plot_scaling:

@@ -112,13 +112,13 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
        for key in ("test_fraction", "train_limit", "test_limit", "hidden_units", "eps", "epochs", "batch_size",
                    "learning_rate", "momentum", "weight_decay", "max_staleness", "queue_size", "timeout_s")},
     "robust.hard_eps.[]": [("robust train", "--eps", None)],
-    "robust.steps": [("robust train", "--steps", None), ("robust table", "--strong-steps", None)],
-    "robust.weak_base_steps": [("robust table", "--weak-base-steps", None)],
+    "robust.attack_steps": [("robust train", "--attack-steps", None), ("robust table", "--attack-steps", None)],
+    "robust.weak_base_attack_steps": [("robust table", "--weak-base-attack-steps", None)],
     "robust.sequential_threads.[]": [("robust train", "--threads", None)],
     "robust.producers.[]": [("robust train", "--producers", None)],
     "robust.publish_every.[]": [("robust train", "--publish-every", None)],
-    **{f"robust.{section}.{key}": [("robust train", f"--{section}-{key}", None)]
-       for section, keys in (("eval", ("steps", "restarts", "samples")), ("guard", ("steps", "samples", "drop", "shrink")))
+    **{f"robust.{section}.{key}": [("robust train", f"--{section}-{key.replace('_', '-')}", None)]
+       for section, keys in (("eval", ("attack_steps", "restarts", "samples")), ("guard", ("attack_steps", "samples", "drop", "shrink")))
        for key in keys},
 }
 # Keys whose schema admits one more value below the option's range, meaning "none": the rules then

@@ -336,7 +336,7 @@ CASES = [
         "name must be"),
     Case("a pickled checkpoint is refused without loading code", lambda t: (
         ["robust", "train", "--outdir", str(t / "job"), "--epochs", "1", "--train-limit", "64", "--test-limit", "32",
-         "--eval-steps", "1", "--eval-restarts", "1", "--guard-samples", "16", "--steps", "1", "--hidden-units", "8",
+         "--eval-attack-steps", "1", "--eval-restarts", "1", "--guard-samples", "16", "--attack-steps", "1", "--hidden-units", "8",
          "--device", "cpu"], [_pickled_checkpoint(t)]), "never loads pickled code"),
 ]
 

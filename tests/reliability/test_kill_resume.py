@@ -114,8 +114,8 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, t
 def _robust_train(outdir):
     return faults.membench(
         "robust", "train", "--outdir", outdir, "--mode", "sequential", "--source", "digits", "--epochs", "3",
-        "--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--steps", "2", "--batch-size", "32",
-        "--eval-steps", "3", "--eval-restarts", "1", "--guard-steps", "2", "--guard-samples", "32",
+        "--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32",
+        "--eval-attack-steps", "3", "--eval-restarts", "1", "--guard-attack-steps", "2", "--guard-samples", "32",
         "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")
 
 

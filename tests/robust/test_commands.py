@@ -19,8 +19,8 @@ from membench.core.timing import TIMING_FIELDS
 from membench.robust.plan import plan_runs
 from membench.robust.scaling import scaling_table
 
-QUICK = ["--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--steps", "2", "--batch-size", "32",
-         "--eval-steps", "3", "--eval-restarts", "1", "--guard-steps", "2", "--guard-samples", "32",
+QUICK = ["--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32",
+         "--eval-attack-steps", "3", "--eval-restarts", "1", "--guard-attack-steps", "2", "--guard-samples", "32",
          "--sample-interval-s", "0", "--device", "cpu"]
 
 
@@ -127,18 +127,18 @@ def _metrics(tmp_path, name, **fields):
 
 def test_scaling_table_sets_runs_against_the_fastest_sequential_run_on_their_cores(tmp_path):
     paths = [
-        _metrics(tmp_path, "seq-pgd4-t1", mode="sequential", steps=4, cores=1, train_wall_s=10.0),
-        _metrics(tmp_path, "seq-pgd4-t2", mode="sequential", steps=4, cores=2, train_wall_s=8.0, threads=2,
+        _metrics(tmp_path, "seq-pgd4-t1", mode="sequential", attack_steps=4, cores=1, train_wall_s=10.0),
+        _metrics(tmp_path, "seq-pgd4-t2", mode="sequential", attack_steps=4, cores=2, train_wall_s=8.0, threads=2,
                  robust_accuracy=0.80),
-        _metrics(tmp_path, "seq-pgd2-t1", mode="sequential", steps=2, cores=1, train_wall_s=6.0),
-        _metrics(tmp_path, "par-pgd4-p1-k1", mode="parallel", steps=4, cores=2, producers=1, publish_every=1,
+        _metrics(tmp_path, "seq-pgd2-t1", mode="sequential", attack_steps=2, cores=1, train_wall_s=6.0),
+        _metrics(tmp_path, "par-pgd4-p1-k1", mode="parallel", attack_steps=4, cores=2, producers=1, publish_every=1,
                  train_wall_s=4.0, robust_accuracy=0.82),
-        _metrics(tmp_path, "par-pgd4-p2-k1", mode="parallel", steps=4, cores=3, producers=2, publish_every=1,
+        _metrics(tmp_path, "par-pgd4-p2-k1", mode="parallel", attack_steps=4, cores=3, producers=2, publish_every=1,
                  train_wall_s=2.0),
-        _metrics(tmp_path, "par-pgd2-p1-k1", mode="parallel", steps=2, cores=2, producers=1, publish_every=1,
+        _metrics(tmp_path, "par-pgd2-p1-k1", mode="parallel", attack_steps=2, cores=2, producers=1, publish_every=1,
                  train_wall_s=3.0),
     ]
-    table = scaling_table(paths, strong_steps=4, weak_base_steps=2)
+    table = scaling_table(paths, attack_steps=4, weak_base_attack_steps=2)
     rows = {(r.variant, r.scaling): r for r in table.itertuples()}
     assert rows[("par-pgd4-p1-k1", "strong")].speedup == pytest.approx(2.0)
     assert rows[("par-pgd4-p1-k1", "strong")].baseline_variant == "seq-pgd4-t2"
@@ -163,7 +163,7 @@ def test_plan_names_baselines_for_strong_and_weak_scaling():
     config = yaml.safe_load((Path(__file__).parents[2] / "config" / "config.yaml").read_text())["robust"]
     config |= {"root": None, "test_fraction": 0.2, "train_limit": None, "test_limit": None, "momentum": 0.9,
                "weight_decay": 0.0, "timeout_s": 300, "queue_size": None, "transport": "shared_memory",
-               "guard": {"steps": 10, "samples": 256, "drop": 0.5, "action": "shrink", "shrink": 0.5}}
+               "guard": {"attack_steps": 10, "samples": 256, "drop": 0.5, "action": "shrink", "shrink": 0.5}}
     config["sequential_threads"] = [1, 2]
     config["publish_every"] = [1, 4]  # the paper's k; the default config runs k = 1 only
     runs = plan_runs(config)

@@ -16,8 +16,8 @@ from membench.cli import main
 from membench.core.distributed import Ranks, launched_ranks
 
 OPTIONS = ["--mode", "parallel", "--producers", "2", "--train-limit", "192", "--test-limit", "64",
-           "--hidden-units", "32", "--steps", "2", "--batch-size", "32", "--eval-steps", "3", "--eval-restarts", "1",
-           "--guard-steps", "2", "--guard-samples", "32", "--sample-interval-s", "0", "--device", "cpu",
+           "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32", "--eval-attack-steps", "3", "--eval-restarts", "1",
+           "--guard-attack-steps", "2", "--guard-samples", "32", "--sample-interval-s", "0", "--device", "cpu",
            "--max-staleness", "3", "--timeout-s", "60"]
 
 

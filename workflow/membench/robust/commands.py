@@ -42,9 +42,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--hidden-units", type=integer(1, 65536), default=256, help="MLP hidden width")
     train.add_argument("--attack", default="pgd", choices=ATTACKS, help="training attack (fgsm: FGSM-RS)")
     train.add_argument("--eps", type=real(0, 1, exclusive_low=True), default=0.1, help="L-inf radius on [0, 1] inputs")
-    train.add_argument("--steps", type=ATTACK_STEPS, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
+    train.add_argument("--attack-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
     train.add_argument("--alpha", type=real(0, 1, exclusive_low=True), default=None,
-                       help="training attack step; default 2.5 eps / steps (PGD), 1.25 eps (FGSM-RS)")
+                       help="training attack step; default 2.5 eps / attack steps (PGD), 1.25 eps (FGSM-RS)")
     train.add_argument("--epochs", type=EPOCHS, default=10)
     train.add_argument("--batch-size", type=BATCH_SIZE, default=32)
     train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.01, help="(peak) learning rate")
@@ -62,10 +62,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                        "1..P of a process group started by torchrun or srun (distributed; this process is a rank)")
     train.add_argument("--queue-size", type=integer(1, 1024), default=None, help="parallel: attacked batches in flight (default 2 P)")
     train.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0, help="parallel: longest wait for any process")
-    train.add_argument("--eval-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation")
+    train.add_argument("--eval-attack-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation")
     train.add_argument("--eval-restarts", type=integer(1, 1000), default=5, help="random restarts of the final evaluation")
     train.add_argument("--eval-samples", type=SAMPLES, default=None, help="evaluate the first N test samples")
-    train.add_argument("--guard-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the per-epoch overfitting check")
+    train.add_argument("--guard-attack-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the per-epoch overfitting check")
     train.add_argument("--guard-samples", type=SAMPLES, default=256, help="training samples the check attacks")
     train.add_argument("--guard-drop", type=real(0, 1, exclusive_low=True), default=0.5,
                        help="relative fall of the check's robust accuracy below its best that triggers the guard")
@@ -77,8 +77,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     table = steps.add_parser("table", help="scaling table: one row per run and scaling series, with speed-ups")
     table.add_argument("--out", type=OutputFile, required=True, help="CSV path (the Parquet twin is written beside it)")
-    table.add_argument("--strong-steps", type=ATTACK_STEPS, required=True, help="attack steps of the strong-scaling series")
-    table.add_argument("--weak-base-steps", type=ATTACK_STEPS, required=True, help="weak scaling: steps = this x producers")
+    table.add_argument("--attack-steps", type=ATTACK_STEPS, required=True, help="attack steps of the strong-scaling series")
+    table.add_argument("--weak-base-attack-steps", type=ATTACK_STEPS, required=True,
+                       help="weak scaling: attack steps = this x producers")
     table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of the runs")
 
     scaling = steps.add_parser("plot-scaling", help="speed-up and robust accuracy against producers")
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> None:
         from membench.robust.scaling import scaling_table
 
         started = time.perf_counter()
-        frame = scaling_table(args.metrics, args.strong_steps, args.weak_base_steps)
+        frame = scaling_table(args.metrics, args.attack_steps, args.weak_base_attack_steps)
         write_table(frame, args.out, parquet_path_for(args.out))
         print(f"{len(frame)} rows -> {args.out} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     else:

@@ -31,8 +31,8 @@ CHECKPOINT = "checkpoint.pt"
 
 def _check_options(args: argparse.Namespace) -> None:
     """What the options' ranges (checked by the parser) cannot say alone."""
-    if args.attack == "fgsm" and args.steps != 1:
-        raise InputError(None, f"FGSM-RS takes one step, got --steps {args.steps}", "option --steps")
+    if args.attack == "fgsm" and args.attack_steps != 1:
+        raise InputError(None, f"FGSM-RS takes one step, got --attack-steps {args.attack_steps}", "option --attack-steps")
     if args.max_staleness < args.publish_every - 1:
         raise InputError(None, f"must be at least publish_every - 1 = {args.publish_every - 1} (weights are only "
                          f"that fresh), got {args.max_staleness}", "option --max-staleness")
@@ -40,7 +40,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def variant_name(args: argparse.Namespace) -> str:
     """``seq-pgd10-t2``, ``par-pgd10-p2-k4``, ``seq-fgsm-t1``: mode, attack, and its parallelism."""
-    attack = "fgsm" if args.attack == "fgsm" else f"pgd{args.steps}"
+    attack = "fgsm" if args.attack == "fgsm" else f"pgd{args.attack_steps}"
     if args.mode == "sequential":
         return f"seq-{attack}-t{args.threads}"
     return f"par-{attack}-p{args.producers}-k{args.publish_every}"
@@ -61,7 +61,7 @@ def run_training_job(args: argparse.Namespace) -> Path | None:
     started = time.perf_counter()
     _check_options(args)
     if args.alpha is None:
-        args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.steps
+        args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.attack_steps
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.mode == "parallel" and args.transport == "distributed":
@@ -81,10 +81,10 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
     model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, args.seed).to(device)
     parallel = args.mode == "parallel"
     settings = TrainSettings(
-        attack=args.attack, eps=args.eps, steps=args.steps, alpha=args.alpha, epochs=args.epochs,
+        attack=args.attack, eps=args.eps, steps=args.attack_steps, alpha=args.alpha, epochs=args.epochs,
         batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
         learning_rate_schedule=args.learning_rate_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-        guard_steps=args.guard_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
+        guard_steps=args.guard_attack_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
         guard_action=args.guard_action, guard_shrink=args.guard_shrink,
         max_staleness=args.max_staleness if parallel else None,
     )
@@ -118,7 +118,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         producers.close()
         with meter.phase("evaluate"):
             x_test, y_test = data.x_test[: args.eval_samples], data.y_test[: args.eval_samples]
-            clean_accuracy, robust_accuracy = evaluate(model, x_test, y_test, args.eps, args.eval_steps,
+            clean_accuracy, robust_accuracy = evaluate(model, x_test, y_test, args.eps, args.eval_attack_steps,
                                                        args.eval_restarts, seed=args.seed + 1)
     staleness = result.staleness
     cores = args.threads * (args.producers + 1 if parallel else 1)
@@ -126,7 +126,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
     record.update(timing_fields([h["epoch_wall_s"] for h in result.history], "epoch",
                                 [h["load_1m_max"] for h in result.history], threads=cores))
     record.update({
-        "mode": args.mode, "attack": args.attack, "steps": args.steps, "alpha": args.alpha,
+        "mode": args.mode, "attack": args.attack, "attack_steps": args.attack_steps, "alpha": args.alpha,
         "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,
         "resumed_from_epoch": result.resumed_from_epoch, "model": args.model, "threads": args.threads,
         "producers": args.producers if parallel else 0, "publish_every": args.publish_every if parallel else None,
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "learning_rate_schedule": args.learning_rate_schedule,
         "train_samples": len(data.x_train), "test_samples": len(x_test),
         "clean_accuracy": clean_accuracy, "robust_accuracy": robust_accuracy,
-        "eval_attack": f"pgd{args.eval_steps}x{args.eval_restarts}",
+        "eval_attack": f"pgd{args.eval_attack_steps}x{args.eval_restarts}",
         "train_wall_s": result.train_wall_s,
         "samples_per_s": result.trained_samples / result.train_wall_s if result.train_wall_s else None,
         "startup_s": source.startup_s if parallel else 0.0,

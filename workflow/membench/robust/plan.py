@@ -2,12 +2,12 @@
 
 Runs are named ``<dataset>/eps<eps>/<variant>`` (variants as :func:`membench.robust.job.variant_name`):
 
-- sequential PGD-K for every ``sequential_threads`` value, for K = ``steps`` (strong scaling) and
-  K = ``weak_base_steps`` x P for each P (weak scaling): the baselines on the same cores;
+- sequential PGD-K for every ``sequential_threads`` value, for K = ``attack_steps`` (strong scaling)
+  and K = ``weak_base_attack_steps`` x P for each P (weak scaling): the baselines on the same cores;
 - sequential FGSM-RS for every ``sequential_threads`` value when ``fgsm`` is on;
 - parallel PGD-K with P producers publishing every k steps, for every P in ``producers`` and k in
-  ``publish_every``, at K = ``steps`` and at K = ``weak_base_steps`` x P;
-- sequential PGD-``steps`` at each of ``hard_eps`` (the hard settings), on the most threads.
+  ``publish_every``, at K = ``attack_steps`` and at K = ``weak_base_attack_steps`` x P;
+- sequential PGD-``attack_steps`` at each of ``hard_eps`` (the hard settings), on the most threads.
 """
 
 from __future__ import annotations
@@ -33,25 +33,25 @@ def plan_runs(robust: dict) -> dict[str, dict]:
     def add(eps_value: float, variant: str, options: dict) -> None:
         runs[f"{dataset}/{_eps_name(eps_value)}/{variant}"] = {**common, "eps": eps_value, **options}
 
-    step_counts = [robust["steps"]] + [robust["weak_base_steps"] * p for p in robust["producers"]]
+    step_counts = [robust["attack_steps"]] + [robust["weak_base_attack_steps"] * p for p in robust["producers"]]
     for steps in dict.fromkeys(step_counts):
         for t in threads:
-            add(eps, f"seq-pgd{steps}-t{t}", {"mode": "sequential", "attack": "pgd", "steps": steps, "threads": t})
+            add(eps, f"seq-pgd{steps}-t{t}", {"mode": "sequential", "attack": "pgd", "attack_steps": steps, "threads": t})
         for p in robust["producers"]:
-            if steps not in (robust["steps"], robust["weak_base_steps"] * p):
+            if steps not in (robust["attack_steps"], robust["weak_base_attack_steps"] * p):
                 continue
             for k in robust["publish_every"]:
                 add(eps, f"par-pgd{steps}-p{p}-k{k}", {
-                    "mode": "parallel", "attack": "pgd", "steps": steps, "threads": 1, "producers": p,
+                    "mode": "parallel", "attack": "pgd", "attack_steps": steps, "threads": 1, "producers": p,
                     "publish_every": k, "max_staleness": robust["max_staleness"], "queue_size": robust["queue_size"],
                     "transport": robust["transport"],
                 })
     if robust["fgsm"]:
         for t in threads:
-            add(eps, f"seq-fgsm-t{t}", {"mode": "sequential", "attack": "fgsm", "steps": 1, "threads": t})
+            add(eps, f"seq-fgsm-t{t}", {"mode": "sequential", "attack": "fgsm", "attack_steps": 1, "threads": t})
     for hard in robust["hard_eps"]:
-        add(hard, f"seq-pgd{robust['steps']}-t{max(threads)}",
-            {"mode": "sequential", "attack": "pgd", "steps": robust["steps"], "threads": max(threads)})
+        add(hard, f"seq-pgd{robust['attack_steps']}-t{max(threads)}",
+            {"mode": "sequential", "attack": "pgd", "attack_steps": robust["attack_steps"], "threads": max(threads)})
     return runs
 
 

@@ -1,10 +1,10 @@
 """The robust scaling table: one row per run and scaling series, each parallel run set against the
-best (fastest) sequential run of the same attack, steps, eps and epochs on at most its cores.
+best (fastest) sequential run of the same attack, attack steps, eps and epochs on at most its cores.
 
 ``speedup`` = the baseline's training time / this run's training time (equal epochs and data, so
 also the samples/s ratio). ``robust_accuracy_delta`` = this run's robust accuracy minus the
-baseline's. Series: ``sequential``; ``strong`` (attack steps fixed at ``strong_steps``); ``weak``
-(steps = ``weak_base_steps`` x producers). A parallel run in both series appears once in each.
+baseline's. Series: ``sequential``; ``strong`` (attack steps fixed at ``attack_steps``); ``weak``
+(attack steps = ``weak_base_attack_steps`` x producers). A parallel run in both series appears once in each.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from membench.core.tables import metrics_table
 
 TABLE_COLUMNS = (
     "mode", "attack", "producers", "eps", "epochs", "clean_accuracy", "robust_accuracy", "samples_per_s",
-    "wall_s", "staleness_mean", "staleness_max", "scaling", "steps", "publish_every", "threads", "cores",
+    "wall_s", "staleness_mean", "staleness_max", "scaling", "attack_steps", "publish_every", "threads", "cores",
     "train_wall_s", "speedup", "speedup_per_core", "baseline_variant", "baseline_train_wall_s",
     "robust_accuracy_delta", "variant", "dataset",
 )
-_MATCH = ("dataset", "attack", "steps", "eps", "epochs")
+_MATCH = ("dataset", "attack", "attack_steps", "eps", "epochs")
 
 
 def _baseline(row: pd.Series, sequential: pd.DataFrame) -> pd.Series | None:
@@ -38,7 +38,7 @@ def _baseline(row: pd.Series, sequential: pd.DataFrame) -> pd.Series | None:
     return same.loc[same["train_wall_s"].idxmin()]
 
 
-def scaling_table(metrics_paths: Sequence[str | os.PathLike], strong_steps: int, weak_base_steps: int) -> pd.DataFrame:
+def scaling_table(metrics_paths: Sequence[str | os.PathLike], attack_steps: int, weak_base_attack_steps: int) -> pd.DataFrame:
     """The table described in the module docstring, from the runs' ``metrics.json`` files."""
     jobs = metrics_table(metrics_paths)
     missing = [c for c in TABLE_COLUMNS if c not in jobs.columns and c not in (
@@ -59,14 +59,14 @@ def scaling_table(metrics_paths: Sequence[str | os.PathLike], strong_steps: int,
         if job["mode"] == "sequential":
             series = ["sequential"]
         else:
-            series = [name for name, steps in (("strong", strong_steps), ("weak", weak_base_steps * job["producers"]))
-                      if job["attack"] == "pgd" and job["steps"] == steps] or ["other"]
+            series = [name for name, steps in (("strong", attack_steps), ("weak", weak_base_attack_steps * job["producers"]))
+                      if job["attack"] == "pgd" and job["attack_steps"] == steps] or ["other"]
         for name in series:
             rows.append({**job.to_dict(), **extra, "scaling": name})
     frame = pd.DataFrame(rows)
     others = [c for c in frame.columns if c not in TABLE_COLUMNS]
     frame = frame.reindex(columns=list(TABLE_COLUMNS) + others)
-    return frame.sort_values(["eps", "scaling", "steps", "producers", "publish_every", "threads"],
+    return frame.sort_values(["eps", "scaling", "attack_steps", "producers", "publish_every", "threads"],
                              kind="stable").reset_index(drop=True)
 
 
