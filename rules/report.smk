@@ -57,8 +57,11 @@ if bodmas_datasets():
 # -- the report's landing summary and one readable page per aggregated table --------------------
 # Included after every system's rules file, so FINAL_OUTPUTS already lists every table of the run.
 import json
+import os
+import shlex
 import sys
 
+from membench.report.summary import TABLE_KEYS
 from membench.report.views import TABLE_VIEWS
 
 REPORT_TABLES = [
@@ -130,7 +133,12 @@ rule report_provenance:
 
 rule report_summary:
     input:
-        tables=[f"results/tables/{table}.csv" for table in REPORT_TABLES],
+        # The tables of this run the headline reads, and no other file that lies beside them.
+        tables=[
+            f"results/tables/{table}.csv"
+            for table in REPORT_TABLES
+            if table in TABLE_KEYS
+        ],
         published=workflow.source_path("../resources/published_figures.yaml"),
         provenance=rules.report_provenance.output[0],
     output:
@@ -152,8 +160,12 @@ rule report_summary:
     resources:
         mem_mb=1000,
         runtime=5,
+    params:
+        tables=lambda wildcards, input: [
+            word for path in input.tables for word in ("--table", path)
+        ],
     shell:
-        "membench report summary --tables results/tables --published {input.published:q}"
+        "membench report summary {params.tables:q} --published {input.published:q}"
         " --provenance {input.provenance:q} --out-html {output.html:q} --out-fragment {output.fragment:q}"
         " --out-csv {output.csv:q} > {log:q} 2>&1"
 

@@ -177,7 +177,7 @@ HOTCONV_TRAIN = ["hotconv", "train", "--variant", "malconv", "--train", "folds/t
 HOTCONV_FOLDS = [["bodmas", "fold", "--metadata", "metadata.csv", "--binaries", "binaries", "--dataset", "d",
                   "--fold", "1", "--outdir", "folds", "--folds", "2"]]
 MEMNET_MEASURE = ["memnet", "measure", "--configs", "configs.csv", "--family", "mlp", "--records-dir", "records",
-                  "--out", "measured.csv", "--device", "cpu", "--steps", "1", "--threads", "1",
+                  "--out", "measured.csv", "--device", "cpu", "--train-steps", "1", "--threads", "1",
                   "--sample-interval-s", "0"]
 
 
@@ -278,7 +278,7 @@ CASES = [
     Case("hotconv train: a named pipe as classes.csv", lambda t: (
         (_bodmas(t), _fifo(t, "classes.csv"), HOTCONV_TRAIN)[2], []), "named pipe", before=HOTCONV_FOLDS),
     Case("report summary: a named pipe as --published", _simple(lambda t: [
-        "report", "summary", "--tables", str((t / "tables").mkdir() or t / "tables"), "--published",
+        "report", "summary", "--table", str(_file(t, "hotconv.csv", "variant\nhotconv\n")), "--published",
         str(_fifo(t, "published.yaml")), "--provenance", str(_file(t, "p.json", "{}")), "--out-html",
         str(t / "s.html"), "--out-fragment", str(t / "f.html"), "--out-csv", str(t / "s.csv")]), "named pipe"),
     Case("meter plot: a named pipe as --memlog", _simple(lambda t: [

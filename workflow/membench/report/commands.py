@@ -15,7 +15,7 @@ from membench.report.html import page
 from membench.report.pages import summary_fragment, table_page
 from membench.report.provenance import machine_from_tables, provenance, read_provenance, timing_load
 from membench.report.published import load_published
-from membench.report.summary import headline_from_tables, read_tables, scale_line
+from membench.report.summary import headline_from_tables, read_table_files, scale_line
 from membench.core.options import InputDir, InputFile, OutputFile
 
 
@@ -32,7 +32,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     record.add_argument("--out", type=OutputFile, required=True, help="provenance JSON to write")
 
     summary = steps.add_parser("summary", help="the landing summary: headline table, scale line, provenance")
-    summary.add_argument("--tables", type=InputDir, required=True, help="directory of the aggregated tables")
+    summary.add_argument("--table", type=InputFile, action="append", required=True, dest="tables",
+                         help="an aggregated table the headline reads (<name>.csv, e.g. hotconv.csv); repeat for each")
     summary.add_argument("--published", type=InputFile, required=True, help="published figures YAML")
     summary.add_argument("--provenance", type=InputFile, required=True, help="provenance JSON (membench report provenance)")
     summary.add_argument("--out-html", type=OutputFile, required=True, help="the summary as a page of its own")
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> None:
         write_json(args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout))
     elif args.step == "summary":
         published = load_published(args.published)
-        tables = read_tables(args.tables)
+        tables = read_table_files(args.tables)
         headline = headline_from_tables(tables, published)
         fragment = summary_fragment(
             headline, scale_line(tables, published), read_provenance(args.provenance),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -63,19 +64,33 @@ def read_tables(tables_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     directory = Path(tables_dir)
     if not directory.is_dir():
         raise InputError(directory, "no such tables directory (run the workflow first, or pass --tables)")
+    paths = [directory / f"{name}.csv" for name in TABLE_KEYS if (directory / f"{name}.csv").exists()]
+    if not paths:
+        expected = ", ".join(f"{name}.csv" for name in TABLE_KEYS)
+        raise InputError(directory, f"holds none of the aggregated tables ({expected})")
+    return read_table_files(paths)
+
+
+def read_table_files(paths: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+    """The aggregated tables at ``paths``, each named by its file (``.../hotconv.csv`` is ``hotconv``).
+
+    Raises InputError for a file whose name is not one of the tables the headline reads
+    (:data:`TABLE_KEYS`), a name given twice, or a table that cannot be parsed or lacks a column
+    the headline needs.
+    """
     tables = {}
-    for name, keys in TABLE_KEYS.items():
-        path = directory / f"{name}.csv"
-        if not path.exists():
-            continue
+    for path in map(Path, paths):
+        name = path.name.removesuffix(".csv")
+        if name not in TABLE_KEYS:
+            expected = ", ".join(f"{known}.csv" for known in TABLE_KEYS)
+            raise InputError(path, f"not one of the aggregated tables the headline reads ({expected})")
+        if name in tables:
+            raise InputError(path, f"a second {name}.csv; give each table once")
         frame = read_table(path)
-        missing = [key for key in keys if key not in frame.columns]
+        missing = [key for key in TABLE_KEYS[name] if key not in frame.columns]
         if missing:
             raise InputError(path, f"missing column(s) {', '.join(missing)}; expected a table written by membench")
         tables[name] = frame
-    if not tables:
-        expected = ", ".join(f"{name}.csv" for name in TABLE_KEYS)
-        raise InputError(directory, f"holds none of the aggregated tables ({expected})")
     return tables
 
 
