@@ -396,7 +396,7 @@ HOTCONV_SWEEP_KEYS = (
     "stride",
     "fp_slice_size",
     "fp2_slice_size",
-    "steps",
+    "train_steps",
 )
 HOTCONV_SWEEP_VARIANTS = sorted(
     {variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]}
@@ -784,7 +784,7 @@ def memnet_generate_options(family):
 
 
 def memnet_measure_options():
-    keys = ("steps", "optimizer", "timeout_s", "threads")
+    keys = ("train_steps", "optimizer", "timeout_s", "threads")
     return (
         cli_options({key: MEMNET[key] for key in keys} | {"device": config["device"]})
         + meter_options()

@@ -128,7 +128,9 @@ rule division_speed:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=division_job_options("speed"),
-        timing=cli_options({k: DIVISION["speed"][k] for k in ("iterations", "warmup")}),
+        timing=cli_options(
+            {k: DIVISION["speed"][k] for k in ("train_steps", "warmup_steps")}
+        ),
     shell:
         "membench division speed --outdir {params.outdir:q} --model {wildcards.division_model:q}"
         " --method {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"

@@ -31,7 +31,7 @@ def test_input_error_is_one_line_and_exit_2(tmp_path, capsys):
 def test_console_script_runs_meter_check(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "membench.cli", "meter", "check", "--outdir", str(tmp_path), "--device", "cpu",
-         "--steps", "2", "--repeats", "1", "--batch-size", "4"],
+         "--train-steps", "2", "--repeats", "1", "--batch-size", "4"],
         capture_output=True, text=True, check=True,
     )
     assert result.stdout == ""

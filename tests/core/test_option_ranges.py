@@ -48,7 +48,7 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
     "meter.grid_intensity_g_per_kwh": [(c, "--grid-intensity-g-per-kwh", None)
                                        for c in _commands_with("--grid-intensity-g-per-kwh")],
     "meter_check.batch_size": [("meter check", "--batch-size", None)],
-    "meter_check.steps": [("meter check", "--steps", None)],
+    "meter_check.train_steps": [("meter check", "--train-steps", None)],
     "meter_check.repeats": [("meter check", "--repeats", None)],
     **{f"bodmas.datasets.*.{key}": [("bodmas synthetic", f"--{key.replace('_', '-')}", None)]
        for key in ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes", "gzip_fraction")},
@@ -72,7 +72,7 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
     **{f"{section}.bins.{key}": [(c, "--bins", i) for c in ("memnet evaluate", "memnet train")]
        for section in [*(f"memnet.families.{f}" for f in FAMILIES), "memnet.published.*"]
        for i, key in enumerate(("start_mib", "width_mib", "count"))},
-    "memnet.steps": [("memnet measure", "--steps", None)],
+    "memnet.train_steps": [("memnet measure", "--train-steps", None)],
     "memnet.timeout_s": [("memnet measure", "--timeout-s", None)],
     "memnet.threads": [("memnet measure", "--threads", None)],
     "memnet.folds": [("memnet evaluate", "--folds", None)],
@@ -86,7 +86,7 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
                    "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers", "memory_probe_steps")},
     **{f"hotconv.{sweep}.{key}": [("hotconv bench", f"--{key.replace('_', '-')}", None)]
        for sweep in ("sweep", "bench")
-       for key in ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "steps")},
+       for key in ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "train_steps")},
     **{f"hotconv.{sweep}.{key}s.[]": [("hotconv bench", f"--{key.replace('_', '-')}", None)]
        for sweep in ("sweep", "bench") for key in ("batch_size", "max_len")},
     **{f"images.datasets.*.{key}": [("images digits", f"--{key.replace('_', '-')}", None)]
@@ -102,8 +102,8 @@ FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
        for section, command in (("memory", "memory"), ("speed", "speed"), ("max_batch", "maxbatch"))},
     "division.memory.batch_sizes.[]": [("division memory", "--batch-size", None)],
     "division.speed.batch_sizes.[]": [("division speed", "--batch-size", None)],
-    "division.speed.iterations": [("division speed", "--iterations", None)],
-    "division.speed.warmup": [("division speed", "--warmup", None)],
+    "division.speed.train_steps": [("division speed", "--train-steps", None)],
+    "division.speed.warmup_steps": [("division speed", "--warmup-steps", None)],
     "division.max_batch.start": [("division maxbatch", "--start", None)],
     "division.max_batch.limit": [("division maxbatch", "--limit", None)],
     **{f"division.accuracy.{key}": [("division train", f"--{key.replace('_', '-')}", None)]

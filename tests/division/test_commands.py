@@ -25,10 +25,10 @@ def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
 def test_speed_job(tmp_path):
     outdir = tmp_path / "speed"
     assert main(["division", "speed", "--outdir", str(outdir), "--method", "checkpoint", "--width", "4",
-                 "--batch-size", "4", "--image-size", "16", "--iterations", "2", "--warmup", "1",
+                 "--batch-size", "4", "--image-size", "16", "--train-steps", "2", "--warmup-steps", "1",
                  "--device", "cpu", "--sample-interval-s", "0"]) == 0
     record = json.loads((outdir / "metrics.json").read_text())
-    assert record["images_per_s"] > 0 and record["iterations"] == 2
+    assert record["images_per_s"] > 0 and record["train_steps"] == 2
     assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "step" and record["time_samples"] == 1
 
 

@@ -99,7 +99,7 @@ def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):
             sys.executable, "-m", "membench.cli", "division", job, "--outdir", str(tmp_path / job), "--method", "division",
             "--model", "resnet18", "--width", "16", "--batch-size", "32", "--device", "cuda", "--amp", "fp16",
             "--kernels", "extension", "--build-manifest", str(cuda_manifest),
-        ] + (["--iterations", "3", "--warmup", "1"] if job == "speed" else [])
+        ] + (["--train-steps", "3", "--warmup-steps", "1"] if job == "speed" else [])
         subprocess.run(command, check=True, env=env, timeout=300, capture_output=True)
         record = json.loads((tmp_path / job / "metrics.json").read_text())
         assert record["amp"] == "fp16" and record["kernels"] == "extension" and record["device"] == "cuda"

@@ -92,7 +92,7 @@ def test_bench_and_sweep_table_commands(tmp_path):
     from membench.cli import main
 
     options = ["--batch-size", "2", "--max-len", "512", "--num-filters", "8", "--window-size", "16", "--stride", "16",
-               "--fp-slice-size", "128", "--fp2-slice-size", "16", "--steps", "1", "--device", "cpu",
+               "--fp-slice-size", "128", "--fp2-slice-size", "16", "--train-steps", "1", "--device", "cpu",
                "--sample-interval-s", "0"]
     for variant in ("hotconv", "hotconv_eco"):
         assert main(["hotconv", "bench", "--outdir", str(tmp_path / variant), "--variant", variant, *options]) == 0

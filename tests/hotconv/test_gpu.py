@@ -79,7 +79,7 @@ def test_out_of_memory_is_recorded_as_a_result():
 def _point_in_own_process(variant: str, outdir: Path) -> dict:
     command = [
         sys.executable, "-m", "membench.cli", "hotconv", "bench", "--variant", variant, "--batch-size", "8",
-        "--max-len", "262144", "--steps", "2", "--num-filters", "256", "--window-size", "512", "--stride", "512",
+        "--max-len", "262144", "--train-steps", "2", "--num-filters", "256", "--window-size", "512", "--stride", "512",
         "--device", "cuda", "--sample-interval-s", "0.005", "--outdir", str(outdir),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH"))))}

@@ -21,7 +21,7 @@ STABLE = ["config_id", "status", "total_activations", "total_parameters", "layer
 def _measure(configs: Path, records: Path, out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     command = [sys.executable, "-m", "membench.cli", "memnet", "measure", "--configs", str(configs), "--family", "mlp",
-               "--records-dir", str(records), "--out", str(out), "--device", "cpu", "--steps", "1", "--threads", "1",
+               "--records-dir", str(records), "--out", str(out), "--device", "cpu", "--train-steps", "1", "--threads", "1",
                "--sample-interval-s", "0"]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 

@@ -177,7 +177,7 @@ HOTCONV_TRAIN = ["hotconv", "train", "--variant", "malconv", "--train", "folds/t
 HOTCONV_FOLDS = [["bodmas", "fold", "--metadata", "metadata.csv", "--binaries", "binaries", "--dataset", "d",
                   "--fold", "1", "--outdir", "folds", "--folds", "2"]]
 MEMNET_MEASURE = ["memnet", "measure", "--configs", "configs.csv", "--family", "mlp", "--records-dir", "records",
-                  "--out", "measured.csv", "--device", "cpu", "--steps", "1", "--threads", "1",
+                  "--out", "measured.csv", "--device", "cpu", "--train-steps", "1", "--threads", "1",
                   "--sample-interval-s", "0"]
 
 

@@ -129,7 +129,7 @@ def test_robust_train_resumes_after_kill_9(tmp_path):
 def _memnet_measure(configs, run_dir):
     return faults.membench(
         "memnet", "measure", "--configs", configs, "--family", "mlp", "--records-dir", run_dir / "records",
-        "--out", run_dir / "measurements.csv", "--device", "cpu", "--steps", "1", "--threads", "1",
+        "--out", run_dir / "measurements.csv", "--device", "cpu", "--train-steps", "1", "--threads", "1",
         "--sample-interval-s", "0")
 
 

@@ -78,8 +78,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     speed = steps.add_parser("speed", help="training throughput (median over timed steps)")
     _add_common(speed)
     _add_synthetic(speed)
-    speed.add_argument("--iterations", type=STEPS, default=16)
-    speed.add_argument("--warmup", type=integer(0, 1_000_000), default=3)
+    speed.add_argument("--train-steps", type=STEPS, default=16, help="timed training steps")
+    speed.add_argument("--warmup-steps", type=integer(0, 1_000_000), default=3, help="untimed training steps before timing")
 
     maxbatch = steps.add_parser("maxbatch", help="largest batch whose training step fits (binary search, one process per probe)")
     _add_common(maxbatch)
@@ -197,8 +197,8 @@ def _speed(args, device, spec, kernels, meter) -> dict:
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     with meter.phase("train"):
-        fields = measure_throughput(model, optimizer, inputs, targets, args.iterations, args.warmup, Precision(args.amp, device))
-    return {**fields, "iterations": args.iterations, "warmup": args.warmup}
+        fields = measure_throughput(model, optimizer, inputs, targets, args.train_steps, args.warmup_steps, Precision(args.amp, device))
+    return {**fields, "train_steps": args.train_steps, "warmup_steps": args.warmup_steps}
 
 
 def _maxbatch(args) -> None:

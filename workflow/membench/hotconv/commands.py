@@ -64,7 +64,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--variant", required=True, choices=VARIANTS)
     bench.add_argument("--batch-size", type=BATCH_SIZE, required=True)
     bench.add_argument("--max-len", type=MAX_LEN, required=True, help="bytes")
-    bench.add_argument("--steps", type=STEPS, default=2, help="timed training steps (median)")
+    bench.add_argument("--train-steps", type=STEPS, default=2, help="timed training steps (median)")
     bench.add_argument("--learning-rate", type=LEARNING_RATE, default=1e-4)
     add_allocator_option(bench)
     _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
@@ -132,7 +132,7 @@ def _bench(args: argparse.Namespace) -> None:
     sweep = SweepSpec(
         num_filters=args.num_filters, window_size=args.window_size, stride=args.stride,
         fp_slice_size=args.fp_slice_size, fp2_slice_size=args.fp2_slice_size,
-        learning_rate=args.learning_rate, steps=args.steps, seed=args.seed,
+        learning_rate=args.learning_rate, steps=args.train_steps, seed=args.seed,
     )
     _model_spec(args, args.variant, sweep.num_classes)  # a bad model setting fails before measuring
     record = measure_point(sweep, args.variant, args.batch_size, args.max_len, resolve_device(args.device),

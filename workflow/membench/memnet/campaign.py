@@ -46,7 +46,7 @@ def run_campaign(args) -> None:
         else:
             configs = generate(family, count, args.seed)
             write_table(configs, configs_path)
-        records = measure_configs(configs, family, out / family / "records", device=args.device, steps=args.steps,
+        records = measure_configs(configs, family, out / family / "records", device=args.device, steps=args.train_steps,
                                   sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
         measured[family] = (configs, records)
     timm_records = _measure_timm(args, out) if args.timm_models else []
@@ -99,7 +99,7 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
 
             jobs.append((identity, {"model": name, "batch": batch, "image_size": args.image_size}, job))
             specs.append((name, batch))
-    records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.steps,
+    records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.train_steps,
                            sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
     return [(name, batch, record) for (name, batch), record in zip(specs, records)]
 

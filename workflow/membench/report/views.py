@@ -53,7 +53,7 @@ TABLE_VIEWS: dict[str, TableView] = {
         "DIVISION throughput per method and batch size",
         "DIVISION",
         ("variant", "model", "batch_size", "image_size", "amp", "images_per_s", "step_ms_median", "step_ms_min",
-         "step_ms_max", "iterations", "warmup", *TIMING, *RUN),
+         "step_ms_max", "train_steps", "warmup_steps", *TIMING, *RUN),
     ),
     "division_accuracy": TableView(
         "DIVISION accuracy runs",

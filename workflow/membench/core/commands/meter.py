@@ -20,7 +20,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     check.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
     check.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     check.add_argument("--batch-size", type=BATCH_SIZE, default=32)
-    check.add_argument("--steps", type=STEPS, default=20, help="training steps per timed block")
+    check.add_argument("--train-steps", type=STEPS, default=20, help="training steps per timed block")
     check.add_argument("--repeats", type=integer(1, 1000), default=5, help="timed blocks with and without the meter")
     add_meter_options(check)
     check.add_argument("--seed", type=SEED, default=0)
@@ -73,7 +73,7 @@ def _check(args: argparse.Namespace) -> None:
     fields, memlog = run_meter_check(
         device,
         batch_size=args.batch_size,
-        steps=args.steps,
+        steps=args.train_steps,
         repeats=args.repeats,
         sample_interval_s=args.sample_interval_s,
         seed=args.seed,
