@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # group -> (module defining ``build_parser(prog)`` and ``run(args)``, one-line description)
@@ -23,6 +24,21 @@ GROUPS: dict[str, tuple[str, str]] = {
     "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
     "report": ("membench.report.commands", "the report's pages: landing summary, provenance, one page per table"),
     "summary": ("membench.report.terminal", "the headline table (memory, time, quality vs published) in a terminal"),
+}
+
+# group -> environment its command needs, set (where the environment does not already set it) before
+# the group's module, and so torch, OpenMP and Arrow, is imported; child processes inherit it.
+# GNU OpenMP threads spin while they wait; on a small machine shared with other work a spinning
+# thread holds a core its descheduled partner needs, and every parallel region stalls (measured
+# 4x slower than one thread). Waiting passively costs nothing measurable when the cores are free.
+_PASSIVE_OPENMP = {"OMP_WAIT_POLICY": "PASSIVE"}
+ENVIRONMENT: dict[str, dict[str, str]] = {
+    # Arrow's default allocator (mimalloc) kept the CSV reader's freed file and parse buffers, about a
+    # table's size, resident in some runs: an RMAT-18 run peaked at 1.7 GB instead of 1.36 GB. The C
+    # library's allocator hands them back (the reader's release_unused is then malloc_trim); no slower.
+    "appclass": {**_PASSIVE_OPENMP, "ARROW_DEFAULT_MEMORY_POOL": "system"},
+    # The small networks trained here stall the same way.
+    "memnet": _PASSIVE_OPENMP,
 }
 
 
@@ -72,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in GROUPS:
         top.parse_args(argv or ["--help"])
         return 2
+    for name, value in ENVIRONMENT.get(argv[0], {}).items():
+        os.environ.setdefault(name, value)
     module = importlib.import_module(GROUPS[argv[0]][0])
     parser = module.build_parser(f"membench {argv[0]}")
     parser.description = _plain_text(parser.description)

@@ -137,6 +137,8 @@ def run_bench_job(
     NumPy reference, which allocates outside torch, empty with ``alloc_peak_note`` saying so). With
     ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).
     ``kernels_used``: ``extension`` (the C++ kernels of ``build_manifest``), ``torch`` or ``reference``.
+
+    torch's threads are the caller's to set to ``spec.threads`` (the command does).
     """
     from membench.appclass.extension import select_kernels
     from membench.appclass.output import format_beliefs, write_npy
@@ -144,7 +146,6 @@ def run_bench_job(
 
     start = time.perf_counter()
     device = resolve_device(spec.device)
-    torch.set_num_threads(spec.threads)
     kernels = select_kernels(spec.kernels, build_manifest) if spec.implementation == "torch" and device.type == "cpu" else None
     run = dict(implementation=spec.implementation, options=spec.options, device=device, precision=spec.precision,
                chunk_edges=spec.chunk_edges, kernels=kernels, threads=spec.threads)

@@ -7,26 +7,15 @@ C++ kernels built by ``membench appclass build`` (pure torch where there is no b
 
 from __future__ import annotations
 
-import os
+import argparse
+import logging
+import sys
 
-# GNU OpenMP threads spin while they wait; on a small machine shared with other work a spinning
-# thread holds a core its descheduled partner needs, and every parallel region stalls (measured
-# 4x slower than one thread). Waiting passively costs nothing measurable when the cores are free.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Arrow's default allocator (mimalloc) kept the CSV reader's freed file and parse buffers, about a
-# table's size, resident in some runs: an RMAT-18 run peaked at 1.7 GB instead of 1.36 GB. The C
-# library's allocator hands them back (the reader's release_unused is then malloc_trim); no slower.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import sys  # noqa: E402
-
-from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS  # noqa: E402
-from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES  # noqa: E402
-from membench.core.device import DEVICE_CHOICES  # noqa: E402
-from membench.core.meter import add_allocator_option, add_meter_options  # noqa: E402
-from membench.core.options import SEED, THREADS, InputFile, OutputDir, OutputFile, fields_action, integer, real  # noqa: E402
+from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
+from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES
+from membench.core.device import DEVICE_CHOICES
+from membench.core.meter import add_allocator_option, add_meter_options
+from membench.core.options import SEED, THREADS, InputFile, OutputDir, OutputFile, fields_action, integer, real
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "time_median_s", "time_min_s",
@@ -219,10 +208,14 @@ def _bench_spec(args: argparse.Namespace):
 
 
 def _bench(args: argparse.Namespace) -> None:
+    import torch
+
     from membench.appclass.bench import run_bench_job
 
+    spec = _bench_spec(args)
+    torch.set_num_threads(spec.threads)
     record = run_bench_job(
-        _graph_paths(args), args.dataset, _bench_spec(args), args.outdir,
+        _graph_paths(args), args.dataset, spec, args.outdir,
         reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
         build_manifest=args.build_manifest,
         trace_live_tensors=args.trace_live_tensors, trace_allocator=args.trace_allocator,

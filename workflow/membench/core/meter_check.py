@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from membench.core.meter import Meter
+from membench.core.seeding import seeded
 from membench.core.timing import Timer
 
 
@@ -88,8 +89,8 @@ def run_meter_check(
     :mod:`membench.core.timing` (unit ``repeat``) describe the plain blocks.
     """
     generator = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = reference_model().to(device)
+    with seeded(seed):
+        model = reference_model().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     inputs = torch.rand(batch_size, 3, 32, 32, generator=generator).to(device)
     targets = torch.randint(0, 10, (batch_size,), generator=generator).to(device)
@@ -118,7 +119,7 @@ def run_meter_check(
     fields = {
         **summary,
         **plain_timer.fields(),
-        "train_steps": steps,
+        "steps": steps,
         "repeats": repeats,
         "sample_interval_s": sample_interval_s,
         "step_ms": plain / steps * 1000.0,

@@ -13,6 +13,7 @@ from torch import nn
 from membench.core.device import synchronize
 from membench.core.meter import MIB, Meter
 from membench.core.oom import is_out_of_memory, oom_fields
+from membench.core.seeding import seeded
 from membench.core.timing import Timer
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
@@ -28,9 +29,9 @@ def prepare_model(
 
     Returns ``(model, compression context or None)``.
     """
-    torch.manual_seed(seed)
-    model = build_model(model_name, num_classes, width=width, stem=stem)
-    context = convert_model(model, method, spec, kernels, seed)
+    with seeded(seed):
+        model = build_model(model_name, num_classes, width=width, stem=stem)
+        context = convert_model(model, method, spec, kernels, seed)
     return model.to(device), context
 
 

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from membench.core.meter import Meter
 from membench.core.metrics import job_record
 from membench.core.oom import is_out_of_memory, oom_fields
+from membench.core.seeding import seeded
 from membench.core.tables import metrics_table
 from membench.core.timing import Timer
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
@@ -115,8 +116,8 @@ def measure_point(
 
 
 def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh) -> dict:
-    torch.manual_seed(sweep.seed)
-    model = MalConvNet(spec).to(device)
+    with seeded(sweep.seed):
+        model = MalConvNet(spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
     tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
     labels = labels.to(device)

@@ -131,7 +131,8 @@ def make_loader(
         sampler, shuffle = order, False
     else:
         sampler = None
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    # Also without shuffling: the loader draws its workers' seeds from it, not from the global generator.
+    generator = torch.Generator().manual_seed(seed)
     return _ByteLoader(
         dataset,
         batch_size=batch_size,

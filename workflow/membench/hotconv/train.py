@@ -30,6 +30,7 @@ from membench.core.checkpoint import code_version, resume_checkpoint, run_identi
 from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
+from membench.core.seeding import seeded
 from membench.core.timing import Timer
 from membench.core.validate import int_column, read_csv_columns
 from membench.data.bodmas.folds import read_fold
@@ -193,8 +194,8 @@ def train_job(
     data = {name: ByteDataset.from_fold(frame, train_spec.max_len) for name, frame in splits.items()}
     weights = class_weights(splits["train"]["Label"].to_numpy(), model_spec.num_classes).to(device)
 
-    torch.manual_seed(train_spec.seed)
-    model = MalConvNet(model_spec).to(device)
+    with seeded(train_spec.seed):
+        model = MalConvNet(model_spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_spec.learning_rate)
     settings = {**asdict(model_spec), **asdict(train_spec), "dataset": dataset, "fold": fold}
     identity = run_identity(settings, (files.train, files.val, files.test, files.classes, files.binaries),

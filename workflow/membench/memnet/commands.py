@@ -9,25 +9,19 @@ Snakemake.
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import logging
+import math
+from pathlib import Path
 
-# GNU OpenMP threads spin while they wait; on a machine shared with other work that stalls every
-# parallel region of the small networks trained here (see membench.appclass.commands).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import pandas as pd
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import math  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pandas as pd  # noqa: E402
-
-from membench.core.errors import InputError  # noqa: E402
-from membench.core.meter import add_meter_options  # noqa: E402
-from membench.core.tables import parquet_path_for, write_table  # noqa: E402
-from membench.core.validate import read_csv_columns  # noqa: E402
-from membench.core.options import (BATCH_SIZE, IMAGE_SIZE, SEED, STEPS, THREADS, TIMEOUT_S, InputDir,  # noqa: E402
+from membench.core.errors import InputError
+from membench.core.meter import add_meter_options
+from membench.core.tables import parquet_path_for, write_table
+from membench.core.validate import read_csv_columns
+from membench.core.options import (BATCH_SIZE, IMAGE_SIZE, SEED, STEPS, THREADS, TIMEOUT_S, InputDir,
                                    InputFile, OutputDir, OutputFile, fields_action, integer, real)
 
 FAMILIES = ("mlp", "cnn", "transformer")
@@ -83,7 +77,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="one JSON per measured configuration; a rerun measures only the missing ones")
     measure.add_argument("--out", type=OutputFile, required=True, help="all records as one table (CSV)")
     measure.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    measure.add_argument("--train-steps", type=STEPS, default=2, help="training steps per configuration")
+    measure.add_argument("--steps", type=STEPS, default=2, help="training steps per configuration")
     measure.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
     measure.add_argument("--timeout-s", type=TIMEOUT_S, default=600.0, help="a configuration running longer is TIMEOUT")
     measure.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads in each child")
@@ -140,7 +134,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     campaign.add_argument("--count", nargs=3, type=CONFIGURATIONS, default=[120, 60, 40], metavar=("MLP", "CNN", "TRANSFORMER"),
                           help="configurations per family")
     campaign.add_argument("--device", default="auto")
-    campaign.add_argument("--train-steps", type=STEPS, default=3)
+    campaign.add_argument("--steps", type=STEPS, default=3)
     campaign.add_argument("--seed", type=SEED, default=0)
     campaign.add_argument("--folds", type=FOLDS, default=3)
     campaign.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0)
@@ -154,6 +148,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.step in ("evaluate", "train", "campaign"):
+        import torch
+
+        # The estimators' networks are so small that more threads only lose time to hand-offs
+        # (campaign's measurements run in children that set their own threads).
+        torch.set_num_threads(1)
     {"generate": _generate, "measure": _measure, "clean": _clean, "evaluate": _evaluate, "train": _train,
      "predict": _predict, "table": _table, "plot": _plot, "campaign": _campaign}[args.step](args)
 
@@ -191,7 +191,7 @@ def _measure(args) -> None:
     from membench.memnet.measure import measure_configs
 
     configs = _read_configs(args.configs, args.family)
-    records = measure_configs(configs, args.family, args.records_dir, device=args.device, steps=args.train_steps,
+    records = measure_configs(configs, args.family, args.records_dir, device=args.device, steps=args.steps,
                               optimizer=args.optimizer, sample_interval_s=args.sample_interval_s,
                               timeout_s=args.timeout_s, threads=args.threads)
     write_table(_records_table(records), args.out)

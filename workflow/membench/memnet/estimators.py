@@ -18,6 +18,7 @@ from torch import nn
 
 from membench.core import atomic
 from membench.core.errors import InputError
+from membench.core.seeding import seeded
 from membench.core.validate import open_regular, read_json_object
 from membench.memnet import faketensor
 from membench.memnet.dataset import Bins, Jobs, activation_code, filename_tokens
@@ -223,26 +224,19 @@ class EnsembleClassifier:
         x = self._scaled(jobs)
         memory = np.where(jobs.frame["oom"], np.inf, jobs.frame["memory_mib"])
         y = torch.as_tensor(self.bins.label(np.nan_to_num(memory, posinf=1e18)))
-        self.nets = []
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # networks this small only lose time to thread hand-offs
-        try:
-            self._train_members(x, y)
-        finally:
-            torch.set_num_threads(threads)
+        self.nets = [self._train_member(x, y, member) for member in range(self.members)]
 
-    def _train_members(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        for member in range(self.members):
-            torch.manual_seed(self.seed * 1000 + member)
+    def _train_member(self, x: torch.Tensor, y: torch.Tensor, member: int) -> nn.Module:
+        with seeded(self.seed * 1000 + member):
             net = self._new_net(x.shape[1])
-            opt = torch.optim.Adam(net.parameters(), lr=1e-2 if self.kind == "mlp" else 3e-3)
-            net.train()
-            for _ in range(self.epochs):
-                opt.zero_grad(set_to_none=True)
-                nn.functional.cross_entropy(net(x), y).backward()
-                opt.step()
-            net.eval()
-            self.nets.append(net)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2 if self.kind == "mlp" else 3e-3)
+        net.train()
+        for _ in range(self.epochs):
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+        net.eval()
+        return net
 
     def predict(self, jobs: Jobs):
         x = self._scaled(jobs)

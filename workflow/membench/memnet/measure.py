@@ -30,6 +30,7 @@ from membench.core.device import device_name, resolve_device
 from membench.core.meter import Meter
 from membench.core.oom import is_out_of_memory
 from membench.core.points import Fork, Point, is_measured, measure
+from membench.core.seeding import seeded
 from membench.core.validate import read_json_object
 from membench.memnet.faketensor import OPTIMIZERS
 from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
@@ -55,9 +56,15 @@ def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, devi
     Returns the record: the layer summary (per-layer activations and parameters), module counts,
     the meter's summary and ``memory_mib`` (the target), with ``status`` SUCCESSFUL or OOM_CRASH.
     """
-    torch.manual_seed(0)
+    # The initialisation and the dropout masks draw from the global generators; the CPU's only are
+    # seeded, since forking CUDA's would create the CUDA context before the meter's baseline.
+    with seeded(0):
+        return _train_steps(build, make_batch, device, steps, optimizer, sample_interval_s)
+
+
+def _train_steps(build, make_batch, device: torch.device, steps: int, optimizer: str, sample_interval_s: float) -> dict:
     record: dict[str, object] = {"device": str(device), "device_name": device_name(device),
-                                 "torch_version": torch.__version__, "train_steps": steps, "optimizer": optimizer}
+                                 "torch_version": torch.__version__, "steps": steps, "optimizer": optimizer}
     model = build()
     x_cpu, _ = make_batch(torch.device("cpu"), torch.Generator().manual_seed(0))
     layers = layer_summary(model, x_cpu[:2])
@@ -118,7 +125,7 @@ def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, floa
 def _child(path: Path, labels: dict, job: Callable, device: str, steps: int, optimizer: str,
            sample_interval_s: float, threads: int | None) -> None:
     if threads:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # this forked process's own entry point: its threads are its own to set
     start = time.perf_counter()
     record = dict(labels)
     record.update(job(resolve_device(device), steps, optimizer, sample_interval_s))

@@ -98,12 +98,15 @@ def _sigterm_as_interrupt(signum, frame):
 
 def run(args: argparse.Namespace) -> None:
     if args.step == "train":
+        import torch
+
         from membench.robust.distributed import TrainerGone
         from membench.robust.job import run_training_job
         from membench.robust.parallel import ProducerFailed
 
         # SIGTERM (Slurm, snakemake) unwinds like Ctrl-C, so the producers are always stopped.
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        torch.set_num_threads(args.threads)
         try:
             run_training_job(args)
         except (ProducerFailed, TrainerGone) as exc:

@@ -62,7 +62,6 @@ def run_training_job(args: argparse.Namespace) -> Path | None:
     _check_options(args)
     if args.alpha is None:
         args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.attack_steps
-    torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.mode == "parallel" and args.transport == "distributed":
         with process_group(device, timeout_s=args.timeout_s, from_slurm=True) as (ranks, device):

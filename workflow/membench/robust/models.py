@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from membench.core.seeding import seeded
+
 MODELS = ("mlp", "preact_resnet18")
 
 
@@ -75,8 +77,7 @@ class PreActResNet18(nn.Module):
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, hidden_units: int, seed: int) -> nn.Module:
     """A freshly initialised model ``name`` for inputs of shape ``(C, H, W)``, seeded by ``seed``."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         if name == "mlp":
             return MLP(math.prod(input_shape), hidden_units, num_classes)
         if name == "preact_resnet18":

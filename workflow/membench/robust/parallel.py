@@ -108,7 +108,7 @@ def _producer_main(rank: int, producers: int, spec: ModelSpec, settings: TrainSe
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
     try:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # this process's own entry point: its threads are its own to set
         model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed).to(device)
         model.train()
         with shared["lock"]:
