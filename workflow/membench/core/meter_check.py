@@ -119,7 +119,7 @@ def run_meter_check(
     fields = {
         **summary,
         **plain_timer.fields(),
-        "steps": steps,
+        "train_steps": steps,
         "repeats": repeats,
         "sample_interval_s": sample_interval_s,
         "step_ms": plain / steps * 1000.0,

@@ -77,7 +77,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                          help="one JSON per measured configuration; a rerun measures only the missing ones")
     measure.add_argument("--out", type=OutputFile, required=True, help="all records as one table (CSV)")
     measure.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    measure.add_argument("--steps", type=STEPS, default=2, help="training steps per configuration")
+    measure.add_argument("--train-steps", type=STEPS, default=2, help="training steps per configuration")
     measure.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
     measure.add_argument("--timeout-s", type=TIMEOUT_S, default=600.0, help="a configuration running longer is TIMEOUT")
     measure.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads in each child")
@@ -134,7 +134,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     campaign.add_argument("--count", nargs=3, type=CONFIGURATIONS, default=[120, 60, 40], metavar=("MLP", "CNN", "TRANSFORMER"),
                           help="configurations per family")
     campaign.add_argument("--device", default="auto")
-    campaign.add_argument("--steps", type=STEPS, default=3)
+    campaign.add_argument("--train-steps", type=STEPS, default=3)
     campaign.add_argument("--seed", type=SEED, default=0)
     campaign.add_argument("--folds", type=FOLDS, default=3)
     campaign.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0)
@@ -191,7 +191,7 @@ def _measure(args) -> None:
     from membench.memnet.measure import measure_configs
 
     configs = _read_configs(args.configs, args.family)
-    records = measure_configs(configs, args.family, args.records_dir, device=args.device, steps=args.steps,
+    records = measure_configs(configs, args.family, args.records_dir, device=args.device, steps=args.train_steps,
                               optimizer=args.optimizer, sample_interval_s=args.sample_interval_s,
                               timeout_s=args.timeout_s, threads=args.threads)
     write_table(_records_table(records), args.out)

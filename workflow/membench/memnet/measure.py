@@ -64,7 +64,7 @@ def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, devi
 
 def _train_steps(build, make_batch, device: torch.device, steps: int, optimizer: str, sample_interval_s: float) -> dict:
     record: dict[str, object] = {"device": str(device), "device_name": device_name(device),
-                                 "torch_version": torch.__version__, "steps": steps, "optimizer": optimizer}
+                                 "torch_version": torch.__version__, "train_steps": steps, "optimizer": optimizer}
     model = build()
     x_cpu, _ = make_batch(torch.device("cpu"), torch.Generator().manual_seed(0))
     layers = layer_summary(model, x_cpu[:2])
