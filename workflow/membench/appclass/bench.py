@@ -27,7 +27,7 @@ from membench.core.processes import membench_command
 from membench.core.tables import write_table
 from membench.core.timing import Timer
 from membench.core.validate import open_regular
-from membench.data.graphs import read_graph_pair
+from membench.data.graphs import Graph, read_graph_pair
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +138,82 @@ def run_bench_job(
     ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).
     ``kernels_used``: ``extension`` (the C++ kernels of ``build_manifest``), ``torch`` or ``reference``.
 
+    The graphs are read inside the measurement (phase ``read``, ``read_ms``); the reference beliefs
+    after it, so that their array is not in the memory measured.
+
     torch's threads are the caller's to set to ``spec.threads`` (the command does).
     """
-    from membench.appclass.extension import select_kernels
-    from membench.appclass.output import format_beliefs, write_npy
+    from membench.appclass.output import write_npy
     from membench.core.device import resolve_device
 
     start = time.perf_counter()
     device = resolve_device(spec.device)
-    kernels = select_kernels(spec.kernels, build_manifest) if spec.implementation == "torch" and device.type == "cpu" else None
+    kernels = _kernels(spec, device, build_manifest)
+    record = job_record("appclass", spec.variant, dataset, device, 0, None)
+    fields, beliefs, memlog = measure_bench(
+        graph_paths, dataset, spec, device, kernels, sample_interval_s=sample_interval_s,
+        trace_live_tensors=trace_live_tensors, trace_allocator=trace_allocator,
+        grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+    )
+    record.update(fields)
+    if reference_npy is not None:
+        record.update(reference_fields(beliefs, read_reference_beliefs(reference_npy), spec.precision))
+    if out_npy is not None:
+        write_npy(out_npy, beliefs)
+    record["wall_s"] = time.perf_counter() - start
+    write_job_outputs(outdir, record, memlog)
+    return record
+
+
+def _kernels(spec: BenchSpec, device: torch.device, build_manifest: str | os.PathLike | None):
+    """The C++ kernels of ``build_manifest`` as ``spec.kernels`` asks (torch on a CPU only), else None."""
+    from membench.appclass.extension import select_kernels
+
+    return select_kernels(spec.kernels, build_manifest) if spec.implementation == "torch" and device.type == "cpu" else None
+
+
+def measure_bench(
+    graph_paths: tuple[str, str, str, str],
+    dataset: str,
+    spec: BenchSpec,
+    device: torch.device,
+    kernels,
+    *,
+    sample_interval_s: float = 0.02,
+    trace_live_tensors: bool = False,
+    trace_allocator: bool = True,
+    grid_intensity_g_per_kwh: float = 475.0,
+) -> tuple[dict[str, object], np.ndarray, pd.DataFrame]:
+    """The measurement of :func:`run_bench_job` (which describes the fields), with ``kernels`` from
+    :func:`~membench.appclass.extension.select_kernels` or None: ``(fields, beliefs of the last
+    repeat (data nodes x pattern nodes), the meter's memlog)``."""
     run = dict(implementation=spec.implementation, options=spec.options, device=device, precision=spec.precision,
                chunk_edges=spec.chunk_edges, kernels=kernels, threads=spec.threads)
-    record = job_record("appclass", spec.variant, dataset, device, 0, None)
+    repeats = _metered_repeats(graph_paths, dataset, spec, device, run, sample_interval_s, grid_intensity_g_per_kwh)
+    fields = {**repeats.meter.summary(), **repeats.timer.fields()}
+    fields.update(_run_figures(spec, kernels, device, repeats, fields))
+    fields.update(_allocator_figures(spec, device, run, repeats, trace_live_tensors, trace_allocator))
+    return fields, repeats.beliefs, repeats.meter.memlog()
+
+
+@dataclass
+class _Repeats:
+    """What the metered repeats leave: the graphs, the last beliefs, each phase's times (ms, one per
+    run of it), the RSS after reading, and the meter and timer that measured them."""
+
+    data: Graph
+    pattern: Graph
+    beliefs: np.ndarray
+    phase_ms: dict[str, list[float]]
+    rss_after_read_bytes: int
+    meter: Meter
+    timer: Timer
+
+
+def _metered_repeats(graph_paths, dataset: str, spec: BenchSpec, device: torch.device, run: dict,
+                     sample_interval_s: float, grid_intensity_g_per_kwh: float) -> _Repeats:
+    """Read the graphs (phase ``read``), warm up, then run ``spec.repeats`` times (phases ``init`` and
+    ``iterations``), all under one meter."""
     phase_ms: dict[str, list[float]] = {"read": [], "init": [], "iterations": []}
     with Meter(device, sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
 
@@ -172,62 +236,70 @@ def run_bench_job(
                 beliefs = classify(data, pattern, **run, phase=timed)
             log.info("%s on %s, repeat %d: init %.1f ms, iterations %.1f ms", spec.variant, dataset, repeat,
                      phase_ms["init"][-1], phase_ms["iterations"][-1])
-    record.update(meter.summary())
-    record.update(timer.fields())
-    algorithm_peak = max(record["init_peak_rss_mib"], record["iterations_peak_rss_mib"])
+    return _Repeats(data, pattern, beliefs, phase_ms, rss_after_read, meter, timer)
+
+
+def _run_figures(spec: BenchSpec, kernels, device: torch.device, repeats: _Repeats, summary: dict) -> dict[str, object]:
+    """The run's settings, the graphs' sizes, the phases' median times, the streaming copy beside
+    them, and the memory above the RSS after reading (from the meter's ``summary``)."""
+    data, pattern, phase_ms = repeats.data, repeats.pattern, repeats.phase_ms
+    algorithm_peak = max(summary["init_peak_rss_mib"], summary["iterations_peak_rss_mib"])
     itemsize = 8 if spec.precision == "float64" else 4
     edge_copy_ms = streaming_copy_ms(data.num_edges * pattern.num_edges, getattr(torch, spec.precision), device)
     iterations_ms = statistics.median(phase_ms["iterations"])
-    record.update(
-        {
-            "implementation": spec.implementation,
-            "kernels_used": "reference" if spec.implementation == "reference" else ("extension" if kernels else "torch"),
-            "threads": spec.threads,
-            "precision": spec.precision,
-            "normalisation": spec.options.normalisation,
-            "forward_message_index": spec.options.forward_message_index,
-            "repeats": spec.repeats,
-            "data_nodes": data.num_nodes,
-            "data_edges": data.num_edges,
-            "pattern_nodes": pattern.num_nodes,
-            "pattern_edges": pattern.num_edges,
-            "read_ms": statistics.median(phase_ms["read"]),
-            "init_ms": statistics.median(phase_ms["init"]),
-            "iterations_ms": iterations_ms,
-            "edge_copy_ms": edge_copy_ms,
-            "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms if edge_copy_ms > 0 else None,
-            "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
-            "rss_after_read_mib": rss_after_read / MIB,
-            "algorithm_rss_mib": max(0.0, algorithm_peak - rss_after_read / MIB),
-            "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
-        }
-    )
+    return {
+        "implementation": spec.implementation,
+        "kernels_used": "reference" if spec.implementation == "reference" else ("extension" if kernels else "torch"),
+        "threads": spec.threads,
+        "precision": spec.precision,
+        "normalisation": spec.options.normalisation,
+        "forward_message_index": spec.options.forward_message_index,
+        "repeats": spec.repeats,
+        "data_nodes": data.num_nodes,
+        "data_edges": data.num_edges,
+        "pattern_nodes": pattern.num_nodes,
+        "pattern_edges": pattern.num_edges,
+        "read_ms": statistics.median(phase_ms["read"]),
+        "init_ms": statistics.median(phase_ms["init"]),
+        "iterations_ms": iterations_ms,
+        "edge_copy_ms": edge_copy_ms,
+        "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms if edge_copy_ms > 0 else None,
+        "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
+        "rss_after_read_mib": repeats.rss_after_read_bytes / MIB,
+        "algorithm_rss_mib": max(0.0, algorithm_peak - repeats.rss_after_read_bytes / MIB),
+        "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
+    }
+
+
+def _allocator_figures(spec: BenchSpec, device: torch.device, run: dict, repeats: _Repeats, trace_live_tensors: bool,
+                       trace_allocator: bool) -> dict[str, object]:
+    """``alloc_peak_mib`` (and ``peak_tensor_mib``) of one traced run from init to the last iteration."""
     # The timed run's allocator figures are per phase; the algorithm's peak spans init and iterations.
-    record["alloc_peak_mib"] = None
+    fields: dict[str, object] = {"alloc_peak_mib": None}
     if spec.implementation == "reference":
-        record["alloc_peak_note"] = REFERENCE_ALLOC_NOTE
+        fields["alloc_peak_note"] = REFERENCE_ALLOC_NOTE
     allocator_run = spec.implementation != "reference" and (device.type == "cuda" or trace_allocator)
     if trace_live_tensors or allocator_run:
         # Tracing slows the run, so it is a run of its own, one phase from init to the last iteration.
         with Meter(device, sample_interval_s=0, trace_live_tensors=trace_live_tensors,
                    trace_allocator=allocator_run and device.type == "cpu") as traced:
             with traced.phase("algorithm"):
-                classify(data, pattern, **run)
+                classify(repeats.data, repeats.pattern, **run)
         summary = traced.summary()
         if trace_live_tensors:
-            record.update(peak_tensor_mib=summary["peak_tensor_mib"], trace_live_tensors=True)
+            fields.update(peak_tensor_mib=summary["peak_tensor_mib"], trace_live_tensors=True)
         if allocator_run:
-            record.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
+            fields.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
                           allocator_available=True)
-    if reference_npy is not None:
-        reference = read_reference_beliefs(reference_npy)
-        record.update(agreement(beliefs, reference, spec.precision))
-        record["prints_reference_bytes"] = bool(beliefs.shape == reference.shape and format_beliefs(beliefs) == format_beliefs(reference))
-    if out_npy is not None:
-        write_npy(out_npy, beliefs)
-    record["wall_s"] = time.perf_counter() - start
-    write_job_outputs(outdir, record, meter.memlog())
-    return record
+    return fields
+
+
+def reference_fields(beliefs: np.ndarray, reference: np.ndarray, precision: str) -> dict[str, object]:
+    """:func:`agreement` with ``reference``, and ``prints_reference_bytes``: whether both print the same."""
+    from membench.appclass.output import format_beliefs
+
+    same_print = beliefs.shape == reference.shape and format_beliefs(beliefs) == format_beliefs(reference)
+    return {**agreement(beliefs, reference, precision), "prints_reference_bytes": bool(same_print)}
 
 
 def streaming_copy_ms(numel: int, dtype: torch.dtype, device: torch.device) -> float:
