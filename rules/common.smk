@@ -479,7 +479,7 @@ def hotconv_sweep_options(name):
 # -- images and division ---------------------------------------------------------------------------
 IMAGES = config["images"]["datasets"]
 DIVISION = config["division"]
-DIVISION_METHODS = DIVISION["methods"]
+DIVISION_METHODS = DIVISION["variants"]
 DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
 DIGITS_KEYS = (
     "image_size",
@@ -603,7 +603,7 @@ def division_accuracy_files():
     spec = DIVISION["accuracy"]
     return [
         f"results/division/accuracy/{spec['dataset']}/{spec['model']}/{method}/metrics.json"
-        for method in spec.get("methods") or DIVISION_METHODS
+        for method in spec.get("variants") or DIVISION_METHODS
     ]
 
 

@@ -100,7 +100,7 @@ rule division_memory:
         trace_allocator=trace_allocator_option(),
     shell:
         "membench division memory --outdir {params.outdir:q} --model {wildcards.division_model:q}"
-        " --method {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
+        " --variant {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
         " {params.trace:q} {params.trace_allocator:q} {params.options:q} > {log:q} 2>&1"
 
 
@@ -133,7 +133,7 @@ rule division_speed:
         ),
     shell:
         "membench division speed --outdir {params.outdir:q} --model {wildcards.division_model:q}"
-        " --method {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
+        " --variant {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
         " {params.timing:q} {params.options:q} > {log:q} 2>&1"
 
 
@@ -160,7 +160,7 @@ rule division_max_batch:
         search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
     shell:
         "membench division maxbatch --outdir {params.outdir:q} --model {wildcards.division_model:q}"
-        " --method {wildcards.division_method:q} {params.search:q} {params.options:q} > {log:q} 2>&1"
+        " --variant {wildcards.division_method:q} {params.search:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule division_train:
@@ -190,7 +190,7 @@ rule division_train:
         launcher=division_train_launcher(),
     shell:
         "{params.launcher} division train --outdir {params.outdir:q} --model {wildcards.division_model:q}"
-        " --method {wildcards.division_method:q} --dataset {wildcards.image_dataset:q}"
+        " --variant {wildcards.division_method:q} --dataset {wildcards.image_dataset:q}"
         " --train-lmdb {input.train:q} --val-lmdb {input.val:q} {params.options:q} > {log:q} 2>&1"
 
 

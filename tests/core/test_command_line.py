@@ -55,7 +55,7 @@ def test_the_division_probe_reads_the_search_options_back():
     from membench.division.commands import build_parser, memory_parser
 
     search = vars(build_parser("membench division").parse_args(
-        ["maxbatch", "--outdir", "s", "--method", "division", "--width", "4", "--image-size", "16", "--num-classes",
+        ["maxbatch", "--outdir", "s", "--variant", "division", "--width", "4", "--image-size", "16", "--num-classes",
          "10", "--device", "cpu", "--hfc-bits", "4", "--amp", "bf16", "--sample-interval-s", "0"]))
     probe = vars(memory_parser().parse_args(
         [*command_line(memory_parser(), {k: v for k, v in search.items() if k != "outdir"}),

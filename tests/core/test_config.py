@@ -135,8 +135,8 @@ def test_default_settings_pass_and_paper_settings_miss_only_their_data():
     ({"hotconv": {"datasets": ["tiny", "mine"]}}, "hotconv.datasets", "mine not among bodmas.datasets (tiny)"),
     ({"division": {"accuracy": {"dataset": "cifar"}}}, "division.accuracy.dataset",
      "'cifar' is not one of images.datasets (digits)"),
-    ({"division": {"accuracy": {"methods": ["checkpoint"]}}}, "division.accuracy.methods",
-     "checkpoint not in division.methods (vanilla, division)"),
+    ({"division": {"accuracy": {"variants": ["checkpoint"]}}}, "division.accuracy.variants",
+     "checkpoint not in division.variants (vanilla, division)"),
     ({"robust": {"nodes": 2}}, "robust.nodes", "runs span several nodes only with robust.transport: distributed"),
     ({"robust": {"nodes": 3, "transport": "distributed", "producers": [1, 4]}}, "robust.nodes",
      "3 nodes need at least as many ranks, but a run with P = 1 producers has 2"),
@@ -149,8 +149,8 @@ def test_a_key_that_names_what_the_config_lacks_is_one_line(change, key, problem
     config["bodmas"]["datasets"] = {"tiny": {"source": "synthetic"}}
     config["hotconv"]["datasets"] = ["tiny"]
     config["images"]["datasets"] = {"digits": {"source": "digits"}}
-    config["division"]["methods"] = ["vanilla", "division"]
-    config["division"]["accuracy"] |= {"dataset": "digits", "methods": None}
+    config["division"]["variants"] = ["vanilla", "division"]
+    config["division"]["accuracy"] |= {"dataset": "digits", "variants": None}
     for section, values in change.items():
         for name, value in values.items():
             old = config[section].get(name)
@@ -162,7 +162,7 @@ def test_a_key_that_names_what_the_config_lacks_is_one_line(change, key, problem
 
 def test_the_accuracy_keys_are_not_checked_when_division_measures_nothing():
     config = default_config()
-    config["division"] = {"methods": [], "accuracy": {"dataset": "nowhere", "methods": ["checkpoint"]}}
+    config["division"] = {"variants": [], "accuracy": {"dataset": "nowhere", "variants": ["checkpoint"]}}
     check_settings(completed(config))
 
 

@@ -46,7 +46,7 @@ def test_a_failed_build_is_recorded_and_auto_jobs_run_the_torch_kernels(tmp_path
     kernels = select_kernels("auto", manifest_path)
     assert kernels.name == "torch" and "the build failed" in kernels.fallback_reason
     outdir = tmp_path / "job"
-    code = main(["division", "memory", "--outdir", str(outdir), "--method", "division", "--width", "4",
+    code = main(["division", "memory", "--outdir", str(outdir), "--variant", "division", "--width", "4",
                  "--batch-size", "2", "--image-size", "16", "--kernels", "auto", "--build-manifest",
                  str(manifest_path), "--device", "cpu", "--sample-interval-s", "0"])
     assert code == 0

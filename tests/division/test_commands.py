@@ -12,7 +12,7 @@ from membench.core.timing import TIMING_FIELDS
 
 def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
     outdir = tmp_path / "job"
-    code = main(["division", "memory", "--outdir", str(outdir), "--method", "division", "--width", "4",
+    code = main(["division", "memory", "--outdir", str(outdir), "--variant", "division", "--width", "4",
                  "--batch-size", "4", "--image-size", "16", "--kernels", "torch", "--device", "cpu",
                  "--sample-interval-s", "0"])
     assert code == 0
@@ -24,7 +24,7 @@ def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
 
 def test_speed_job(tmp_path):
     outdir = tmp_path / "speed"
-    assert main(["division", "speed", "--outdir", str(outdir), "--method", "checkpoint", "--width", "4",
+    assert main(["division", "speed", "--outdir", str(outdir), "--variant", "checkpoint", "--width", "4",
                  "--batch-size", "4", "--image-size", "16", "--train-steps", "2", "--warmup-steps", "1",
                  "--device", "cpu", "--sample-interval-s", "0"]) == 0
     record = json.loads((outdir / "metrics.json").read_text())
@@ -39,7 +39,7 @@ def test_speed_job(tmp_path):
 ])
 def test_bad_options_give_one_line_errors(tmp_path, capsys, argv, message):
     try:
-        code = main(["division", "memory", "--outdir", str(tmp_path / "x"), "--method", "vanilla", "--device", "cpu", *argv])
+        code = main(["division", "memory", "--outdir", str(tmp_path / "x"), "--variant", "vanilla", "--device", "cpu", *argv])
     except SystemExit as exit_:  # a value out of its range: argparse's usage error
         code = exit_.code
     assert code == 2

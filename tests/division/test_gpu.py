@@ -96,7 +96,7 @@ def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH"))))}
     for job in ("memory", "speed"):
         command = [
-            sys.executable, "-m", "membench.cli", "division", job, "--outdir", str(tmp_path / job), "--method", "division",
+            sys.executable, "-m", "membench.cli", "division", job, "--outdir", str(tmp_path / job), "--variant", "division",
             "--model", "resnet18", "--width", "16", "--batch-size", "32", "--device", "cuda", "--amp", "fp16",
             "--kernels", "extension", "--build-manifest", str(cuda_manifest),
         ] + (["--train-steps", "3", "--warmup-steps", "1"] if job == "speed" else [])

@@ -93,7 +93,7 @@ def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "membench.cli",
-        "division", "train", "--outdir", str(tmp_path), "--model", "resnet18", "--width", "4", "--method", "division",
+        "division", "train", "--outdir", str(tmp_path), "--model", "resnet18", "--width", "4", "--variant", "division",
         "--dataset", "digits", "--train-lmdb", str(digits_lmdbs["train"]), "--val-lmdb", str(digits_lmdbs["val"]),
         "--image-size", "16", "--epochs", "1", "--batch-size", "32", "--kernels", "torch", "--device", "cpu",
         "--sample-interval-s", "0",

@@ -319,7 +319,7 @@ CASES = [
                                                             "--timeout-s", "nan"]), "--timeout-s"),
     Case("hotconv train --epochs 1e9", _simple(lambda t: HOTCONV_TRAIN + ["--epochs", "1e9"]), "--epochs"),
     Case("division memory --image-size -32", _simple(lambda t: [
-        "division", "memory", "--outdir", str(t / "j"), "--method", "vanilla", "--batch-size", "2",
+        "division", "memory", "--outdir", str(t / "j"), "--variant", "vanilla", "--batch-size", "2",
         "--image-size", "-32"]), "--image-size"),
     # 7. smaller
     Case("a 20 MB line in a fold file is echoed in 200 characters", _simple(lambda t: [

@@ -30,14 +30,14 @@ def _hotconv_train(fold, outdir):
 
 def _division_train(digits, outdir):
     return faults.membench(
-        "division", "train", "--outdir", outdir, "--method", "division", "--width", "4", "--image-size", "16",
+        "division", "train", "--outdir", outdir, "--variant", "division", "--width", "4", "--image-size", "16",
         "--train-lmdb", digits["train"], "--val-lmdb", digits["val"], "--dataset", "digits", "--epochs", "2",
         "--batch-size", "16", "--num-workers", "0", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
 
 
 def _division_point(outdir):
     return faults.membench(
-        "division", "memory", "--outdir", outdir, "--method", "division", "--width", "4", "--batch-size", "4",
+        "division", "memory", "--outdir", outdir, "--variant", "division", "--width", "4", "--batch-size", "4",
         "--image-size", "16", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
 
 

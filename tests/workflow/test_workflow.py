@@ -155,14 +155,14 @@ def test_nested_values_can_be_set_on_the_command_line(tmp_path):
     assert "key 'hotconv.epochs': 'three' is not of type 'integer'" in bad.stdout + bad.stderr
 
 
-def test_division_accuracy_methods_choose_the_training_runs(tmp_path):
-    plan = snakemake(tmp_path, "-n", "--config", "division={accuracy: {methods: [division]}}")
+def test_division_accuracy_variants_choose_the_training_runs(tmp_path):
+    plan = snakemake(tmp_path, "-n", "--config", "division={accuracy: {variants: [division]}}")
     assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
     trainings = [line for line in plan.stdout.splitlines() if line.startswith("division_train ")]
     assert trainings and trainings[0].split()[-1] == "1", trainings
-    bad = snakemake(tmp_path, "-n", "--config", "division={accuracy: {methods: [checkpoint]}}")
+    bad = snakemake(tmp_path, "-n", "--config", "division={accuracy: {variants: [checkpoint]}}")
     assert bad.returncode != 0
-    assert "key 'division.accuracy.methods': checkpoint not in division.methods (vanilla, division)" in bad.stdout + bad.stderr
+    assert "key 'division.accuracy.variants': checkpoint not in division.variants (vanilla, division)" in bad.stdout + bad.stderr
 
 
 def test_forcerun_with_the_target_first_runs_only_that_rule(finished_run):

@@ -201,16 +201,16 @@ def _cross_key_problems(config: dict):
     if unknown:
         yield "hotconv.datasets", f"{', '.join(unknown)} not among bodmas.datasets ({', '.join(bodmas)})"
     division, images = config["division"], config["images"]["datasets"]
-    # The accuracy runs exist only when division measures some method.
-    if division["methods"]:
+    # The accuracy runs exist only when division measures some variant.
+    if division["variants"]:
         dataset = division["accuracy"]["dataset"]
         if dataset not in images:
             yield "division.accuracy.dataset", f"{dataset!r} is not one of images.datasets ({', '.join(images)})"
-        methods = division["accuracy"].get("methods")
-        unknown = [method for method in methods or [] if method not in division["methods"]]
+        variants = division["accuracy"].get("variants")
+        unknown = [variant for variant in variants or [] if variant not in division["variants"]]
         if unknown:
-            yield ("division.accuracy.methods",
-                   f"{', '.join(unknown)} not in division.methods ({', '.join(division['methods'])})")
+            yield ("division.accuracy.variants",
+                   f"{', '.join(unknown)} not in division.variants ({', '.join(division['variants'])})")
     robust = config["robust"]
     if robust["nodes"] > 1:
         if robust["transport"] != "distributed":

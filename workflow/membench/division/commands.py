@@ -26,7 +26,7 @@ NUM_CLASSES = integer(2, 100_000)
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
-    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--variant", required=True, choices=METHODS, help="the training method")
     parser.add_argument("--model", default="resnet18", choices=MODELS)
     parser.add_argument("--width", type=integer(1, 4096), default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
     parser.add_argument("--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)")
@@ -153,7 +153,7 @@ def _measure(args, device, ranks, start: float) -> None:
     spec = MethodSpec(block_size=args.block_size, hfc_bits=args.hfc_bits, group_size=args.group_size)
     torch.manual_seed(args.seed)
     dataset = args.dataset if args.step == "train" else f"random_{args.image_size}px"
-    record = job_record(SYSTEM, args.method, dataset, device, args.seed, getattr(args, "batch_size", None))
+    record = job_record(SYSTEM, args.variant, dataset, device, args.seed, getattr(args, "batch_size", None))
     record.update({
         "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
         "kernels": kernels.name, "kernels_fallback_reason": kernels.fallback_reason, "block_size": spec.block_size,
@@ -175,7 +175,7 @@ def _measure(args, device, ranks, start: float) -> None:
     record.update(fields)
     record["wall_s"] = time.perf_counter() - start
     path = write_job_outputs(args.outdir, record, meter.memlog())
-    logging.info("%s %s %s: %s -> %s", args.step, args.model, args.method,
+    logging.info("%s %s %s: %s -> %s", args.step, args.model, args.variant,
                  {k: v for k, v in fields.items() if isinstance(v, (int, float))}, path)
 
 
@@ -183,7 +183,7 @@ def _memory(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_step_memory, prepare_model, random_batch
     from membench.division.precision import Precision
 
-    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    model, _ = prepare_model(args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     return measure_step_memory(model, optimizer, inputs, targets, meter, Precision(args.amp, device))
@@ -193,7 +193,7 @@ def _speed(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_throughput, prepare_model, random_batch
     from membench.division.precision import Precision
 
-    model, _ = prepare_model(args.model, args.method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    model, _ = prepare_model(args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     with meter.phase("train"):
@@ -219,13 +219,13 @@ def _maxbatch(args) -> None:
     probe_values.update(trace_live_tensors=False, trace_allocator=False)
     probe_arguments = command_line(memory_parser(), probe_values)
     expected = {
-        "system": SYSTEM, "job": "memory", "variant": args.method, "model": args.model, "width": args.width,
+        "system": SYSTEM, "job": "memory", "variant": args.variant, "model": args.model, "width": args.width,
         "stem": args.stem, "dataset": f"random_{args.image_size}px", "image_size": args.image_size,
         "num_classes": args.num_classes, "seed": args.seed, "amp": args.amp, "block_size": args.block_size,
         "hfc_bits": args.hfc_bits, "group_size": args.group_size,
     }
     record = search(args.outdir, probe_arguments, expected, args.start, args.limit)
-    logging.info("largest batch %s %s: %d (%s; %d of %d probes measured now)", args.model, args.method,
+    logging.info("largest batch %s %s: %d (%s; %d of %d probes measured now)", args.model, args.variant,
                  record["largest_batch"], record["probes"], record["probes_measured"], record["probe_count"])
 
 
@@ -248,7 +248,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
     val_set = ImageLMDB(args.val_lmdb, EvalTransform(args.image_size, mean, std))
     if val_set.classes != train_set.classes:
         raise InputError(args.val_lmdb, f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}", "key '__classes__'")
-    model, context = prepare_model(args.model, args.method, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
+    model, context = prepare_model(args.model, args.variant, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
     train_spec = TrainSpec(args.epochs, args.batch_size, args.learning_rate, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
     # Options that do not change what is computed may differ between a killed run and its resumption.
