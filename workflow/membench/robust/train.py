@@ -161,96 +161,161 @@ def train(
     (:func:`membench.core.checkpoint.run_identity`: settings, data and code); writes it after every
     epoch. Every batch of an epoch is trained on exactly once (checked).
     """
-    s = settings
-    steps_per_epoch = math.ceil(len(x_train) / s.batch_size)
-    optimizer, scheduler = make_optimizer(model, s, steps_per_epoch)
-    result = TrainResult(alpha=s.alpha)
-    step, guard_best = 0, -1.0
-    good_state = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
+    run = _start(model, settings, len(x_train))
+    _resume(run, checkpoint_path, identity)
+    x_guard, y_guard = x_train[: settings.guard_samples], y_train[: settings.guard_samples]
+    model.train()
+    source.start(model, run.step, run.result.alpha)
+    epochs = range(run.result.epochs_done, 0 if run.result.guard_stopped else settings.epochs)
+    timer = Timer("epoch", device=device)
+    for epoch in tqdm(epochs, desc="epochs", file=sys.stderr, disable=None):
+        with timer.sample():
+            figures = _train_epoch(run, x_train, settings, source, epoch, device)
+        # The guard's attack and its decision are not training time.
+        event, guard_accuracy = _guard(run, x_guard.to(device), y_guard.to(device), settings, source, epoch)
+        _record_epoch(run.result, epoch, figures, len(x_train), timer, guard_accuracy, event)
+        save_checkpoint(checkpoint_path, _checkpoint_state(run), identity)
+        if run.result.guard_stopped:
+            break
+    return run.result
+
+
+@dataclass
+class _Run:
+    """What the loop updates, and its checkpoint holds: the model, its optimiser and schedule, the
+    result so far, the optimiser steps taken, and the guard's best accuracy and last good state."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    result: TrainResult
+    good_state: dict
+    step: int = 0
+    guard_best: float = -1.0
+
+
+@dataclass
+class _EpochFigures:
+    """One epoch's training: summed loss and correct predictions over its samples, each batch's staleness."""
+
+    loss_sum: float = 0.0
+    correct: float = 0.0
+    staleness: list[int] = field(default_factory=list)
+
+
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """Copies of the weights and the optimiser state: what the guard restores."""
+    return {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
+
+
+def _start(model: nn.Module, settings: TrainSettings, samples: int) -> _Run:
+    optimizer, scheduler = make_optimizer(model, settings, math.ceil(samples / settings.batch_size))
+    return _Run(model, optimizer, scheduler, TrainResult(alpha=settings.alpha), _snapshot(model, optimizer))
+
+
+def _resume(run: _Run, checkpoint_path: str | os.PathLike, identity: dict) -> None:
+    """Load the checkpoint of a run of the same ``identity`` into ``run``, if there is one."""
     state = resume_checkpoint(checkpoint_path, identity)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        good_state = {"model": state["good_model"], "optimizer": state["good_optimizer"]}
-        step, guard_best = state["step"], state["guard_best"]
-        result = TrainResult(history=state["history"], staleness=state["staleness"].tolist(),
+    if state is None:
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.good_state = {"model": state["good_model"], "optimizer": state["good_optimizer"]}
+    run.step, run.guard_best = state["step"], state["guard_best"]
+    run.result = TrainResult(history=state["history"], staleness=state["staleness"].tolist(),
                              train_wall_s=state["train_wall_s"], trained_samples=state["trained_samples"],
                              regenerated_batches=state["regenerated_batches"], guard_events=state["guard_events"],
                              guard_stopped=state["guard_stopped"], alpha=state["alpha"], epochs_done=state["epochs_done"],
                              resumed_from_epoch=state["epochs_done"])
-    x_guard, y_guard = x_train[: s.guard_samples], y_train[: s.guard_samples]
-    model.train()
-    source.start(model, step, result.alpha)
-    epochs = range(result.epochs_done, 0 if result.guard_stopped else s.epochs)
-    timer = Timer("epoch", device=device)
-    for epoch in tqdm(epochs, desc="epochs", file=sys.stderr, disable=None):
-        with timer.sample():
-            batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
-            seen = [False] * len(batches)
-            loss_sum = correct = 0.0
-            epoch_staleness = []
-            for item in source.epoch(epoch, batches, model):
-                if seen[item.batch]:
-                    raise RuntimeError(f"epoch {epoch}: batch {item.batch} arrived twice")
-                seen[item.batch] = True
-                staleness = 0 if item.version is None else step - item.version
-                x_adv, y = item.x_adv.to(device), item.y.to(device)
-                if s.max_staleness is not None and staleness > s.max_staleness:
-                    x_adv = attack(s.attack, model, x_train[batches[item.batch]].to(device), y, s.eps, result.alpha,
-                                   s.steps, batch_generator(s.seed, epoch, item.batch))
-                    result.regenerated_batches += 1
-                    staleness = 0
-                epoch_staleness.append(staleness)
-                logits = model(x_adv)
-                loss = F.cross_entropy(logits, y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                loss_sum += loss.item() * len(y)
-                correct += float((logits.argmax(1) == y).sum())
-                source.after_step(model, step, result.alpha)
-            if not all(seen):
-                raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
-        epoch_wall_s = timer.samples_s[-1]
-        result.train_wall_s += epoch_wall_s
-        result.trained_samples += len(x_train)
-        result.staleness.extend(epoch_staleness)
-        result.epochs_done = epoch + 1
-        # The guard's attack and its decision are not training time.
-        _, guard_accuracy = evaluate(model, x_guard.to(device), y_guard.to(device), s.eps, s.guard_steps, 1,
-                                     seed=s.seed + epoch)
-        event = ""
-        if guard_accuracy < (1 - s.guard_drop) * guard_best:
-            result.guard_events += 1
-            event = s.guard_action
-            model.load_state_dict(good_state["model"])
-            optimizer.load_state_dict(good_state["optimizer"])
-            if s.guard_action == "shrink":
-                result.alpha *= s.guard_shrink
-            else:
-                result.guard_stopped = True
-            source.after_step(model, step, result.alpha, force=True)
+
+
+def _train_epoch(run: _Run, x_train: torch.Tensor, s: TrainSettings, source: BatchSource, epoch: int,
+                 device: torch.device) -> _EpochFigures:
+    """One optimiser step on each batch of ``epoch``, in the order ``source`` delivers them; a batch
+    staler than ``max_staleness`` is attacked again on the current weights."""
+    batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
+    seen = [False] * len(batches)
+    figures = _EpochFigures()
+    for item in source.epoch(epoch, batches, run.model):
+        if seen[item.batch]:
+            raise RuntimeError(f"epoch {epoch}: batch {item.batch} arrived twice")
+        seen[item.batch] = True
+        staleness = 0 if item.version is None else run.step - item.version
+        x_adv, y = item.x_adv.to(device), item.y.to(device)
+        if s.max_staleness is not None and staleness > s.max_staleness:
+            x_adv = attack(s.attack, run.model, x_train[batches[item.batch]].to(device), y, s.eps, run.result.alpha,
+                           s.steps, batch_generator(s.seed, epoch, item.batch))
+            run.result.regenerated_batches += 1
+            staleness = 0
+        figures.staleness.append(staleness)
+        loss, correct = _step(run, x_adv, y)
+        figures.loss_sum += loss * len(y)
+        figures.correct += correct
+        source.after_step(run.model, run.step, run.result.alpha)
+    if not all(seen):
+        raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
+    return figures
+
+
+def _step(run: _Run, x_adv: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """One optimiser step on an attacked batch; its mean loss and how many it classified correctly."""
+    logits = run.model(x_adv)
+    loss = F.cross_entropy(logits, y)
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    run.optimizer.step()
+    run.scheduler.step()
+    run.step += 1
+    return loss.item(), float((logits.argmax(1) == y).sum())
+
+
+def _guard(run: _Run, x_guard: torch.Tensor, y_guard: torch.Tensor, s: TrainSettings, source: BatchSource,
+           epoch: int) -> tuple[str, float]:
+    """The catastrophic-overfitting guard after ``epoch``: ``(event, robust accuracy)``. A cliff restores
+    the last good state and shrinks alpha or stops (the event names which); otherwise this state is good."""
+    _, accuracy = evaluate(run.model, x_guard, y_guard, s.eps, s.guard_steps, 1, seed=s.seed + epoch)
+    if accuracy < (1 - s.guard_drop) * run.guard_best:
+        run.result.guard_events += 1
+        run.model.load_state_dict(run.good_state["model"])
+        run.optimizer.load_state_dict(run.good_state["optimizer"])
+        if s.guard_action == "shrink":
+            run.result.alpha *= s.guard_shrink
         else:
-            guard_best = max(guard_best, guard_accuracy)
-            good_state = {"model": copy.deepcopy(model.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict())}
-        result.history.append({
-            "epoch": epoch + 1, "train_loss": loss_sum / len(x_train), "train_adv_accuracy": correct / len(x_train),
-            "guard_robust_accuracy": guard_accuracy, "guard_event": event, "alpha": result.alpha,
-            "epoch_wall_s": epoch_wall_s, "load_1m_max": timer.last_load_1m,
-            "staleness_mean": sum(epoch_staleness) / len(epoch_staleness), "staleness_max": max(epoch_staleness),
-        })
-        save_checkpoint(checkpoint_path, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "good_model": good_state["model"],
-            "good_optimizer": good_state["optimizer"], "step": step, "guard_best": guard_best,
-            "history": result.history, "staleness": torch.tensor(result.staleness, dtype=torch.int64),
-            "train_wall_s": result.train_wall_s, "trained_samples": result.trained_samples,
-            "regenerated_batches": result.regenerated_batches, "guard_events": result.guard_events,
-            "guard_stopped": result.guard_stopped, "alpha": result.alpha, "epochs_done": result.epochs_done,
-        }, identity)
-        if result.guard_stopped:
-            break
-    return result
+            run.result.guard_stopped = True
+        source.after_step(run.model, run.step, run.result.alpha, force=True)
+        return s.guard_action, accuracy
+    run.guard_best = max(run.guard_best, accuracy)
+    run.good_state = _snapshot(run.model, run.optimizer)
+    return "", accuracy
+
+
+def _record_epoch(result: TrainResult, epoch: int, figures: _EpochFigures, samples: int, timer: Timer,
+                  guard_accuracy: float, event: str) -> None:
+    """Count ``epoch`` (from 0; ``samples`` trained, timed by ``timer``'s last sample) into ``result``
+    and add its history row."""
+    epoch_wall_s = timer.samples_s[-1]
+    result.train_wall_s += epoch_wall_s
+    result.trained_samples += samples
+    result.staleness.extend(figures.staleness)
+    result.epochs_done = epoch + 1
+    result.history.append({
+        "epoch": epoch + 1, "train_loss": figures.loss_sum / samples, "train_adv_accuracy": figures.correct / samples,
+        "guard_robust_accuracy": guard_accuracy, "guard_event": event, "alpha": result.alpha,
+        "epoch_wall_s": epoch_wall_s, "load_1m_max": timer.last_load_1m,
+        "staleness_mean": sum(figures.staleness) / len(figures.staleness), "staleness_max": max(figures.staleness),
+    })
+
+
+def _checkpoint_state(run: _Run) -> dict:
+    """What the checkpoint after an epoch holds: everything :func:`_resume` reads back."""
+    result = run.result
+    return {
+        "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(), "good_model": run.good_state["model"],
+        "good_optimizer": run.good_state["optimizer"], "step": run.step, "guard_best": run.guard_best,
+        "history": result.history, "staleness": torch.tensor(result.staleness, dtype=torch.int64),
+        "train_wall_s": result.train_wall_s, "trained_samples": result.trained_samples,
+        "regenerated_batches": result.regenerated_batches, "guard_events": result.guard_events,
+        "guard_stopped": result.guard_stopped, "alpha": result.alpha, "epochs_done": result.epochs_done,
+    }
