@@ -109,7 +109,8 @@ def test_bench_and_sweep_table_commands(tmp_path):
 def test_bench_command_rejects_a_bad_point(tmp_path, capsys):
     from membench.cli import main
 
-    code = main(["hotconv", "bench", "--outdir", str(tmp_path), "--variant", "hotconv", "--batch-size", "0",
-                 "--max-len", "512", "--device", "cpu"])
-    assert code == 2 and "--batch-size" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # a value out of its range: argparse's usage error
+        main(["hotconv", "bench", "--outdir", str(tmp_path), "--variant", "hotconv", "--batch-size", "0",
+              "--max-len", "512", "--device", "cpu"])
+    assert exit_.value.code == 2 and "--batch-size" in capsys.readouterr().err
     assert not (tmp_path / "metrics.json").exists()

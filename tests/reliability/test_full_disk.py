@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from membench.cli import main
+from membench.core import atomic
 from membench.core.checkpoint import load_checkpoint, save_checkpoint
 from membench.core.errors import InputError
 from membench.core.metrics import job_record, read_metrics, write_job_outputs
@@ -103,7 +104,7 @@ def test_checkpoint_write_on_a_full_disk_keeps_the_previous_checkpoint(small_dis
     _expect_full(lambda: save_checkpoint(path, {"epoch": 2, "weights": torch.ones(2**16)}), path)
     state = load_checkpoint(path)
     assert state["epoch"] == 1 and torch.equal(state["weights"], torch.ones(10))
-    assert sorted(p.name for p in small_disk.iterdir()) == ["checkpoint.pt", "filler"]
+    assert sorted(p.name for p in small_disk.iterdir()) == [atomic.LEDGER_NAME, "checkpoint.pt", "filler"]
 
 
 def test_lmdb_build_on_a_full_disk_keeps_the_previous_lmdb(small_disk, tmp_path):

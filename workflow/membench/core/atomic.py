@@ -196,20 +196,21 @@ def written_by_membench(path: str | os.PathLike) -> bool:
     return found is not None and _ledger_entries(path.parent).get(path.name) == found
 
 
-def _record_written(path: Path) -> None:
-    """Add ``path``'s (size, mtime_ns) to its directory's ledger (appended under a lock)."""
-    found = _identity(path)
-    if found is None:
-        return
-    line = json.dumps({"name": path.name, "size": found[0], "mtime_ns": found[1]}) + "\n"
-    fd = os.open(path.parent / LEDGER_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666 & ~current_umask())
+def _record_written(tmp: Path, target: Path) -> None:
+    """Add the finished temporary ``tmp``'s (size, mtime_ns) to the ledger under ``target``'s name,
+    before the rename (which keeps both): a ledger that cannot be written (a full disk) then fails
+    the write with the previous file still in place, never leaves a written file unrecorded."""
+    found = _identity(tmp)
+    line = json.dumps({"name": target.name, "size": found[0], "mtime_ns": found[1]}) + "\n"
+    fd = os.open(target.parent / LEDGER_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666 & ~current_umask())
     with os.fdopen(fd, "r+") as ledger:
         fcntl.flock(ledger, fcntl.LOCK_EX)
         ledger.write(line)
         ledger.flush()
         if os.fstat(ledger.fileno()).st_size > _LEDGER_COMPACT_BYTES:
-            kept = {name: entry for name, entry in _ledger_entries(path.parent).items()
-                    if _identity(path.parent / name) == entry}
+            entries = _ledger_entries(target.parent)
+            kept = {name: entry for name, entry in entries.items()
+                    if name == target.name or _identity(target.parent / name) == entry}
             ledger.seek(0)
             ledger.truncate()
             ledger.writelines(json.dumps({"name": n, "size": e[0], "mtime_ns": e[1]}) + "\n" for n, e in kept.items())
@@ -275,8 +276,8 @@ def atomic_path(
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~current_umask())
+        _record_written(tmp, target)
         os.replace(tmp, target)
-        _record_written(target)
     except BaseException as exc:
         full = _device_full_error(target, exc)  # before the unlink frees the space
         tmp.unlink(missing_ok=True)
