@@ -228,11 +228,11 @@ def test_an_output_below_a_file_is_a_one_line_error_naming_it(tmp_path):
 
 
 def test_a_long_ledger_is_compacted_to_the_files_that_are_still_there(tmp_path, monkeypatch):
-    monkeypatch.setattr(atomic, "_LEDGER_COMPACT_BYTES", 400)
     for round_ in range(3):
         for name in ("a.csv", "b.csv", "gone.csv"):
             atomic.write_text(tmp_path / name, f"{round_}\n")
     (tmp_path / "gone.csv").unlink()
+    monkeypatch.setattr(atomic, "_LEDGER_COMPACT_BYTES", 100)  # the next write finds the ledger long
     atomic.write_text(tmp_path / "a.csv", "last\n")
     names = [json.loads(line)["name"] for line in (tmp_path / atomic.LEDGER_NAME).read_text().splitlines()]
     assert sorted(names) == ["a.csv", "b.csv"]
