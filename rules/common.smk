@@ -388,7 +388,7 @@ HOTCONV_TRAIN_KEYS = (
     "early_stopping_patience",
     "num_workers",
     "memory_probe_steps",
-    "size_sorted",
+    "sort_by_size",
 )
 HOTCONV_SWEEP_KEYS = (
     "num_filters",

@@ -88,7 +88,7 @@ rule memnet_evaluate:
         options=lambda wildcards: memnet_evaluate_options(wildcards.memnet_dataset),
     shell:
         "membench memnet evaluate --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
-        " --out {output.table:q} --predictions {output.predictions:q} > {log:q} 2>&1"
+        " --out {output.table:q} --out-predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule memnet_train:

@@ -13,7 +13,7 @@ from membench.core.timing import TIMING_FIELDS
 
 def test_run_prints_exactly_the_reference_output(georgiy_paths, capsys, tmp_path):
     npy = tmp_path / "beliefs.npy"
-    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--implementation", "reference", "--npy", str(npy)]) == 0
+    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--implementation", "reference", "--out-npy", str(npy)]) == 0
     captured = capsys.readouterr()
     assert captured.out == georgiy_paths[4].read_text()
     beliefs = np.load(npy, allow_pickle=False)

@@ -283,8 +283,8 @@ def test_cifar_over_its_batches_is_refused_and_deletes_nothing(tmp_path, capsys)
     _write_cifar10(tmp_path / "cifar")
     before = _snapshot(tmp_path)
     for out in (tmp_path / "cifar", tmp_path):
-        code = main(["images", "cifar", "--batches", str(tmp_path / "cifar"), "--variant", "cifar10",
-                     "--split", "train", "--out", str(out)])
+        code = main(["images", "cifar", "--root", str(tmp_path / "cifar"), "--source", "cifar10",
+                     "--split", "train", "--outdir", str(out)])
         assert code == 2
         assert str(out) in capsys.readouterr().err
     assert _snapshot(tmp_path) == before

@@ -188,11 +188,11 @@ METRICS = {"system": "x", "variant": "v", "dataset": "d", "device": "cpu", "devi
 
 CASES = [
     # 2. outputs onto inputs, and outputs onto a user's files
-    Case("appclass run --npy onto an input graph", lambda t: (
-        ["appclass", "run", *_graphs(t), "--npy", str(t / "data.e"), "--kernels", "torch"], [t / "data.e"]),
+    Case("appclass run --out-npy onto an input graph", lambda t: (
+        ["appclass", "run", *_graphs(t), "--out-npy", str(t / "data.e"), "--kernels", "torch"], [t / "data.e"]),
         "is the input"),
-    Case("appclass run --npy onto a user's file", lambda t: (
-        ["appclass", "run", *_graphs(t), "--npy", str(_file(t, "mine.npy")), "--kernels", "torch"], [t / "mine.npy"]),
+    Case("appclass run --out-npy onto a user's file", lambda t: (
+        ["appclass", "run", *_graphs(t), "--out-npy", str(_file(t, "mine.npy")), "--kernels", "torch"], [t / "mine.npy"]),
         "not written by membench"),
     Case("bodmas classes --out onto its metadata", lambda t: (
         ["bodmas", "classes", "--metadata", str(_bodmas(t)[0]), "--out", str(t / "metadata.csv")], [t / "metadata.csv"]),
@@ -214,9 +214,9 @@ CASES = [
     Case("memnet evaluate --out onto its --data", lambda t: (
         ["memnet", "evaluate", "--data", str(_memnet(t)), "--family", "mlp", "--out", str(t / "mlp_data.csv")],
         [t / "mlp_data.csv"]), "is the input"),
-    Case("memnet evaluate --predictions onto a user's file", lambda t: (
+    Case("memnet evaluate --out-predictions onto a user's file", lambda t: (
         ["memnet", "evaluate", "--data", str(_memnet(t)), "--family", "mlp", "--out", str(t / "e.csv"),
-         "--predictions", str(_file(t, "p.csv"))], [t / "p.csv"]), "not written by membench"),
+         "--out-predictions", str(_file(t, "p.csv"))], [t / "p.csv"]), "not written by membench"),
     Case("table metrics --out onto one of its metrics", lambda t: (
         ["table", "metrics", "--out", str(_file(t, "metrics.json", "{}")), str(t / "metrics.json")],
         [t / "metrics.json"]), "is the input"),
@@ -227,9 +227,9 @@ CASES = [
     Case("report table --out onto its --csv", lambda t: (
         ["report", "table", "--name", "x", "--csv", str(_file(t, "x.csv", "a\n1\n")), "--out", str(t / "x.csv")],
         [t / "x.csv"]), "is the input"),
-    Case("images lmdb --out onto its own --root", lambda t: (
+    Case("images lmdb --outdir onto its own --root", lambda t: (
         ["images", "lmdb", "--root", str((t / "root").mkdir() or t / "root"), "--split", "train",
-         "--out", str(t / "root")], [t / "root"]), "is the input"),
+         "--outdir", str(t / "root")], [t / "root"]), "is the input"),
     Case("images digits --outdir onto a user's directory", lambda t: (
         ["images", "digits", "--outdir", str((t / "mine").mkdir() or _file(t / "mine", "keep.txt").parent)],
         [t / "mine"]), "not a membench output"),
@@ -309,8 +309,8 @@ CASES = [
         "memnet", "evaluate", "--data", str(_memnet(t, MEMNET_CSV.replace(",2,10,8,1500", ",1e30,10,8,1500"))),
         "--family", "mlp", "--out", str(t / "e.csv")]), "Total Activations"),
     Case("images cifar: a 63-byte batch declaring a huge array", _simple(lambda t: [
-        "images", "cifar", "--batches", str(_cifar_batch(t)), "--variant", "cifar10", "--split", "train",
-        "--out", str(t / "db")]), "data_batch_1"),
+        "images", "cifar", "--root", str(_cifar_batch(t)), "--source", "cifar10", "--split", "train",
+        "--outdir", str(t / "db")]), "data_batch_1"),
     Case("images check: __len__ of 2**70", _simple(lambda t: [
         "images", "check", "--lmdb", str(_lmdb_with_length(t, 2**70))]), "__len__"),
     Case("robust train --batch-size 0", _simple(lambda t: ["robust", "train", "--outdir", str(t / "j"),

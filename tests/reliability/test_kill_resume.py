@@ -91,7 +91,7 @@ def _records(path):
 
 
 def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, tmp_path):
-    command = lambda out: faults.membench("images", "lmdb", "--root", all_digits_folder, "--split", "train", "--out", out)  # noqa: E731
+    command = lambda out: faults.membench("images", "lmdb", "--root", all_digits_folder, "--split", "train", "--outdir", out)  # noqa: E731
     reference = faults.run(command(tmp_path / "clean"))
     outdir = tmp_path / "killed"
 
@@ -113,7 +113,7 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, t
 
 def _robust_train(outdir):
     return faults.membench(
-        "robust", "train", "--outdir", outdir, "--mode", "sequential", "--source", "digits", "--epochs", "3",
+        "robust", "train", "--outdir", outdir, "--mode", "sequential", "--dataset", "digits", "--epochs", "3",
         "--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32",
         "--eval-attack-steps", "3", "--eval-restarts", "1", "--guard-attack-steps", "2", "--guard-samples", "32",
         "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")

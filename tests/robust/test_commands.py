@@ -105,7 +105,7 @@ def test_bad_options_give_one_line_errors(tmp_path, capsys, option, value, messa
 
 def test_bad_data_file_gives_a_one_line_error(tmp_path, capsys):
     (tmp_path / "mnist").mkdir()
-    code = main(["robust", "train", "--outdir", str(tmp_path / "out"), "--source", "mnist", "--root",
+    code = main(["robust", "train", "--outdir", str(tmp_path / "out"), "--dataset", "mnist", "--root",
                  str(tmp_path / "mnist")])
     assert code == 2
     err = capsys.readouterr().err.strip()

@@ -59,8 +59,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     run = steps.add_parser("run", help="print the log-belief matrix (C %%e, row-major) on stdout")
     _add_graph_files(run)
     _add_method_options(run)
-    run.add_argument("--npy", type=OutputFile, help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
-    run.add_argument("--no-stdout", action="store_true", help="do not print the matrix (with --npy)")
+    run.add_argument("--out-npy", type=OutputFile, help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
+    run.add_argument("--no-stdout", action="store_true", help="do not print the matrix (with --out-npy)")
 
     bench = steps.add_parser("bench", help="one implementation on one graph pair under the meter: metrics.json")
     _add_graph_files(bench)
@@ -185,8 +185,8 @@ def _run(args: argparse.Namespace) -> None:
         precision=args.precision, chunk_edges=args.chunk_edges, kernels=kernels,
     )
     del data
-    if args.npy:
-        write_npy(args.npy, beliefs)
+    if args.out_npy:
+        write_npy(args.out_npy, beliefs)
     if not args.no_stdout:
         if kernels is not None:
             sys.stdout.buffer.write(kernels.format_e(torch.from_numpy(beliefs), torch.get_num_threads()))

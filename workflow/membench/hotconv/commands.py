@@ -52,7 +52,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--early-stopping-patience", type=EPOCHS, default=2)
     train.add_argument("--num-workers", type=WORKERS, default=0)
     train.add_argument("--memory-probe-steps", type=integer(0, 1_000_000), default=5)
-    train.add_argument("--size-sorted", action=argparse.BooleanOptionalAction, default=False)
+    train.add_argument("--sort-by-size", action=argparse.BooleanOptionalAction, default=False,
+                       help="feed the largest files first, unshuffled")
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
     add_allocator_option(train, default=False)
@@ -114,7 +115,7 @@ def _train(args: argparse.Namespace) -> None:
     train_spec = TrainSpec(
         epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, learning_rate=args.learning_rate,
         early_stopping_patience=args.early_stopping_patience, num_workers=args.num_workers,
-        memory_probe_steps=args.memory_probe_steps, size_sorted=args.size_sorted, seed=args.seed,
+        memory_probe_steps=args.memory_probe_steps, size_sorted=args.sort_by_size, seed=args.seed,
     )
     path = train_job(
         files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,

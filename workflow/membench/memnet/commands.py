@@ -97,7 +97,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     evaluate.add_argument("--timing-rows", type=integer(1, 1_000_000), default=20, help="single-job predictions timed per fold")
     evaluate.add_argument("--dataset", default=None, help="name of the data in the table (default: the file name)")
     evaluate.add_argument("--out", type=OutputFile, required=True, help="one row per estimator (CSV; a .parquet twin is written)")
-    evaluate.add_argument("--predictions", type=OutputFile, help="also write one row per prediction (CSV)")
+    evaluate.add_argument("--out-predictions", type=OutputFile, help="also write one row per prediction (CSV)")
 
     train = steps.add_parser("train", help="fit the learned estimators on a whole CSV for `predict`")
     _add_data_options(train)
@@ -246,9 +246,9 @@ def _evaluate(args) -> None:
     table.insert(2, "jobs", len(jobs))
     table["folds"], table["seed"], table["dropped_failed"] = args.folds, args.seed, jobs.dropped_failed
     write_table(table, args.out, parquet_path_for(args.out))
-    if args.predictions:
+    if args.out_predictions:
         predictions.insert(0, "dataset", args.dataset or Path(args.data).stem)
-        write_table(predictions, args.predictions)
+        write_table(predictions, args.out_predictions)
     LOG.info("\n%s", table[["estimator", "accuracy", "f1_weighted", "under_rate", "inference_ms"]].to_string(index=False))
 
 

@@ -33,7 +33,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train = steps.add_parser("train", help="one adversarial training run, evaluated with a fresh PGD attack")
     train.add_argument("--outdir", type=OutputDir, required=True, help="job directory: metrics.json, memlog.csv, history.csv, checkpoint")
     train.add_argument("--mode", default="sequential", choices=MODES)
-    train.add_argument("--source", default="digits", choices=SOURCES, help="dataset")
+    train.add_argument("--dataset", default="digits", choices=SOURCES)
     train.add_argument("--root", type=InputDir, default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
     train.add_argument("--test-fraction", type=FRACTION, default=0.2, help="digits: share held out for testing")
     train.add_argument("--train-limit", type=SAMPLES, default=None, help="keep the first N training samples")

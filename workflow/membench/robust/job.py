@@ -74,7 +74,7 @@ def run_training_job(args: argparse.Namespace) -> Path | None:
 
 
 def _run(args: argparse.Namespace, started: float, device: torch.device, rank: int) -> Path | None:
-    data = load_dataset(args.source, args.root, test_fraction=args.test_fraction, seed=args.seed,
+    data = load_dataset(args.dataset, args.root, test_fraction=args.test_fraction, seed=args.seed,
                         train_limit=args.train_limit, test_limit=args.test_limit)
     spec = ModelSpec(args.model, data.input_shape, data.num_classes, args.hidden_units)
     model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, args.seed).to(device)
@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     variant = variant_name(args)
-    record = job_record("robust", variant, args.source, device, args.seed, args.batch_size)
+    record = job_record("robust", variant, args.dataset, device, args.seed, args.batch_size)
     queue_size = args.queue_size or 2 * args.producers
     if parallel and args.transport == "distributed":
         source = DistributedSource(spec, data.y_train, args.producers, args.publish_every, queue_size,

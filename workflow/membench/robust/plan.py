@@ -25,7 +25,7 @@ def plan_runs(robust: dict) -> dict[str, dict]:
     underscores for dashes), for the config section ``robust``."""
     dataset, eps, threads = robust["dataset"], robust["eps"], robust["sequential_threads"]
     common = {key: robust[key] for key in _DATA_KEYS}
-    common |= {"source": dataset, "root": robust.get("root")}
+    common |= {"dataset": dataset, "root": robust.get("root")}
     common |= {f"eval_{key}": value for key, value in robust["eval"].items()}
     common |= {f"guard_{key}": value for key, value in robust["guard"].items()}
     runs: dict[str, dict] = {}

@@ -38,15 +38,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     folder = steps.add_parser("lmdb", help="ImageFolder root/<split>/<class>/<image> to one LMDB")
     folder.add_argument("--root", type=InputDir, required=True)
     folder.add_argument("--split", required=True)
-    folder.add_argument("--out", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)")
+    folder.add_argument("--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)")
     folder.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="check that every file parses as an image")
 
     cifar = steps.add_parser("cifar", help="CIFAR-10/100 python batches to one LMDB")
-    cifar.add_argument("--batches", type=InputDir, required=True, help="directory of the python batches")
-    cifar.add_argument("--variant", required=True, choices=("cifar10", "cifar100"))
+    cifar.add_argument("--root", type=InputDir, required=True, help="directory of the python batches")
+    cifar.add_argument("--source", required=True, choices=("cifar10", "cifar100"))
     cifar.add_argument("--split", required=True, choices=("train", "test"))
-    cifar.add_argument("--out", type=OutputDir, required=True)
+    cifar.add_argument("--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)")
 
     check = steps.add_parser("check", help="read and decode every record of an image LMDB (in a child process)")
     check.add_argument("--lmdb", type=InputDir, required=True, help="LMDB directory")
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace) -> None:
     elif args.step == "lmdb":
         from membench.data.images.folder import folder_to_lmdb
 
-        logging.info("wrote %s", folder_to_lmdb(args.root, args.split, args.out, verify=args.verify))
+        logging.info("wrote %s", folder_to_lmdb(args.root, args.split, args.outdir, verify=args.verify))
     elif args.step == "cifar":
         from membench.data.images.cifar import cifar_to_lmdb
 
-        logging.info("wrote %s", cifar_to_lmdb(args.batches, args.variant, args.split, args.out))
+        logging.info("wrote %s", cifar_to_lmdb(args.root, args.source, args.split, args.outdir))
     elif args.step == "check":
         from membench.data.images.lmdb_store import check_lmdb
 
