@@ -88,6 +88,47 @@ def run(command: list[str], timeout_s: float = 600, cwd: str | os.PathLike | Non
     return finished
 
 
+@dataclass
+class Ran:
+    """A ``membench`` command run by :func:`run_membench`: its exit code (``None``: it outlived its
+    time limit and was killed) and standard error."""
+
+    returncode: int | None
+    stderr: str
+
+
+def _membench_child(argv: list[str], cwd: str, stderr_path: str) -> None:
+    # A process of its own, forked from a server that imported membench and torch once: the
+    # command's exit code, output and any traceback are its own, at no interpreter start.
+    os.chdir(cwd)
+    with open(stderr_path, "wb") as stderr, open(os.devnull, "wb") as stdout:
+        os.dup2(stderr.fileno(), 2)
+        os.dup2(stdout.fileno(), 1)
+    from membench.cli import main
+
+    sys.exit(main(argv))
+
+
+def run_membench(argv: list[str], cwd: str | os.PathLike, timeout_s: float) -> Ran:
+    """Run ``membench <argv>`` in its own process with a time limit, as a user runs it (exit code,
+    one-line errors, tracebacks and hangs are the process's own), but forked from a server that has
+    membench and torch imported, so that a test of many command lines pays no interpreter start."""
+    import multiprocessing
+    import tempfile
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["membench.cli", "torch", "pandas"])
+    with tempfile.NamedTemporaryFile(suffix=".stderr") as stderr:
+        child = context.Process(target=_membench_child, args=(list(argv), os.fspath(cwd), stderr.name))
+        child.start()
+        child.join(timeout_s)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            return Ran(None, Path(stderr.name).read_text(errors="replace"))
+        return Ran(child.exitcode, Path(stderr.name).read_text(errors="replace"))
+
+
 def kill_delays(seed: int, count: int, span_s: float, low: float = 0.15, high: float = 0.9) -> list[float]:
     """``count`` seeded kill delays, uniform in [low, high] of ``span_s`` (an uninterrupted run's time)."""
     rng = np.random.default_rng(seed)

@@ -1,7 +1,7 @@
-"""Adversarial but realistic command lines, each run as a user runs it (``membench ...`` in a fresh
-process, with a time limit), and each outcome sorted: a clear one-line error (or a correct run), a
+"""Adversarial but realistic command lines, each run as a user runs it (``membench ...`` in a process
+of its own, with a time limit: :func:`faults.run_membench`), and each outcome sorted: a clear one-line error (or a correct run), a
 traceback, a hang, a user file lost, code executed, a stale result. The counts are the figures of
-docs/reliability.md ("Adversarial inputs"); with ``MEMBENCH_FAULT_REPORT`` set they are written
+docs/reliability.md ("Adversarial command lines"); with ``MEMBENCH_FAULT_REPORT`` set they are written
 there too.
 """
 
@@ -12,8 +12,6 @@ import hashlib
 import json
 import os
 import pickle
-import subprocess
-import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +20,6 @@ from typing import Callable
 import faults
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 TIME_LIMIT_S = 120
 OUTCOMES: dict[str, int] = {}
 
@@ -38,10 +35,8 @@ class Case:
     before: list[list[str]] = field(default_factory=list)  # commands run first (fixtures made by membench)
 
 
-def membench(argv: list[str], cwd: Path, timeout_s: float = TIME_LIMIT_S) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
-    return subprocess.run([sys.executable, "-m", "membench.cli", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+def membench(argv: list[str], cwd: Path) -> faults.Ran:
+    return faults.run_membench(argv, cwd, TIME_LIMIT_S)
 
 
 def _digest(paths: list[Path]) -> dict[Path, str]:
@@ -412,9 +407,8 @@ def test_adversarial_case(case: Case, tmp_path: Path):
     argv, protected = case.setup(tmp_path)
     _run_before(case.before, tmp_path)
     before = _digest(protected)
-    try:
-        done = membench(argv, tmp_path)
-    except subprocess.TimeoutExpired:
+    done = membench(argv, tmp_path)
+    if done.returncode is None:
         _tally("hangs")
         pytest.fail(f"hung for {TIME_LIMIT_S} s")
     lost = _digest(protected) != before

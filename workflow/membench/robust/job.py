@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +25,7 @@ from membench.robust.data import load_dataset
 from membench.robust.distributed import DistributedSource, run_producer
 from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource
-from membench.robust.train import SequentialSource, TrainSettings, train
+from membench.robust.train import SequentialSource, TrainResult, TrainSettings, train
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -74,19 +75,11 @@ def run_training_job(args: argparse.Namespace) -> Path | None:
 
 
 def _run(args: argparse.Namespace, started: float, device: torch.device, rank: int) -> Path | None:
+    """Read the data, measure the run (rank 0; another rank is a producer), write its outputs."""
     data = load_dataset(args.dataset, args.root, test_fraction=args.test_fraction, seed=args.seed,
                         train_limit=args.train_limit, test_limit=args.test_limit)
     spec = ModelSpec(args.model, data.input_shape, data.num_classes, args.hidden_units)
-    model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, args.seed).to(device)
-    parallel = args.mode == "parallel"
-    settings = TrainSettings(
-        attack=args.attack, eps=args.eps, steps=args.attack_steps, alpha=args.alpha, epochs=args.epochs,
-        batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
-        learning_rate_schedule=args.learning_rate_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-        guard_steps=args.guard_attack_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
-        guard_action=args.guard_action, guard_shrink=args.guard_shrink,
-        max_staleness=args.max_staleness if parallel else None,
-    )
+    settings = _settings(args)
     # NCCL carries tensors on the GPU, gloo on the CPU.
     comm_device = device if device.type == "cuda" else torch.device("cpu")
     if rank != 0:
@@ -94,37 +87,86 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         return None
     outdir = Path(args.outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    variant = variant_name(args)
-    record = job_record("robust", variant, args.dataset, device, args.seed, args.batch_size)
-    queue_size = args.queue_size or 2 * args.producers
-    if parallel and args.transport == "distributed":
-        source = DistributedSource(spec, data.y_train, args.producers, args.publish_every, queue_size,
-                                   args.timeout_s, comm_device=str(comm_device))
-    elif parallel:
-        source = ParallelSource(spec, data.x_train, data.y_train, settings, args.producers, args.publish_every,
-                                queue_size, args.timeout_s, device=str(device),
-                                threads_per_producer=args.threads)
-    else:
-        source = SequentialSource(data.x_train, data.y_train, settings, device)
+    record = job_record("robust", variant_name(args), args.dataset, device, args.seed, args.batch_size)
+    measured = _measure_run(args, data, spec, settings, device, comm_device, outdir / CHECKPOINT)
+    record.update(_fields(args, settings, data, measured))
+    record["wall_s"] = time.perf_counter() - started
+    result = measured.result
+    atomic.write_csv(outdir / "history.csv", pd.DataFrame(result.history))
+    atomic.write_csv(outdir / "staleness.csv",
+                     pd.DataFrame({"batch": range(len(result.staleness)), "staleness": result.staleness}))
+    return write_job_outputs(outdir, record, measured.meter.memlog())
+
+
+def _settings(args: argparse.Namespace) -> TrainSettings:
+    parallel = args.mode == "parallel"
+    return TrainSettings(
+        attack=args.attack, eps=args.eps, steps=args.attack_steps, alpha=args.alpha, epochs=args.epochs,
+        batch_size=args.batch_size, learning_rate=args.learning_rate, optimizer=args.optimizer,
+        learning_rate_schedule=args.learning_rate_schedule, momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+        guard_steps=args.guard_attack_steps, guard_samples=args.guard_samples, guard_drop=args.guard_drop,
+        guard_action=args.guard_action, guard_shrink=args.guard_shrink,
+        max_staleness=args.max_staleness if parallel else None,
+    )
+
+
+@dataclass
+class _MeasuredRun:
+    """What a training job measured: the training, the accuracies on ``test_samples`` test images,
+    the meter (phases ``startup``, ``train``, ``evaluate``) and the batch source (its waits)."""
+
+    result: TrainResult
+    clean_accuracy: float
+    robust_accuracy: float
+    test_samples: int
+    meter: Meter
+    source: object
+
+
+def _measure_run(args: argparse.Namespace, data, spec: ModelSpec, settings: TrainSettings, device: torch.device,
+                comm_device: torch.device, checkpoint: Path) -> _MeasuredRun:
+    """Train the seeded model under the meter (resuming from ``checkpoint``), then test it with a
+    fresh PGD attack."""
+    model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, args.seed).to(device)
+    source = _batch_source(args, data, spec, settings, device, comm_device)
     with Meter(device, sample_interval_s=args.sample_interval_s,
                grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh) as meter, contextlib.ExitStack() as producers:
-        if parallel:
+        if args.mode == "parallel":
             with meter.phase("startup"):
                 producers.enter_context(source)
         with meter.phase("train"):
-            result = train(model, data.x_train, data.y_train, settings, source, outdir / CHECKPOINT, device,
-                           _identity(args, data))
+            result = train(model, data.x_train, data.y_train, settings, source, checkpoint, device, _identity(args, data))
         producers.close()
         with meter.phase("evaluate"):
             x_test, y_test = data.x_test[: args.eval_samples], data.y_test[: args.eval_samples]
             clean_accuracy, robust_accuracy = evaluate(model, x_test, y_test, args.eps, args.eval_attack_steps,
                                                        args.eval_restarts, seed=args.seed + 1)
-    staleness = result.staleness
+    return _MeasuredRun(result, clean_accuracy, robust_accuracy, len(x_test), meter, source)
+
+
+def _batch_source(args: argparse.Namespace, data, spec: ModelSpec, settings: TrainSettings, device: torch.device,
+                  comm_device: torch.device):
+    """The trainer's batches: attacked by itself (sequential), by producer processes on this node, or
+    by producer ranks (distributed)."""
+    queue_size = args.queue_size or 2 * args.producers
+    if args.mode == "parallel" and args.transport == "distributed":
+        return DistributedSource(spec, data.y_train, args.producers, args.publish_every, queue_size,
+                                 args.timeout_s, comm_device=str(comm_device))
+    if args.mode == "parallel":
+        return ParallelSource(spec, data.x_train, data.y_train, settings, args.producers, args.publish_every,
+                              queue_size, args.timeout_s, device=str(device), threads_per_producer=args.threads)
+    return SequentialSource(data.x_train, data.y_train, settings, device)
+
+
+def _fields(args: argparse.Namespace, settings: TrainSettings, data, measured: _MeasuredRun) -> dict[str, object]:
+    """The metrics of a measured run: the meter's, the epochs' timing, the options and the results."""
+    result, source, staleness = measured.result, measured.source, measured.result.staleness
+    parallel = args.mode == "parallel"
     cores = args.threads * (args.producers + 1 if parallel else 1)
-    record.update(meter.summary())
-    record.update(timing_fields([h["epoch_wall_s"] for h in result.history], "epoch",
-                                [h["load_1m_max"] for h in result.history], threads=cores))
-    record.update({
+    return {
+        **measured.meter.summary(),
+        **timing_fields([h["epoch_wall_s"] for h in result.history], "epoch",
+                        [h["load_1m_max"] for h in result.history], threads=cores),
         "mode": args.mode, "attack": args.attack, "attack_steps": args.attack_steps, "alpha": args.alpha,
         "final_alpha": result.alpha, "eps": args.eps, "epochs": args.epochs, "epochs_done": result.epochs_done,
         "resumed_from_epoch": result.resumed_from_epoch, "model": args.model, "threads": args.threads,
@@ -132,8 +174,8 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         "transport": args.transport if parallel else None,
         "max_staleness": settings.max_staleness, "cores": cores,
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "learning_rate_schedule": args.learning_rate_schedule,
-        "train_samples": len(data.x_train), "test_samples": len(x_test),
-        "clean_accuracy": clean_accuracy, "robust_accuracy": robust_accuracy,
+        "train_samples": len(data.x_train), "test_samples": measured.test_samples,
+        "clean_accuracy": measured.clean_accuracy, "robust_accuracy": measured.robust_accuracy,
         "eval_attack": f"pgd{args.eval_attack_steps}x{args.eval_restarts}",
         "train_wall_s": result.train_wall_s,
         "samples_per_s": result.trained_samples / result.train_wall_s if result.train_wall_s else None,
@@ -144,8 +186,4 @@ def _run(args: argparse.Namespace, started: float, device: torch.device, rank: i
         "regenerated_batches": result.regenerated_batches,
         "guard_events": result.guard_events, "guard_stopped": result.guard_stopped,
         "producer_memory_measured": False if parallel else None,
-        "wall_s": time.perf_counter() - started,
-    })
-    atomic.write_csv(outdir / "history.csv", pd.DataFrame(result.history))
-    atomic.write_csv(outdir / "staleness.csv", pd.DataFrame({"batch": range(len(staleness)), "staleness": staleness}))
-    return write_job_outputs(outdir, record, meter.memlog())
+    }
