@@ -95,7 +95,7 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     record.update({
         "job": "maxbatch", "batch_size": None, "pid": os.getpid(), "largest_batch": largest,
         "probes": " ".join(f"{b}:{records[b]['status']}" for b, _ in probes), "probe_count": len(probes),
-        "probes_measured": len(measured_now), "search_start": start, "search_limit": limit,
+        "probes_measured": len(measured_now), "start": start, "limit": limit,
         "wall_s": time.perf_counter() - begin,
     })
     write_job_outputs(outdir, record)

@@ -64,7 +64,7 @@ TABLE_VIEWS: dict[str, TableView] = {
     "division_max_batch": TableView(
         "DIVISION largest batch that fits per method",
         "DIVISION",
-        ("variant", "model", "image_size", "amp", "largest_batch", "search_start", "search_limit", "probe_count", "probes",
+        ("variant", "model", "image_size", "amp", "largest_batch", "start", "limit", "probe_count", "probes",
          *RUN),
     ),
     "appclass": TableView(
