@@ -2,6 +2,72 @@
 # patterns), benchmark jobs (implementation x device x threads x precision x graph pair), their table,
 # graph statistics, figures.
 
+import os
+
+from membench.core.config import APPCLASS_REFERENCE
+
+APPCLASS = config["appclass"]
+APPCLASS_BUILD_MANIFEST = "results/build/appclass/manifest.json"
+APPCLASS_VARIANTS = workflow_support.appclass_variants(APPCLASS["variants"])
+APPCLASS_REFERENCE_VARIANT = workflow_support.appclass_variant_name(APPCLASS_REFERENCE)
+APPCLASS_TORCH_VARIANTS = [
+    name for name, v in APPCLASS_VARIANTS.items() if v["implementation"] == "torch"
+]
+# The build manifest a variant's jobs wait for; none for the NumPy reference and for variants that
+# pick the pure-torch kernels.
+APPCLASS_BUILD_INPUT = {
+    name: APPCLASS_BUILD_MANIFEST if workflow_support.appclass_uses_build(v) else []
+    for name, v in APPCLASS_VARIANTS.items()
+}
+APPCLASS_BENCH_OPTIONS = {
+    name: workflow_support.appclass_bench_options(
+        v, APPCLASS, APPCLASS_BUILD_INPUT[name] or None, config["meter"]
+    )
+    for name, v in APPCLASS_VARIANTS.items()
+}
+# Timing jobs claim every core of a local run (no job runs beside them), their own threads on a
+# cluster.
+APPCLASS_THREADS = {
+    name: workflow_support.timing_job_threads(v["threads"], local_cores())
+    for name, v in APPCLASS_VARIANTS.items()
+}
+# (vertices, edges) of each data graph: the user's files, or generated under results/data/graphs;
+# of each pattern on each graph: the user's files, or induced from the graph.
+APPCLASS_GRAPH_FILES = {
+    graph: (
+        (spec["vertices"], spec["edges"])
+        if spec["source"] == "files"
+        else (
+            f"results/data/graphs/{graph}/data.Vertex.csv",
+            f"results/data/graphs/{graph}/data.Edges.csv",
+        )
+    )
+    for graph, spec in APPCLASS["graphs"].items()
+}
+APPCLASS_PATTERN_FILES = {
+    (graph, pattern): (
+        (spec["vertices"], spec["edges"])
+        if spec["source"] == "files"
+        else (
+            f"results/data/graphs/{graph}/patterns/{pattern}.Vertex.csv",
+            f"results/data/graphs/{graph}/patterns/{pattern}.Edges.csv",
+        )
+    )
+    for graph in APPCLASS["graphs"]
+    for pattern, spec in APPCLASS["patterns"].items()
+}
+APPCLASS_PAIRS = [os.path.split(pair) for pair in APPCLASS["benchmark_pairs"]]
+# The four graph files of each benchmarked pair, in the order the commands take them.
+APPCLASS_PAIR_FILES = {
+    pair: [*APPCLASS_GRAPH_FILES[pair[0]], *APPCLASS_PATTERN_FILES[pair]]
+    for pair in APPCLASS_PAIRS
+}
+APPCLASS_METRICS = [
+    f"results/appclass/{graph}/{pattern}/{variant}/metrics.json"
+    for graph, pattern in APPCLASS_PAIRS
+    for variant in APPCLASS_VARIANTS
+]
+
 
 rule appclass_build:
     input:
@@ -24,7 +90,7 @@ rule appclass_build:
         mem_mb=4000,
         runtime=30,
     params:
-        outdir=lambda wildcards, output: os.path.dirname(output.manifest),
+        outdir=subpath(output.manifest, parent=True),
     shell:
         "membench appclass build --outdir {params.outdir:q} > {log:q} 2>&1"
 
@@ -38,22 +104,24 @@ rule appclass_rmat:
     benchmark:
         benchmark_path("appclass_rmat", "{graph}")
     wildcard_constraints:
-        graph=alternatives(appclass_graphs("rmat")),
+        graph=alternatives(with_source(APPCLASS["graphs"], "rmat")),
     conda:
         ENV
     resources:
         mem_mb=4000,
         runtime=30,
     params:
-        options=lambda wildcards: appclass_rmat_options(wildcards.graph),
+        options=lambda wildcards: workflow_support.appclass_rmat_options(
+            APPCLASS["graphs"][wildcards.graph], APPCLASS, config["seed"]
+        ),
     shell:
         "membench appclass generate-rmat --vertices {output.vertices:q} --edges {output.edges:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule appclass_pattern:
     input:
-        vertices=lambda wildcards: appclass_graph_files(wildcards.graph)[0],
-        edges=lambda wildcards: appclass_graph_files(wildcards.graph)[1],
+        vertices=lambda wildcards: APPCLASS_GRAPH_FILES[wildcards.graph][0],
+        edges=lambda wildcards: APPCLASS_GRAPH_FILES[wildcards.graph][1],
     output:
         vertices="results/data/graphs/{graph}/patterns/{pattern}.Vertex.csv",
         edges="results/data/graphs/{graph}/patterns/{pattern}.Edges.csv",
@@ -62,8 +130,8 @@ rule appclass_pattern:
     benchmark:
         benchmark_path("appclass_pattern", "{graph}/{pattern}")
     wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns("induced")),
+        graph=alternatives(APPCLASS["graphs"]),
+        pattern=alternatives(with_source(APPCLASS["patterns"], "induced")),
     conda:
         ENV
     resources:
@@ -81,7 +149,7 @@ rule appclass_pattern:
 
 rule appclass_reference:
     input:
-        appclass_pair_files,
+        lambda wildcards: APPCLASS_PAIR_FILES[wildcards.graph, wildcards.pattern],
     output:
         metrics=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/metrics.json",
         memlog=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/memlog.csv",
@@ -91,18 +159,21 @@ rule appclass_reference:
     benchmark:
         benchmark_path("appclass_reference", "{graph}/{pattern}")
     wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
+        graph=alternatives(APPCLASS["graphs"]),
+        pattern=alternatives(APPCLASS["patterns"]),
     conda:
         ENV
     # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
-    threads: appclass_threads(APPCLASS_REFERENCE_VARIANT)
+    threads: APPCLASS_THREADS[APPCLASS_REFERENCE_VARIANT]
     resources:
-        mem_mb=appclass_mem_mb,
+        mem_mb=lambda wildcards: workflow_support.appclass_mem_mb(
+            APPCLASS["graphs"][wildcards.graph],
+            APPCLASS["patterns"][wildcards.pattern],
+        ),
         runtime=60,
     params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=appclass_bench_options(APPCLASS_REFERENCE_VARIANT),
+        outdir=subpath(output.metrics, parent=True),
+        options=APPCLASS_BENCH_OPTIONS[APPCLASS_REFERENCE_VARIANT],
     shell:
         "membench appclass bench {input:q} --dataset {wildcards.graph:q}/{wildcards.pattern:q} --outdir {params.outdir:q}"
         " --out-npy {output.beliefs:q} {params.options:q} > {log:q} 2>&1"
@@ -110,9 +181,9 @@ rule appclass_reference:
 
 rule appclass_bench:
     input:
-        graphs=appclass_pair_files,
+        graphs=lambda wildcards: APPCLASS_PAIR_FILES[wildcards.graph, wildcards.pattern],
         reference=f"results/appclass/{{graph}}/{{pattern}}/{APPCLASS_REFERENCE_VARIANT}/beliefs.npy",
-        manifest=lambda wildcards: appclass_build_input(wildcards.variant),
+        manifest=lambda wildcards: APPCLASS_BUILD_INPUT[wildcards.variant],
     output:
         metrics="results/appclass/{graph}/{pattern}/{variant}/metrics.json",
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
@@ -121,20 +192,25 @@ rule appclass_bench:
     benchmark:
         benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
     wildcard_constraints:
-        graph=alternatives(appclass_graphs()),
-        pattern=alternatives(appclass_patterns()),
+        graph=alternatives(APPCLASS["graphs"]),
+        pattern=alternatives(APPCLASS["patterns"]),
         variant=alternatives(APPCLASS_TORCH_VARIANTS),
     conda:
         ENV
     # Timing jobs claim every core of a local run (no job runs beside them), their own threads on a cluster.
-    threads: lambda wildcards: appclass_threads(wildcards.variant)
+    threads: lambda wildcards: APPCLASS_THREADS[wildcards.variant]
     resources:
-        mem_mb=appclass_mem_mb,
+        mem_mb=lambda wildcards: workflow_support.appclass_mem_mb(
+            APPCLASS["graphs"][wildcards.graph],
+            APPCLASS["patterns"][wildcards.pattern],
+        ),
         runtime=60,
-        gpu=lambda wildcards: appclass_variant_gpus(wildcards.variant),
+        gpu=lambda wildcards: int(
+            APPCLASS_VARIANTS[wildcards.variant]["device"] != "cpu"
+        ),
     params:
-        outdir=lambda wildcards, output: os.path.dirname(output.metrics),
-        options=lambda wildcards: appclass_bench_options(wildcards.variant),
+        outdir=subpath(output.metrics, parent=True),
+        options=lambda wildcards: APPCLASS_BENCH_OPTIONS[wildcards.variant],
     shell:
         "membench appclass bench {input.graphs:q} --dataset {wildcards.graph:q}/{wildcards.pattern:q} --outdir {params.outdir:q}"
         " --reference-npy {input.reference:q} {params.options:q} > {log:q} 2>&1"
@@ -142,7 +218,7 @@ rule appclass_bench:
 
 rule appclass_table:
     input:
-        appclass_all_metrics(),
+        APPCLASS_METRICS,
     output:
         csv=report(
             "results/tables/appclass.csv",
@@ -159,7 +235,6 @@ rule appclass_table:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
@@ -167,7 +242,7 @@ rule appclass_table:
 
 rule appclass_graph_stats:
     input:
-        appclass_stats_inputs(),
+        [path for pair in APPCLASS_PAIRS for path in APPCLASS_PAIR_FILES[pair]],
     output:
         csv=report(
             "results/tables/appclass_graphs.csv",
@@ -186,7 +261,12 @@ rule appclass_graph_stats:
         mem_mb=4000,
         runtime=10,
     params:
-        pairs=appclass_stats_pairs(),
+        # --pair NAME DATA_V DATA_E PATT_V PATT_E for each pair
+        pairs=[
+            word
+            for pair in APPCLASS_PAIRS
+            for word in ("--pair", "/".join(pair), *APPCLASS_PAIR_FILES[pair])
+        ],
     shell:
         "membench appclass graph-stats --out {output.csv:q} {params.pairs:q} > {log:q} 2>&1"
 
@@ -215,13 +295,12 @@ rule appclass_plots:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench appclass plot --table {input:q} --runtime-png {output.runtime:q} --speedup-png {output.speedup:q} > {log:q} 2>&1"
 
 
-if appclass_pairs():
+if APPCLASS_PAIRS:
     FINAL_OUTPUTS.extend(
         [
             "results/tables/appclass.csv",

@@ -1,75 +1,103 @@
-# DIVISION: image data as LMDBs, memory / throughput / largest-batch benchmarks of
-# vanilla, DIVISION, ActNN-style 2-bit and checkpointing, accuracy runs, tables and figures.
+# DIVISION: the kernels' build, memory / throughput / largest-batch benchmarks of vanilla,
+# DIVISION, ActNN-style 2-bit and checkpointing, accuracy runs on an image set, tables and figures.
+
+DIVISION = config["division"]
+DIVISION_METHODS = DIVISION["variants"]
+DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
+DIVISION_BUILD_MANIFEST = "results/build/division/manifest.json"
+# The build manifest the jobs wait for; none when the config picks the pure-torch kernels.
+DIVISION_BUILD_INPUT = [] if DIVISION["kernels"] == "torch" else DIVISION_BUILD_MANIFEST
+DIVISION_JOB_OPTIONS = {
+    section: workflow_support.division_job_options(
+        DIVISION,
+        section,
+        DIVISION_BUILD_INPUT or None,
+        config["meter"],
+        config["device"],
+        config["seed"],
+    )
+    for section in ("memory", "speed", "max_batch")
+}
+DIVISION_TRAIN_THREADS = workflow_support.division_train_threads(
+    local_cores(), workflow_support.local_gpu_count()
+)
+# metrics.json of every job of the memory and speed benchmarks (method x batch size), the
+# largest-batch search and the accuracy runs; none when division measures no method.
+DIVISION_BENCHMARKS = {
+    section: [
+        f"results/division/{section}/{DIVISION[section]['model']}/{method}/b{batch}/metrics.json"
+        for method in DIVISION_METHODS
+        for batch in DIVISION[section]["batch_sizes"]
+    ]
+    for section in ("memory", "speed")
+}
+DIVISION_MAX_BATCH = [
+    f"results/division/max_batch/{DIVISION['max_batch'].get('model', 'resnet50')}/{method}/metrics.json"
+    for method in DIVISION_METHODS
+]
+DIVISION_ACCURACY = [
+    f"results/division/accuracy/{DIVISION['accuracy']['dataset']}/{DIVISION['accuracy']['model']}/{method}/metrics.json"
+    for method in (
+        DIVISION_METHODS
+        if DIVISION["accuracy"]["variants"] is None
+        else DIVISION["accuracy"]["variants"]
+    )
+    if DIVISION_METHODS
+]
+# The LMDBs an accuracy run trains and validates on: the image set's splits of those names.
+DIVISION_ACCURACY_LMDBS = {
+    name: {
+        role: f"results/data/images/{name}/lmdb/{spec.get(f'{role}_split', role)}"
+        for role in ("train", "val")
+    }
+    for name, spec in IMAGES.items()
+}
 
 
-rule images_digits:
-    output:
-        directory("results/data/images/{dataset}/folder"),
-    log:
-        log_path("images_digits", "{dataset}"),
-    benchmark:
-        benchmark_path("images_digits", "{dataset}")
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("digits")),
-    conda:
-        ENV
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    params:
-        options=lambda wildcards: digits_options(wildcards.dataset),
-    shell:
-        "membench images digits --outdir {output:q} {params.options:q} > {log:q} 2>&1"
+wildcard_constraints:
+    division_method=alternatives(DIVISION_METHODS),
+    division_model=alternatives(DIVISION_MODELS),
+    division_batch=r"\d+",
 
 
-rule images_lmdb:
+rule division_build:
     input:
-        image_folder_input,
+        # The kernels' sources, so that editing them rebuilds (paths from this checkout, also
+        # when the workflow is used as a module of another).
+        sources=[
+            workflow.source_path(
+                "../workflow/membench/division/csrc/division_ops.cpp"
+            ),
+            workflow.source_path(
+                "../workflow/membench/division/csrc/division_cuda.cu"
+            ),
+        ],
     output:
-        directory("results/data/images/{dataset}/lmdb/{split}"),
+        manifest=DIVISION_BUILD_MANIFEST,
     log:
-        log_path("images_lmdb", "{dataset}/{split}"),
+        log_path("division_build"),
     benchmark:
-        benchmark_path("images_lmdb", "{dataset}/{split}")
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("digits") + image_datasets("folder")),
+        benchmark_path("division_build")
+    # Start first: the jobs of a whole system wait for it, and it compiles on one core.
+    priority: 2
     conda:
         ENV
+    # One compiler process (the CUDA source compiles beside it only where CUDA is built).
+    threads: 1
     resources:
-        mem_mb=2000,
-        runtime=600,
+        mem_mb=4000,
+        runtime=30,
+        # Built where the GPU jobs run, so that torch sees the GPU's architecture.
+        gpu=0 if DIVISION["cuda"] == "no" else gpu_count(),
     params:
-        root=lambda wildcards: image_folder(wildcards.dataset),
+        cuda=DIVISION["cuda"],
     shell:
-        "membench images lmdb --root {params.root:q} --split {wildcards.split:q} --outdir {output:q} > {log:q} 2>&1"
-
-
-rule images_cifar:
-    output:
-        directory("results/data/images/{dataset}/lmdb/{split}"),
-    log:
-        log_path("images_cifar", "{dataset}/{split}"),
-    benchmark:
-        benchmark_path("images_cifar", "{dataset}/{split}")
-    wildcard_constraints:
-        dataset=alternatives(image_datasets("cifar10") + image_datasets("cifar100")),
-        split="train|test",
-    conda:
-        ENV
-    resources:
-        mem_mb=2000,
-        runtime=60,
-    params:
-        root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
-        source=lambda wildcards: IMAGES[wildcards.dataset]["source"],
-    shell:
-        "membench images cifar --root {params.root:q} --source {params.source:q} --split {wildcards.split:q}"
-        " --outdir {output:q} > {log:q} 2>&1"
+        "membench division build --outdir results/build/division --cuda {params.cuda:q} > {log:q} 2>&1"
 
 
 rule division_memory:
     input:
-        manifest=division_build_input(),
+        manifest=DIVISION_BUILD_INPUT,
     output:
         metrics="results/division/memory/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/memory/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -88,16 +116,20 @@ rule division_memory:
     # Memory figures are exact counts, not timings: two points may run side by side.
     threads: 1
     resources:
-        mem_mb=division_job_mem_mb("memory"),
+        mem_mb=lambda wildcards: workflow_support.division_job_mem_mb(
+            DIVISION["memory"]["image_size"],
+            int(wildcards.division_batch),
+            on_gpu=gpu_count() > 0,
+        ),
         runtime=60,
         gpu=gpu_count(),
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("memory"),
+        options=DIVISION_JOB_OPTIONS["memory"],
         trace=cli_options(
             {"trace_live_tensors": DIVISION["memory"]["trace_live_tensors"]}
         ),
-        trace_allocator=trace_allocator_option(),
+        trace_allocator=workflow_support.trace_allocator_option(config["meter"]),
     shell:
         "membench division memory --outdir {params.outdir:q} --model {wildcards.division_model:q}"
         " --variant {wildcards.division_method:q} --batch-size {wildcards.division_batch:q}"
@@ -106,7 +138,7 @@ rule division_memory:
 
 rule division_speed:
     input:
-        manifest=division_build_input(),
+        manifest=DIVISION_BUILD_INPUT,
     output:
         metrics="results/division/speed/{division_model}/{division_method}/b{division_batch}/metrics.json",
         memlog="results/division/speed/{division_model}/{division_method}/b{division_batch}/memlog.csv",
@@ -122,12 +154,16 @@ rule division_speed:
         ENV
     threads: 2
     resources:
-        mem_mb=division_job_mem_mb("speed"),
+        mem_mb=lambda wildcards: workflow_support.division_job_mem_mb(
+            DIVISION["speed"]["image_size"],
+            int(wildcards.division_batch),
+            on_gpu=gpu_count() > 0,
+        ),
         runtime=60,
         gpu=gpu_count(),
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("speed"),
+        options=DIVISION_JOB_OPTIONS["speed"],
         timing=cli_options(
             {k: DIVISION["speed"][k] for k in ("train_steps", "warmup_steps")}
         ),
@@ -139,7 +175,7 @@ rule division_speed:
 
 rule division_max_batch:
     input:
-        manifest=division_build_input(),
+        manifest=DIVISION_BUILD_INPUT,
     output:
         metrics="results/division/max_batch/{division_model}/{division_method}/metrics.json",
         probes="results/division/max_batch/{division_model}/{division_method}/probes.csv",
@@ -156,7 +192,7 @@ rule division_max_batch:
         gpu=gpu_count(),
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=division_job_options("max_batch"),
+        options=DIVISION_JOB_OPTIONS["max_batch"],
         search=cli_options({k: DIVISION["max_batch"][k] for k in ("start", "limit")}),
     shell:
         "membench division maxbatch --outdir {params.outdir:q} --model {wildcards.division_model:q}"
@@ -165,8 +201,8 @@ rule division_max_batch:
 
 rule division_train:
     input:
-        unpack(division_accuracy_lmdbs),
-        manifest=division_build_input(),
+        unpack(lambda wildcards: DIVISION_ACCURACY_LMDBS[wildcards.image_dataset]),
+        manifest=DIVISION_BUILD_INPUT,
     output:
         metrics="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/metrics.json",
         history="results/division/accuracy/{image_dataset}/{division_model}/{division_method}/history.csv",
@@ -178,70 +214,111 @@ rule division_train:
         )
     conda:
         ENV
-    threads: division_train_threads()
+    threads: DIVISION_TRAIN_THREADS
     resources:
-        **division_train_resources(),
+        **workflow_support.division_train_resources(
+            DIVISION["accuracy"]["gpus"],
+            DIVISION["accuracy"]["nodes"],
+            on_gpu=gpu_count() > 0,
+        ),
         mem_mb=4000,
         runtime=600,
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=division_train_options(),
+        options=workflow_support.division_train_options(
+            DIVISION,
+            DIVISION_BUILD_INPUT or None,
+            config["meter"],
+            config["device"],
+            config["seed"],
+        ),
         # Shell code that quotes its own values (workflow_support), so the command takes it as is.
-        launcher=division_train_launcher(),
+        launcher=workflow_support.division_train_launcher(
+            DIVISION["accuracy"]["gpus"],
+            DIVISION["accuracy"]["nodes"],
+            DIVISION_TRAIN_THREADS,
+        ),
     shell:
         "{params.launcher} division train --outdir {params.outdir:q} --model {wildcards.division_model:q}"
         " --variant {wildcards.division_method:q} --dataset {wildcards.image_dataset:q}"
         " --train-lmdb {input.train:q} --val-lmdb {input.val:q} {params.options:q} > {log:q} 2>&1"
 
 
-rule division_table:
+rule division_memory_table:
     input:
-        memory=division_benchmark_files("memory"),
-        speed=division_benchmark_files("speed"),
-        accuracy=division_accuracy_files(),
+        DIVISION_BENCHMARKS["memory"],
     output:
-        memory=report(
+        csv=report(
             "results/tables/division_memory.csv",
             caption="../workflow/report/division_memory_table.rst",
             category="DIVISION",
             labels={"table": "memory per method and batch size"},
         ),
-        speed=report(
+        parquet="results/tables/division_memory.parquet",
+    log:
+        log_path("division_memory_table"),
+    benchmark:
+        benchmark_path("division_memory_table")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        runtime=10,
+    shell:
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
+
+
+rule division_speed_table:
+    input:
+        DIVISION_BENCHMARKS["speed"],
+    output:
+        csv=report(
             "results/tables/division_speed.csv",
             caption="../workflow/report/division_speed_table.rst",
             category="DIVISION",
             labels={"table": "throughput per method and batch size"},
         ),
-        accuracy=report(
+        parquet="results/tables/division_speed.parquet",
+    log:
+        log_path("division_speed_table"),
+    benchmark:
+        benchmark_path("division_speed_table")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        runtime=10,
+    shell:
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
+
+
+rule division_accuracy_table:
+    input:
+        DIVISION_ACCURACY,
+    output:
+        csv=report(
             "results/tables/division_accuracy.csv",
             caption="../workflow/report/division_accuracy.rst",
             category="DIVISION",
             labels={"table": "accuracy per method"},
         ),
-        parquet=[
-            "results/tables/division_memory.parquet",
-            "results/tables/division_speed.parquet",
-            "results/tables/division_accuracy.parquet",
-        ],
+        parquet="results/tables/division_accuracy.parquet",
     log:
-        log_path("division_table"),
+        log_path("division_accuracy_table"),
     benchmark:
-        benchmark_path("division_table")
+        benchmark_path("division_accuracy_table")
     localrule: True
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
-        "(membench table metrics --out {output.memory:q} {input.memory:q}"
-        " && membench table metrics --out {output.speed:q} {input.speed:q}"
-        " && membench table metrics --out {output.accuracy:q} {input.accuracy:q}) > {log:q} 2>&1"
+        "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
 rule division_max_batch_table:
     input:
-        division_max_batch_files(),
+        DIVISION_MAX_BATCH,
     output:
         csv=report(
             "results/tables/division_max_batch.csv",
@@ -258,7 +335,6 @@ rule division_max_batch_table:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
@@ -266,7 +342,7 @@ rule division_max_batch_table:
 
 rule division_plot_memory:
     input:
-        rules.division_table.output.memory,
+        rules.division_memory_table.output.csv,
     output:
         report(
             "results/plots/division_memory.png",
@@ -282,7 +358,6 @@ rule division_plot_memory:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench division plot-memory --table {input:q} --out {output:q} > {log:q} 2>&1"
@@ -290,7 +365,7 @@ rule division_plot_memory:
 
 rule division_plot_speed:
     input:
-        rules.division_table.output.speed,
+        rules.division_speed_table.output.csv,
     output:
         report(
             "results/plots/division_speed.png",
@@ -306,7 +381,6 @@ rule division_plot_speed:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench division plot-speed --table {input:q} --out {output:q} > {log:q} 2>&1"
@@ -322,5 +396,7 @@ if DIVISION_METHODS:
             "results/plots/division_speed.png",
         ]
     )
+
+
 if DIVISION_METHODS and DIVISION["max_batch"]["enabled"]:
     FINAL_OUTPUTS.append("results/tables/division_max_batch.csv")

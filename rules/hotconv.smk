@@ -1,6 +1,29 @@
 # HotConv: MalConv, MalConv2, HotConv and HotConv-Eco trained on BODMAS folds and
 # measured side by side; the memory sweep; the table and figures of the report.
 
+HOTCONV = config["hotconv"]
+HOTCONV_SWEEP_VARIANTS = sorted(
+    {variant for name in ("sweep", "bench") for variant in HOTCONV[name]["variants"]}
+)
+# metrics.json of every training job (variant x dataset x fold).
+HOTCONV_METRICS = [
+    f"results/hotconv/{dataset}/{variant}/fold_{fold}/metrics.json"
+    for dataset in HOTCONV["datasets"]
+    for variant in HOTCONV["variants"]
+    for fold in HOTCONV["folds"]
+]
+# metrics.json of every point of the sweeps hotconv.sweep and hotconv.bench (variant x batch size x
+# max_len): one job each.
+HOTCONV_SWEEP_POINTS = {
+    name: [
+        f"results/hotconv/sweeps/{name}/{variant}/b{batch_size}_l{max_len}/metrics.json"
+        for max_len in HOTCONV[name]["max_lens"]
+        for batch_size in HOTCONV[name]["batch_sizes"]
+        for variant in HOTCONV[name]["variants"]
+    ]
+    for name in ("sweep", "bench")
+}
+
 
 rule hotconv_train:
     input:
@@ -8,7 +31,7 @@ rule hotconv_train:
         val="results/data/bodmas/{dataset}/folds/val_{dataset}_fold_{fold}.csv",
         test="results/data/bodmas/{dataset}/folds/test_{dataset}_fold_{fold}.csv",
         classes="results/data/bodmas/{dataset}/folds/classes.csv",
-        binaries=bodmas_binaries_input,
+        binaries=lambda wildcards: BODMAS_BINARIES_INPUT[wildcards.dataset],
     # checkpoint.pt is written beside these but not declared: Snakemake deletes the outputs of a
     # failed job, and the checkpoint is what lets the rerun resume.
     output:
@@ -25,15 +48,17 @@ rule hotconv_train:
         ENV
     threads: 2
     resources:
-        mem_mb=hotconv_train_mem_mb(),
-        runtime=hotconv_train_runtime(),
+        mem_mb=workflow_support.hotconv_train_mem_mb(
+            HOTCONV, on_cpu=config["device"] == "cpu"
+        ),
+        runtime=workflow_support.hotconv_train_runtime_min(HOTCONV),
         gpu=gpu_count(),
     params:
-        binaries=lambda wildcards: bodmas_binaries(wildcards.dataset),
-        outdir=lambda wildcards: hotconv_job_dir(
-            wildcards.dataset, wildcards.variant, wildcards.fold
+        binaries=lambda wildcards: BODMAS_DATA[wildcards.dataset]["binaries"],
+        outdir=subpath(output.metrics, parent=True),
+        options=workflow_support.hotconv_train_options(
+            HOTCONV, config["meter"], config["device"], config["seed"]
         ),
-        options=hotconv_train_options(),
     shell:
         "membench hotconv train --variant {wildcards.variant:q} --dataset {wildcards.dataset:q} --fold {wildcards.fold:q}"
         " --train {input.train:q} --val {input.val:q} --test {input.test:q} --classes {input.classes:q}"
@@ -42,7 +67,7 @@ rule hotconv_train:
 
 rule hotconv_table:
     input:
-        hotconv_metrics_files(),
+        HOTCONV_METRICS,
     output:
         csv=report(
             "results/tables/hotconv.csv",
@@ -59,7 +84,6 @@ rule hotconv_table:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
@@ -89,12 +113,18 @@ rule hotconv_sweep_point:
     # Memory figures are exact counts, not timings: two points may run side by side.
     threads: 1
     resources:
-        mem_mb=lambda wildcards: hotconv_sweep_point_mem_mb(wildcards.sweep),
-        runtime=lambda wildcards: 30 if wildcards.sweep == "sweep" else 60,
+        mem_mb=lambda wildcards: workflow_support.hotconv_sweep_point_mem_mb(
+            wildcards.sweep
+        ),
+        runtime=lambda wildcards: workflow_support.hotconv_sweep_point_runtime_min(
+            wildcards.sweep
+        ),
         gpu=gpu_count(),
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=lambda wildcards: hotconv_sweep_options(wildcards.sweep),
+        options=lambda wildcards: workflow_support.hotconv_sweep_options(
+            HOTCONV[wildcards.sweep], config["meter"], config["device"], config["seed"]
+        ),
     shell:
         "membench hotconv bench --outdir {params.outdir:q} --variant {wildcards.variant:q}"
         " --batch-size {wildcards.batch_size:q} --max-len {wildcards.max_len:q} {params.options:q} > {log:q} 2>&1"
@@ -102,7 +132,7 @@ rule hotconv_sweep_point:
 
 rule hotconv_sweep:
     input:
-        hotconv_sweep_files("sweep"),
+        HOTCONV_SWEEP_POINTS["sweep"],
     output:
         csv=report(
             "results/tables/hotconv_sweep.csv",
@@ -119,7 +149,6 @@ rule hotconv_sweep:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench hotconv sweep-table --out {output.csv:q} {input:q} > {log:q} 2>&1"
@@ -129,7 +158,7 @@ rule hotconv_sweep:
 # part of the default target; run it by name: snakemake --cores 2 hotconv_bench
 rule hotconv_bench:
     input:
-        hotconv_sweep_files("bench"),
+        HOTCONV_SWEEP_POINTS["bench"],
     output:
         csv="results/tables/hotconv_bench.csv",
         parquet="results/tables/hotconv_bench.parquet",
@@ -140,13 +169,12 @@ rule hotconv_bench:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench hotconv sweep-table --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
-rule plot_hotconv_variants:
+rule hotconv_plot_variants:
     input:
         table=rules.hotconv_table.output.csv,
         sweep=rules.hotconv_sweep.output.csv,
@@ -158,20 +186,19 @@ rule plot_hotconv_variants:
             labels={"figure": "step memory, epoch time and accuracy per variant"},
         ),
     log:
-        log_path("plot_hotconv_variants"),
+        log_path("hotconv_plot_variants"),
     benchmark:
-        benchmark_path("plot_hotconv_variants")
+        benchmark_path("hotconv_plot_variants")
     localrule: True
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench hotconv plot --table {input.table:q} --sweep {input.sweep:q} --out {output:q} > {log:q} 2>&1"
 
 
-rule plot_hotconv_sweep:
+rule hotconv_plot_sweep:
     input:
         rules.hotconv_sweep.output.csv,
     output:
@@ -182,14 +209,13 @@ rule plot_hotconv_sweep:
             labels={"figure": "memory sweep"},
         ),
     log:
-        log_path("plot_hotconv_sweep"),
+        log_path("hotconv_plot_sweep"),
     benchmark:
-        benchmark_path("plot_hotconv_sweep")
+        benchmark_path("hotconv_plot_sweep")
     localrule: True
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench hotconv plot-sweep --table {input:q} --out {output:q} > {log:q} 2>&1"

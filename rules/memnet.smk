@@ -2,6 +2,31 @@
 # GPUMemNet's CSV format, evaluate every estimator (measured and published data), train them for
 # `membench memnet predict`, then the table and figures.
 
+MEMNET = config["memnet"]
+MEMNET_FAMILIES = workflow_support.memnet_measured_families(MEMNET)
+MEMNET_PUBLISHED = MEMNET["published"]
+# Evaluated data sets: measured_<family> for each measured family, then the published CSVs; each
+# with its CSV, its family and its memory classes (a published set's own, else its family's).
+MEMNET_DATASETS = {
+    **{
+        f"measured_{family}": {
+            "path": f"results/memnet/{family}/gpumemnet.csv",
+            "family": family,
+            "bins": MEMNET["families"][family].get("bins"),
+        }
+        for family in MEMNET_FAMILIES
+    },
+    **{
+        name: {"path": spec["path"], "family": spec["family"], "bins": spec.get("bins")}
+        for name, spec in MEMNET_PUBLISHED.items()
+    },
+}
+
+
+wildcard_constraints:
+    memnet_family=alternatives(MEMNET_FAMILIES),
+    memnet_dataset=alternatives(MEMNET_DATASETS),
+
 
 rule memnet_generate:
     output:
@@ -13,10 +38,11 @@ rule memnet_generate:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     params:
-        options=lambda wildcards: memnet_generate_options(wildcards.memnet_family),
+        options=lambda wildcards: workflow_support.memnet_generate_options(
+            MEMNET["families"][wildcards.memnet_family], config["seed"]
+        ),
     shell:
         "membench memnet generate --family {wildcards.memnet_family:q} {params.options:q} --out {output:q} > {log:q} 2>&1"
 
@@ -35,14 +61,16 @@ rule memnet_measure:
     conda:
         ENV
     # Memory jobs claim every core of a local run (no job runs beside them), two CPUs of their own on a cluster.
-    threads: memnet_measure_threads()
+    threads: workflow_support.timing_job_threads(2, local_cores())
     resources:
         mem_mb=8000,
-        runtime=memnet_measure_runtime(),
+        runtime=workflow_support.memnet_measure_runtime_min(MEMNET),
         gpu=gpu_count(),
     params:
         records="results/memnet/{memnet_family}/records",
-        options=memnet_measure_options(),
+        options=workflow_support.memnet_measure_options(
+            MEMNET, config["meter"], config["device"]
+        ),
     shell:
         "membench memnet measure --configs {input:q} --family {wildcards.memnet_family:q} --records-dir {params.records:q}"
         " --out {output:q} {params.options:q} > {log:q} 2>&1"
@@ -61,7 +89,6 @@ rule memnet_clean:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench memnet clean --configs {input.configs:q} --measurements {input.measurements:q}"
@@ -70,7 +97,7 @@ rule memnet_clean:
 
 rule memnet_evaluate:
     input:
-        memnet_dataset_csv,
+        lambda wildcards: MEMNET_DATASETS[wildcards.memnet_dataset]["path"],
     output:
         table="results/memnet/evaluation/{memnet_dataset}/table.csv",
         parquet="results/memnet/evaluation/{memnet_dataset}/table.parquet",
@@ -85,15 +112,21 @@ rule memnet_evaluate:
         mem_mb=4000,
         runtime=60,
     params:
-        options=lambda wildcards: memnet_evaluate_options(wildcards.memnet_dataset),
+        options=lambda wildcards: workflow_support.memnet_estimator_options(
+            MEMNET,
+            MEMNET_DATASETS[wildcards.memnet_dataset]["family"],
+            MEMNET_DATASETS[wildcards.memnet_dataset]["bins"],
+            config["seed"],
+            evaluate=True,
+        ),
     shell:
         "membench memnet evaluate --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
-        " --out {output.table:q} --out-predictions {output.predictions:q} > {log:q} 2>&1"
+        " --out {output.table:q} --predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule memnet_train:
     input:
-        memnet_dataset_csv,
+        lambda wildcards: MEMNET_DATASETS[wildcards.memnet_dataset]["path"],
     output:
         "results/memnet/estimators/{memnet_dataset}/estimators.json",
     log:
@@ -106,8 +139,14 @@ rule memnet_train:
         mem_mb=4000,
         runtime=30,
     params:
-        outdir=lambda wildcards, output: os.path.dirname(output[0]),
-        options=lambda wildcards: memnet_train_options(wildcards.memnet_dataset),
+        outdir=subpath(output[0], parent=True),
+        options=lambda wildcards: workflow_support.memnet_estimator_options(
+            MEMNET,
+            MEMNET_DATASETS[wildcards.memnet_dataset]["family"],
+            MEMNET_DATASETS[wildcards.memnet_dataset]["bins"],
+            config["seed"],
+            evaluate=False,
+        ),
     shell:
         "membench memnet train --data {input:q} {params.options:q} --outdir {params.outdir:q} > {log:q} 2>&1"
 
@@ -116,7 +155,7 @@ rule memnet_table:
     input:
         expand(
             "results/memnet/evaluation/{memnet_dataset}/table.csv",
-            memnet_dataset=memnet_datasets(),
+            memnet_dataset=MEMNET_DATASETS,
         ),
     output:
         csv=report(
@@ -134,7 +173,6 @@ rule memnet_table:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench memnet table --out {output.csv:q} {input:q} > {log:q} 2>&1"
@@ -144,11 +182,11 @@ rule memnet_plots:
     input:
         tables=expand(
             "results/memnet/evaluation/{memnet_dataset}/table.csv",
-            memnet_dataset=memnet_datasets(),
+            memnet_dataset=MEMNET_DATASETS,
         ),
         predictions=expand(
             "results/memnet/evaluation/{memnet_dataset}/predictions.csv",
-            memnet_dataset=memnet_datasets(),
+            memnet_dataset=MEMNET_DATASETS,
         ),
     output:
         confusion=report(
@@ -185,7 +223,7 @@ rule memnet_plots:
         " --comparison-png {output.comparison:q} > {log:q} 2>&1"
 
 
-if memnet_datasets():
+if MEMNET_DATASETS:
     FINAL_OUTPUTS.extend(
         [
             "results/tables/memnet.csv",
@@ -194,6 +232,6 @@ if memnet_datasets():
         ]
         + expand(
             "results/memnet/estimators/{memnet_dataset}/estimators.json",
-            memnet_dataset=memnet_datasets(),
+            memnet_dataset=MEMNET_DATASETS,
         )
     )

@@ -18,7 +18,8 @@ rule meter_check:
         gpu=gpu_count(),
     params:
         device=config["device"],
-        options=cli_options(config["meter_check"]) + meter_options(),
+        options=cli_options(config["meter_check"])
+        + workflow_support.meter_options(config["meter"]),
         seed=config["seed"],
     shell:
         "membench meter check --outdir results/meter/check --device {params.device:q}"
@@ -44,10 +45,32 @@ rule meter_table:
     conda:
         ENV
     resources:
-        mem_mb=500,
         runtime=5,
     shell:
         "membench table metrics --out {output.csv:q} {input:q} > {log:q} 2>&1"
 
 
-FINAL_OUTPUTS.append("results/tables/meter.csv")
+rule meter_plot_memlog:
+    input:
+        rules.meter_check.output.memlog,
+    output:
+        report(
+            "results/plots/meter_memlog.png",
+            caption="../workflow/report/meter_memlog.rst",
+            category="Meter check",
+            labels={"figure": "memory over time"},
+        ),
+    log:
+        log_path("meter_plot_memlog"),
+    benchmark:
+        benchmark_path("meter_plot_memlog")
+    localrule: True
+    conda:
+        ENV
+    resources:
+        runtime=10,
+    shell:
+        "membench meter plot --memlog {input:q} --out {output:q} > {log:q} 2>&1"
+
+
+FINAL_OUTPUTS.extend(["results/tables/meter.csv", "results/plots/meter_memlog.png"])

@@ -1,61 +1,6 @@
-# Figures of the report that summarise the shared stages (data, meter).
+# The report's landing summary and one readable page per aggregated table. Included after every
+# system's rules file, so FINAL_OUTPUTS already lists every table of the run.
 
-
-rule plot_bodmas_sizes:
-    input:
-        bodmas_all_fold_files(),
-    output:
-        report(
-            "results/plots/bodmas_sizes.png",
-            caption="../workflow/report/bodmas_sizes.rst",
-            category="Datasets",
-            labels={"figure": "BODMAS file sizes"},
-        ),
-    log:
-        log_path("plot_bodmas_sizes"),
-    benchmark:
-        benchmark_path("plot_bodmas_sizes")
-    localrule: True
-    conda:
-        ENV
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    shell:
-        "membench bodmas plot-sizes --out {output:q} {input:q} > {log:q} 2>&1"
-
-
-rule plot_meter_memlog:
-    input:
-        rules.meter_check.output.memlog,
-    output:
-        report(
-            "results/plots/meter_memlog.png",
-            caption="../workflow/report/meter_memlog.rst",
-            category="Meter check",
-            labels={"figure": "memory over time"},
-        ),
-    log:
-        log_path("plot_meter_memlog"),
-    benchmark:
-        benchmark_path("plot_meter_memlog")
-    localrule: True
-    conda:
-        ENV
-    resources:
-        mem_mb=1000,
-        runtime=10,
-    shell:
-        "membench meter plot --memlog {input:q} --out {output:q} > {log:q} 2>&1"
-
-
-FINAL_OUTPUTS.append("results/plots/meter_memlog.png")
-if bodmas_datasets():
-    FINAL_OUTPUTS.append("results/plots/bodmas_sizes.png")
-
-
-# -- the report's landing summary and one readable page per aggregated table --------------------
-# Included after every system's rules file, so FINAL_OUTPUTS already lists every table of the run.
 import json
 import os
 import shlex
@@ -96,7 +41,6 @@ rule report_table_page:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     shell:
         "membench report table --name {wildcards.report_table:q} --csv {input.csv:q} --parquet {input.parquet:q}"
@@ -117,7 +61,6 @@ rule report_provenance:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     params:
         # The command line differs with every invocation (-n, --report, targets). A param derived
@@ -158,7 +101,6 @@ rule report_summary:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=5,
     params:
         tables=lambda wildcards, input: [

@@ -2,6 +2,40 @@
 # (P producers, one trainer publishing weights every k steps), swept over P and k; the scaling table
 # with speed-ups over the best sequential run on the same cores, and its figures.
 
+from membench.robust.plan import plan_runs, run_cores, spans_nodes
+
+ROBUST = config["robust"]
+ROBUST_RUNS = plan_runs(ROBUST) if ROBUST["enabled"] else {}
+# Parallel runs over several nodes: a multi-task Slurm job each (rule robust_train_nodes).
+ROBUST_NODE_RUNS = [
+    run for run, options in ROBUST_RUNS.items() if spans_nodes(options, ROBUST["nodes"])
+]
+ROBUST_OPTIONS = {
+    run: workflow_support.robust_train_options(
+        options, config["meter"], config["device"], config["seed"]
+    )
+    for run, options in ROBUST_RUNS.items()
+}
+# What starts a run: shell code that quotes its own values, so the command takes it as is.
+ROBUST_LAUNCHERS = {
+    run: workflow_support.robust_train_launcher(options, ROBUST["nodes"])
+    for run, options in ROBUST_RUNS.items()
+}
+# GPUs per node of a multi-node run on GPUs; none on the CPU.
+ROBUST_NODES_GPUS = (
+    {
+        "gres": lambda wildcards: workflow_support.robust_nodes_gres(
+            ROBUST_RUNS[wildcards.robust_run], ROBUST["nodes"]
+        )
+    }
+    if gpu_count()
+    else {}
+)
+
+
+wildcard_constraints:
+    robust_run=alternatives(ROBUST_RUNS),
+
 
 rule robust_train:
     output:
@@ -18,16 +52,19 @@ rule robust_train:
     conda:
         ENV
     # A run keeps its cores to itself, so its timing is not shared with another job.
-    threads: lambda wildcards: robust_run_cores(wildcards.robust_run)
+    threads: lambda wildcards: run_cores(ROBUST_RUNS[wildcards.robust_run], ROBUST["nodes"])
     resources:
         mem_mb=4000,
-        runtime=lambda wildcards: robust_run_minutes(wildcards.robust_run),
-        gpu=lambda wildcards: robust_run_gpus(wildcards.robust_run),
+        runtime=lambda wildcards: workflow_support.robust_run_minutes(
+            ROBUST, ROBUST_RUNS[wildcards.robust_run]
+        ),
+        gpu=lambda wildcards: workflow_support.robust_run_gpus(
+            ROBUST_RUNS[wildcards.robust_run], gpu_count()
+        ),
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=lambda wildcards: robust_train_options(wildcards.robust_run),
-        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
-        launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
+        options=lambda wildcards: ROBUST_OPTIONS[wildcards.robust_run],
+        launcher=lambda wildcards: ROBUST_LAUNCHERS[wildcards.robust_run],
     shell:
         "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
@@ -49,27 +86,28 @@ rule robust_train_nodes:
         robust_run=alternatives(ROBUST_NODE_RUNS),
     conda:
         ENV
-    threads: lambda wildcards: robust_run_cores(wildcards.robust_run)
+    threads: lambda wildcards: run_cores(ROBUST_RUNS[wildcards.robust_run], ROBUST["nodes"])
     resources:
-        **robust_nodes_gpu_resources(),
+        **ROBUST_NODES_GPUS,
         mem_mb=4000,
-        runtime=lambda wildcards: robust_run_minutes(wildcards.robust_run),
+        runtime=lambda wildcards: workflow_support.robust_run_minutes(
+            ROBUST, ROBUST_RUNS[wildcards.robust_run]
+        ),
         nodes=ROBUST["nodes"],
-        tasks=lambda wildcards: robust_run_tasks(wildcards.robust_run),
+        tasks=lambda wildcards: ROBUST_RUNS[wildcards.robust_run]["producers"] + 1,
         tasks_per_gpu=0,
         mpi="srun",
     params:
         outdir=subpath(output.metrics, parent=True),
-        options=lambda wildcards: robust_train_options(wildcards.robust_run),
-        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
-        launcher=lambda wildcards: robust_launcher(wildcards.robust_run),
+        options=lambda wildcards: ROBUST_OPTIONS[wildcards.robust_run],
+        launcher=lambda wildcards: ROBUST_LAUNCHERS[wildcards.robust_run],
     shell:
         "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
 
 
 rule robust_table:
     input:
-        robust_metrics_files(),
+        [f"results/robust/{run}/metrics.json" for run in ROBUST_RUNS],
     output:
         csv=report(
             "results/tables/robust.csv",
@@ -86,7 +124,6 @@ rule robust_table:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     params:
         attack_steps=ROBUST["attack_steps"],
@@ -114,7 +151,6 @@ rule robust_plot_scaling:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench robust plot-scaling --table {input:q} --out {output:q} > {log:q} 2>&1"
@@ -138,7 +174,6 @@ rule robust_plot_staleness:
     conda:
         ENV
     resources:
-        mem_mb=1000,
         runtime=10,
     shell:
         "membench robust plot-staleness --table {input:q} --out {output:q} > {log:q} 2>&1"

@@ -41,7 +41,7 @@ def _commands_with(option: str) -> list[str]:
 
 
 # Config key (``*``: any name, ``[]``: each item) -> the options it feeds, as (command, option,
-# field of a multi-field option or None). Read from rules/common.smk and the rules files.
+# field of a multi-field option or None). Read from membench.workflow_support and the rules files.
 FEEDS: dict[str, list[tuple[str, str, int | None]]] = {
     "seed": [(c, "--seed", None) for c in _commands_with("--seed")],
     "meter.sample_interval_s": [(c, "--sample-interval-s", None) for c in _commands_with("--sample-interval-s")],

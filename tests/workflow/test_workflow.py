@@ -104,7 +104,7 @@ def test_rerun_has_nothing_to_do_and_one_target_reruns_alone(finished_run):
     (finished_run / "results" / "tables" / "datasets.csv").unlink()
     one = snakemake(finished_run, "-n", "results/tables/datasets.csv")
     assert one.returncode == 0
-    assert "dataset_table" in one.stdout and "bodmas_fold " not in one.stdout
+    assert "bodmas_table" in one.stdout and "bodmas_fold " not in one.stdout
     assert snakemake(finished_run, "results/tables/datasets.csv").returncode == 0
 
 

@@ -1,9 +1,10 @@
-"""What the Snakemake rules ask the scheduler for, and how they start multi-process jobs.
+"""What the Snakemake rules ask the scheduler for, the options of their commands, and how they start
+multi-process jobs.
 
 The rules files only look values up in the config and call these functions, so that the
-estimates, the launcher lines and the names are tested here rather than in ``.smk`` files. Nothing
-here imports torch or a system: the Snakefile imports this module on every parse, login nodes
-included.
+estimates, the command-line options, the launcher lines and the names are tested here rather than
+in ``.smk`` files. Nothing here imports torch, and a system only inside the function that needs it
+(appclass's memory formula): the Snakefile imports this module on every parse, login nodes included.
 
 Requests follow one convention (see README, "On a cluster"): ``threads`` is what a job uses, and the
 Slurm executor turns it into ``--cpus-per-task``; a job on a GPU declares ``gpu`` (GPUs on one node)
@@ -13,9 +14,12 @@ or, across nodes, ``gres`` per node with ``nodes``, ``tasks`` and ``mpi``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from membench.core.config import APPCLASS_REFERENCE
 
 # -- every system ---------------------------------------------------------------------------------
 
@@ -31,6 +35,81 @@ def timing_job_threads(used_threads: int, local_cores: int | None) -> int:
     return max(used_threads, local_cores) if local_cores else used_threads
 
 
+def cli_options(options: Mapping[str, Any]) -> list[str]:
+    """``options`` as command-line words: ``{"val_fraction": 0.1, "sort_by_size": False, "search_dir":
+    ["a", "b"], "limit": None}`` is ``--val-fraction 0.1 --no-sort-by-size --search-dir a --search-dir
+    b`` (a list repeats its option; None leaves it out).
+
+    Unquoted words: a rule's command takes them as ``{params.<name>:q}``, which quotes each word. So
+    do the other ``*_options`` functions here."""
+    words = []
+    for key, value in options.items():
+        name = key.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(f"--{name}" if value else f"--no-{name}")
+        elif isinstance(value, list):
+            for item in value:
+                words += [f"--{name}", str(item)]
+        elif value is not None:
+            words += [f"--{name}", str(value)]
+    return words
+
+
+def alternatives(names: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly ``names`` (the keys of a mapping), and nothing when
+    there are none."""
+    names = list(names)
+    return "|".join(re.escape(name) for name in names) if names else "(?!x)x"
+
+
+def with_source(entries: Mapping[str, Mapping[str, Any]], *sources: str) -> list[str]:
+    """Names of the config entries (data sets, graphs, patterns) whose ``source`` is one of
+    ``sources``, in the config's order."""
+    return [name for name, entry in entries.items() if entry["source"] in sources]
+
+
+def meter_options(meter: Mapping[str, Any]) -> list[str]:
+    """The meter's settings (config ``meter``) as options of a job command."""
+    return cli_options({key: meter[key] for key in ("sample_interval_s", "grid_intensity_g_per_kwh")})
+
+
+def trace_allocator_option(meter: Mapping[str, Any]) -> list[str]:
+    """``meter.trace_allocator`` as the option of a job that measures memory on a CPU."""
+    return cli_options({"trace_allocator": meter["trace_allocator"]})
+
+
+# -- data sets ---------------------------------------------------------------------------------------
+
+BODMAS_FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile",
+                    "time_split_date", "sort_by_size")
+BODMAS_SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes",
+                         "gzip_fraction")
+DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max", "foreground_min",
+               "noise_std", "val_fraction", "images_per_class")
+
+
+def bodmas_fold_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench bodmas fold`` for a data set (``bodmas.datasets.<name>``)."""
+    return cli_options({key: dataset[key] for key in BODMAS_FOLD_KEYS} | {"seed": seed})
+
+
+def bodmas_synthetic_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench bodmas synthetic`` for a generated data set."""
+    return cli_options({key: dataset[key] for key in BODMAS_SYNTHETIC_KEYS} | {"seed": seed})
+
+
+def bodmas_elf_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench bodmas elf`` for a data set collected from this machine's programs."""
+    return cli_options({"search_dir": dataset["search_dirs"], "max_files": dataset["max_files"],
+                        "max_file_bytes": dataset["max_file_bytes"], "seed": seed})
+
+
+def digits_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench images digits`` for a generated image data set (``images.datasets.<name>``);
+    a key the entry leaves out is left to the command's default."""
+    return cli_options({key: dataset.get(key) for key in DIGITS_KEYS} | {"seed": seed})
+
+
 # -- appclass ----------------------------------------------------------------------------------------
 
 
@@ -38,6 +117,42 @@ def appclass_variant_name(variant: Mapping[str, Any]) -> str:
     """The name bench jobs record for a configured variant (``membench.appclass.bench.BenchSpec.variant``
     with the default options): ``<implementation>-<device>-t<threads>-<precision>``."""
     return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+
+
+def appclass_variants(configured: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The benchmark variants by name: the NumPy reference first (every torch variant is checked
+    against its beliefs, so it runs whatever the list says), then the configured ones."""
+    variants = {appclass_variant_name(APPCLASS_REFERENCE): APPCLASS_REFERENCE}
+    for variant in configured:
+        variants[appclass_variant_name(variant)] = variant
+    return variants
+
+
+def appclass_uses_build(variant: Mapping[str, Any]) -> bool:
+    """Whether a variant's jobs load the C++ kernels of ``membench appclass build``: not the NumPy
+    reference, and not a variant that picks the pure-torch kernels."""
+    return variant["implementation"] == "torch" and variant.get("kernels", "auto") != "torch"
+
+
+def appclass_rmat_options(graph: Mapping[str, Any], appclass: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench appclass generate-rmat`` for a generated graph (``appclass.graphs.<name>``)."""
+    return cli_options({key: graph[key] for key in ("scale", "edge_factor", "feature_max")}
+                       | {key: appclass[key] for key in ("node_feature_dim", "edge_feature_dim")} | {"seed": seed})
+
+
+def appclass_bench_options(variant: Mapping[str, Any], appclass: Mapping[str, Any], build_manifest: str | None,
+                           meter: Mapping[str, Any]) -> list[str]:
+    """Options of ``membench appclass bench`` for a variant; ``build_manifest`` where its jobs load
+    the C++ kernels (:func:`appclass_uses_build`)."""
+    torch = variant["implementation"] == "torch"
+    options = cli_options({
+        **{key: variant[key] for key in ("implementation", "device", "threads", "precision")},
+        "kernels": variant.get("kernels", "auto"),
+        "build_manifest": build_manifest,
+        "repeats": appclass["repeats"],
+        "trace_live_tensors": appclass["trace_live_tensors"] and torch,
+    })
+    return options + meter_options(meter) + trace_allocator_option(meter)
 
 
 def pnnl_rows(path: str, unreadable: int) -> int:
@@ -52,22 +167,54 @@ def pnnl_rows(path: str, unreadable: int) -> int:
 
 def appclass_mem_mb(graph: Mapping[str, Any], pattern: Mapping[str, Any]) -> int:
     """Host memory (MB) of a job on a graph/pattern pair given their config entries: the dominant
-    arrays (3 of data edges x pattern edges and 3 of data nodes x pattern edges, float64), three
-    times over for temporaries and the input, over a 1 GB base."""
+    arrays of :func:`membench.appclass.options.formula_bytes` (float64), three times over for
+    temporaries and the input, over a 1 GB base."""
+    from membench.appclass.options import formula_bytes
+
     if graph["source"] == "rmat":
         nodes, edges = 2 ** graph["scale"] + 1, graph["edge_factor"] * 2 ** graph["scale"]
     else:
         nodes, edges = pnnl_rows(graph["vertices"], 2**21), pnnl_rows(graph["edges"], 2**21)
     if pattern["source"] == "files":
-        pattern_edges = pnnl_rows(pattern["edges"], unreadable=64)
+        pattern_nodes, pattern_edges = pnnl_rows(pattern["vertices"], 64), pnnl_rows(pattern["edges"], 64)
     else:
-        size = pattern["max_pattern_nodes"]
-        pattern_edges = min(size * (size - 1), 4 * size)
-    array_mib = 8 * 3 * (edges + nodes) * pattern_edges / 2**20
+        pattern_nodes = pattern["max_pattern_nodes"]
+        pattern_edges = min(pattern_nodes * (pattern_nodes - 1), 4 * pattern_nodes)
+    array_mib = formula_bytes(nodes, edges, pattern_nodes, pattern_edges, itemsize=8) / 2**20
     return int(1000 + 3 * array_mib)
 
 
 # -- hotconv -----------------------------------------------------------------------------------------
+
+HOTCONV_TRAIN_KEYS = ("epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
+                      "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers",
+                      "memory_probe_steps", "size_sorted")
+HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "train_steps")
+
+
+def hotconv_train_options(hotconv: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+    """Options of ``membench hotconv train`` (config ``hotconv``) beside the job's data and names."""
+    tracers = {key: meter[key] for key in ("trace_live_tensors", "trace_saved_activations", "trace_allocator")}
+    return (cli_options({key: hotconv[key] for key in HOTCONV_TRAIN_KEYS})
+            + cli_options(tracers | {"device": device, "seed": seed}) + meter_options(meter))
+
+
+def hotconv_sweep_options(sweep: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+    """Options of ``membench hotconv bench`` for a point of a sweep (``hotconv.sweep`` or
+    ``hotconv.bench``) beside the point's variant, batch size and length."""
+    return (cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}) + cli_options({"device": device, "seed": seed})
+            + trace_allocator_option(meter) + meter_options(meter))
+
+
+def hotconv_sweep_point_mem_mb(sweep_name: str) -> int:
+    """Host memory (MB) of a point of the sweep ``hotconv.<sweep_name>``: the paper model's sweep
+    (``bench``) at 2 MiB inputs needs several GB on a CPU."""
+    return 4000 if sweep_name == "sweep" else 8000
+
+
+def hotconv_sweep_point_runtime_min(sweep_name: str) -> int:
+    """Minutes of a sweep point: one or two steps, longer for the paper model's sweep (``bench``)."""
+    return 30 if sweep_name == "sweep" else 60
 
 
 def hotconv_train_mem_mb(hotconv: Mapping[str, Any], on_cpu: bool) -> int:
@@ -90,6 +237,33 @@ def hotconv_train_runtime_min(hotconv: Mapping[str, Any]) -> int:
 
 
 # -- division ----------------------------------------------------------------------------------------
+
+
+def division_method_options(division: Mapping[str, Any], build_manifest: str | None, device: str,
+                            seed: int) -> list[str]:
+    """Method settings and kernel choice every division job takes (config ``division``);
+    ``build_manifest`` where the jobs load the built kernels."""
+    return cli_options({key: division[key] for key in ("block_size", "hfc_bits", "group_size", "amp", "kernels")}
+                       | {"build_manifest": build_manifest, "device": device, "seed": seed})
+
+
+def division_job_options(division: Mapping[str, Any], section: str, build_manifest: str | None,
+                         meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+    """Model options of a benchmark section (``memory``, ``speed``, ``max_batch``), then the method's
+    and the meter's."""
+    spec = division[section]
+    return (cli_options({key: spec.get(key) for key in ("width", "stem", "image_size", "num_classes")})
+            + division_method_options(division, build_manifest, device, seed) + meter_options(meter))
+
+
+def division_train_options(division: Mapping[str, Any], build_manifest: str | None, meter: Mapping[str, Any],
+                           device: str, seed: int) -> list[str]:
+    """Options of ``membench division train`` (``division.accuracy``), then the method's and the meter's."""
+    keys = ("width", "stem", "image_size", "epochs", "batch_size", "learning_rate", "momentum", "weight_decay",
+            "num_workers", "flip")
+    spec = division["accuracy"]
+    return (cli_options({key: spec.get(key) for key in keys})
+            + division_method_options(division, build_manifest, device, seed) + meter_options(meter))
 
 
 def division_job_mem_mb(image_size: int, batch_size: int, on_gpu: bool) -> int:
@@ -168,6 +342,71 @@ def robust_train_launcher(options: Mapping[str, Any], nodes: int) -> str:
         return _words("torchrun", "--standalone", "--nproc-per-node", ranks, "-m", "membench.cli")
     srun = _words("srun", "--nodes", nodes, "--ntasks", ranks, "--cpus-per-task", options["threads"], "membench")
     return f"MASTER_ADDR={_FIRST_NODE} MASTER_PORT={RENDEZVOUS_PORT} {srun}"
+
+
+def robust_train_options(options: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+    """Options of ``membench robust train`` for a planned run (:func:`membench.robust.plan.plan_runs`)."""
+    return cli_options({**options, "device": device, "seed": seed}) + meter_options(meter)
+
+
+def robust_run_minutes(robust: Mapping[str, Any], options: Mapping[str, Any]) -> int:
+    """Minutes of a run: the default digits runs take seconds; CIFAR-10 PreActResNet-18 about 10 min
+    an epoch on a GPU per attack step."""
+    per_epoch = 15 if robust["dataset"] == "cifar10" else 1
+    return 10 + robust["epochs"] * per_epoch * options["attack_steps"]
+
+
+def robust_run_gpus(options: Mapping[str, Any], gpus: int) -> int:
+    """GPUs of a one-node run when a process asks for ``gpus`` (0 on the CPU): one process's, or
+    one for each rank where torchrun starts trainer and producers (NCCL wants a GPU each)."""
+    if options["mode"] == "parallel" and options["transport"] == "distributed":
+        return gpus * (options["producers"] + 1)
+    return gpus
+
+
+def robust_nodes_gres(options: Mapping[str, Any], nodes: int) -> str:
+    """GPUs per node of a run over ``nodes`` nodes: one for each rank a node holds at most."""
+    return f"gpu:{-(-(options['producers'] + 1) // nodes)}"
+
+
+# -- memnet ------------------------------------------------------------------------------------------
+
+MEMNET_FAMILIES = ("mlp", "cnn", "transformer")
+MEMNET_ESTIMATOR_KEYS = ("quantile", "members", "mlp_epochs", "transformer_epochs", "optimizer")
+
+
+def memnet_measured_families(memnet: Mapping[str, Any]) -> list[str]:
+    """The model families of config ``memnet`` with configurations to measure."""
+    return [family for family in MEMNET_FAMILIES if memnet["families"].get(family, {}).get("count", 0) > 0]
+
+
+def memnet_generate_options(family: Mapping[str, Any], seed: int) -> list[str]:
+    """Options of ``membench memnet generate`` for a family (``memnet.families.<name>``)."""
+    ranges = [word for key, (low, high) in family.get("ranges", {}).items()
+              for word in ("--range", key, str(low), str(high))]
+    return ["--count", str(family["count"]), "--seed", str(seed), *ranges]
+
+
+def memnet_measure_options(memnet: Mapping[str, Any], meter: Mapping[str, Any], device: str) -> list[str]:
+    """Options of ``membench memnet measure``."""
+    keys = ("train_steps", "optimizer", "timeout_s", "threads")
+    return cli_options({key: memnet[key] for key in keys} | {"device": device}) + meter_options(meter)
+
+
+def memnet_measure_runtime_min(memnet: Mapping[str, Any]) -> int:
+    """Minutes of a family's measurement: every configuration may use its whole timeout."""
+    counts = [memnet["families"][family]["count"] for family in memnet_measured_families(memnet)]
+    return 10 + int(max(counts, default=0) * memnet["timeout_s"] / 60)
+
+
+def memnet_estimator_options(memnet: Mapping[str, Any], family: str, bins: Mapping[str, Any] | None, seed: int,
+                             evaluate: bool) -> list[str]:
+    """Options of ``membench memnet evaluate`` (``evaluate``) or ``train`` for a data set of ``family``:
+    its memory classes (``bins``: ``start_mib``, ``width_mib``, ``count``; None or empty: the
+    command's GPUMemNet defaults), the estimators' settings and, to evaluate, the folds and rows."""
+    keys = (("folds", "faketensor_rows", "timing_rows") if evaluate else ()) + MEMNET_ESTIMATOR_KEYS
+    classes = ["--bins", *(str(bins[key]) for key in ("start_mib", "width_mib", "count"))] if bins else []
+    return ["--family", family, *classes, *cli_options({key: memnet[key] for key in keys} | {"seed": seed})]
 
 
 # -- local runs --------------------------------------------------------------------------------------
