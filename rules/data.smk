@@ -237,7 +237,7 @@ rule images_lmdb:
     params:
         root=lambda wildcards: IMAGE_FOLDERS[wildcards.dataset],
     shell:
-        "membench images lmdb --root {params.root:q} --split {wildcards.split:q} --out {output:q} > {log:q} 2>&1"
+        "membench images lmdb --root {params.root:q} --split {wildcards.split:q} --outdir {output:q} > {log:q} 2>&1"
 
 
 rule images_cifar:
@@ -257,10 +257,10 @@ rule images_cifar:
         runtime=60,
     params:
         root=lambda wildcards: IMAGES[wildcards.dataset]["root"],
-        variant=lambda wildcards: IMAGES[wildcards.dataset]["source"],
+        source=lambda wildcards: IMAGES[wildcards.dataset]["source"],
     shell:
-        "membench images cifar --batches {params.root:q} --variant {params.variant:q} --split {wildcards.split:q}"
-        " --out {output:q} > {log:q} 2>&1"
+        "membench images cifar --root {params.root:q} --source {params.source:q} --split {wildcards.split:q}"
+        " --outdir {output:q} > {log:q} 2>&1"
 
 
 if BODMAS:

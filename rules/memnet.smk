@@ -121,7 +121,7 @@ rule memnet_evaluate:
         ),
     shell:
         "membench memnet evaluate --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
-        " --out {output.table:q} --predictions {output.predictions:q} > {log:q} 2>&1"
+        " --out {output.table:q} --out-predictions {output.predictions:q} > {log:q} 2>&1"
 
 
 rule memnet_train:

@@ -188,7 +188,7 @@ def appclass_mem_mb(graph: Mapping[str, Any], pattern: Mapping[str, Any]) -> int
 
 HOTCONV_TRAIN_KEYS = ("epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
                       "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers",
-                      "memory_probe_steps", "size_sorted")
+                      "memory_probe_steps", "sort_by_size")
 HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "train_steps")
 
 
