@@ -5,6 +5,8 @@ layer sets them."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,8 +74,6 @@ print(json.dumps(seen))
 
 
 def _environment_without(names) -> dict[str, str]:
-    import os
-
     return {key: value for key, value in os.environ.items() if key not in names}
 
 
@@ -302,6 +302,19 @@ def _appclass_bench(tmp_path):
 )
 def test_a_jobs_measurement_leaves_threads_and_random_state_alone(entry_point, tmp_path, process_state_kept):
     entry_point(tmp_path)
+
+
+def test_a_kernel_build_leaves_path_as_it_found_it(tmp_path, monkeypatch):
+    from membench.division.extension import build_extension
+
+    # Without ninja on PATH the build puts the ninja package's there, for the build only; the
+    # compiler fails at once.
+    without_ninja = tmp_path / "bin"
+    without_ninja.mkdir()
+    monkeypatch.setenv("CXX", shutil.which("false"))
+    monkeypatch.setenv("PATH", str(without_ninja))
+    assert build_extension(tmp_path / "build", cuda="no")["status"] == "failed"
+    assert os.environ["PATH"] == str(without_ninja)
 
 
 def test_a_seeded_model_is_the_same_whatever_the_global_random_state():

@@ -143,17 +143,17 @@ def _compile(spec: ExtensionSpec, outdir: Path, build_dir: Path, sources: list[P
 
     if not cxx_compiler_present():
         raise RuntimeError("no C++ compiler found (set CXX or install g++)")
-    _put_ninja_on_path()
-    module = cpp_extension.load(
-        name=spec.name,
-        sources=[str(s) for s in sources],
-        build_directory=str(build_dir),
-        extra_cflags=[*spec.cflags, *(["-DWITH_CUDA"] if with_cuda else [])],
-        extra_cuda_cflags=[*spec.cuda_cflags, "-DWITH_CUDA"],
-        extra_ldflags=list(spec.ldflags),
-        with_cuda=with_cuda,
-        verbose=verbose,
-    )
+    with _ninja_on_path():
+        module = cpp_extension.load(
+            name=spec.name,
+            sources=[str(s) for s in sources],
+            build_directory=str(build_dir),
+            extra_cflags=[*spec.cflags, *(["-DWITH_CUDA"] if with_cuda else [])],
+            extra_cuda_cflags=[*spec.cuda_cflags, "-DWITH_CUDA"],
+            extra_ldflags=list(spec.ldflags),
+            with_cuda=with_cuda,
+            verbose=verbose,
+        )
     return {
         # torch renames a rebuild in one process (``_v1``, ...); the library exports that name.
         "extension": module.__name__,
@@ -162,16 +162,26 @@ def _compile(spec: ExtensionSpec, outdir: Path, build_dir: Path, sources: list[P
     }
 
 
-def _put_ninja_on_path() -> None:
-    """torch's builder runs ``ninja`` from PATH: add the ``ninja`` package's binary when PATH lacks one
-    (an environment used without activating it)."""
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """torch's builder runs ``ninja`` from PATH: within the block, add the ``ninja`` package's binary
+    when PATH lacks one (an environment used without activating it); PATH is restored after."""
     if shutil.which("ninja"):
+        yield
         return
     try:
         import ninja
     except ImportError:
         raise RuntimeError("ninja not found: install the ninja package (a membench dependency)") from None
-    os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = os.environ.get("PATH")
+    os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path or ''}"
+    try:
+        yield
+    finally:
+        if path is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = path
 
 
 @contextlib.contextmanager
