@@ -48,6 +48,31 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunk-edges", type=integer(1, 2**31), default=None, help="torch: edges per chunk (default by device)")
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+CONFIG_KEYS = {
+    "generate-rmat": (
+        "seed",
+        "appclass.node_feature_dim",
+        "appclass.edge_feature_dim",
+        *(f"appclass.graphs.*.{key}" for key in ("scale", "edge_factor", "feature_max")),
+    ),
+    "generate-pattern": ("seed", "appclass.patterns.*.max_pattern_nodes"),
+    "bench": (
+        *(
+            f"appclass.variants.[].{key}"
+            for key in ("implementation", "device", "threads", "precision", "kernels")
+        ),
+        "appclass.repeats",
+        "appclass.trace_live_tensors",
+        "meter.sample_interval_s",
+        "meter.grid_intensity_g_per_kwh",
+        "meter.trace_allocator",
+    ),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

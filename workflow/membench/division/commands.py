@@ -62,6 +62,60 @@ def memory_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+_JOB_KEYS = (
+    "seed",
+    "device",
+    "meter.sample_interval_s",
+    "meter.grid_intensity_g_per_kwh",
+    "division.variants.[]",
+    *(f"division.{key}" for key in ("block_size", "hfc_bits", "group_size", "amp", "kernels")),
+)
+_MODEL_KEYS = ("model", "width", "stem", "image_size")
+CONFIG_KEYS = {
+    "build": ("division.cuda",),
+    "memory": (
+        *_JOB_KEYS,
+        "meter.trace_allocator",
+        *(
+            f"division.memory.{key}"
+            for key in (*_MODEL_KEYS, "num_classes", "batch_sizes.[]", "trace_live_tensors")
+        ),
+    ),
+    "speed": (
+        *_JOB_KEYS,
+        *(
+            f"division.speed.{key}"
+            for key in (*_MODEL_KEYS, "num_classes", "batch_sizes.[]", "train_steps", "warmup_steps")
+        ),
+    ),
+    "maxbatch": (
+        *_JOB_KEYS,
+        *(f"division.max_batch.{key}" for key in (*_MODEL_KEYS, "num_classes", "start", "limit")),
+    ),
+    "train": (
+        *_JOB_KEYS,
+        *(
+            f"division.accuracy.{key}"
+            for key in (
+                "variants.[]",
+                "dataset",
+                *_MODEL_KEYS,
+                "epochs",
+                "batch_size",
+                "learning_rate",
+                "momentum",
+                "weight_decay",
+                "num_workers",
+                "flip",
+            )
+        ),
+    ),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

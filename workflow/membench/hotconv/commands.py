@@ -31,6 +31,64 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
     add_meter_options(parser)
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+_JOB_KEYS = (
+    "seed",
+    "device",
+    "meter.sample_interval_s",
+    "meter.grid_intensity_g_per_kwh",
+    "meter.trace_allocator",
+)
+CONFIG_KEYS = {
+    "train": (
+        *_JOB_KEYS,
+        "meter.trace_live_tensors",
+        "meter.trace_saved_activations",
+        *(
+            f"hotconv.{key}"
+            for key in (
+                "variants.[]",
+                "datasets.[]",
+                "folds.[]",
+                "epochs",
+                "max_len",
+                "batch_size",
+                "num_filters",
+                "window_size",
+                "stride",
+                "fp_slice_size",
+                "fp2_slice_size",
+                "learning_rate",
+                "early_stopping_patience",
+                "num_workers",
+                "memory_probe_steps",
+                "sort_by_size",
+            )
+        ),
+    ),
+    "bench": (
+        *_JOB_KEYS,
+        *(
+            f"hotconv.{sweep}.{key}"
+            for sweep in ("sweep", "bench")
+            for key in (
+                "variants.[]",
+                "batch_sizes.[]",
+                "max_lens.[]",
+                "num_filters",
+                "window_size",
+                "stride",
+                "fp_slice_size",
+                "fp2_slice_size",
+                "train_steps",
+            )
+        ),
+    ),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

@@ -57,6 +57,32 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
     _add_estimator_options(parser)
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+_ESTIMATOR_KEYS = (
+    "seed",
+    "memnet.published.*.family",
+    *(f"memnet.{key}" for key in ("quantile", "members", "mlp_epochs", "transformer_epochs", "optimizer")),
+    *(
+        f"memnet.{section}.bins.{field}"
+        for section in ("families.*", "published.*")
+        for field in ("start_mib", "width_mib", "count")
+    ),
+)
+CONFIG_KEYS = {
+    "generate": ("seed", "memnet.families.*.count", "memnet.families.*.ranges.*.[]"),
+    "measure": (
+        "device",
+        "meter.sample_interval_s",
+        "meter.grid_intensity_g_per_kwh",
+        *(f"memnet.{key}" for key in ("train_steps", "optimizer", "timeout_s", "threads")),
+    ),
+    "evaluate": (*_ESTIMATOR_KEYS, "memnet.folds", "memnet.faketensor_rows", "memnet.timing_rows"),
+    "train": _ESTIMATOR_KEYS,
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

@@ -26,6 +26,57 @@ ATTACK_STEPS = integer(1, 100_000)
 FRACTION = real(0, 1, exclusive_low=True, exclusive_high=True)
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+CONFIG_KEYS = {
+    "train": (
+        "seed",
+        "device",
+        "meter.sample_interval_s",
+        "meter.grid_intensity_g_per_kwh",
+        *(
+            f"robust.{key}"
+            for key in (
+                "dataset",
+                "root",
+                "test_fraction",
+                "train_limit",
+                "test_limit",
+                "model",
+                "hidden_units",
+                "eps",
+                "hard_eps.[]",
+                "attack_steps",
+                "epochs",
+                "batch_size",
+                "learning_rate",
+                "optimizer",
+                "learning_rate_schedule",
+                "momentum",
+                "weight_decay",
+                "sequential_threads.[]",
+                "producers.[]",
+                "publish_every.[]",
+                "max_staleness",
+                "queue_size",
+                "timeout_s",
+                "transport",
+                "eval.attack_steps",
+                "eval.restarts",
+                "eval.samples",
+                "guard.attack_steps",
+                "guard.samples",
+                "guard.drop",
+                "guard.action",
+                "guard.shrink",
+            )
+        ),
+    ),
+    "table": ("robust.attack_steps", "robust.weak_base_attack_steps"),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

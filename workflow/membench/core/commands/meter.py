@@ -13,6 +13,22 @@ from membench.core.metrics import job_record, write_job_outputs
 from membench.core.options import BATCH_SIZE, SEED, STEPS, InputFile, OutputDir, OutputFile, integer
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+CONFIG_KEYS = {
+    "check": (
+        "seed",
+        "device",
+        "meter.sample_interval_s",
+        "meter.grid_intensity_g_per_kwh",
+        "meter_check.batch_size",
+        "meter_check.train_steps",
+        "meter_check.repeats",
+    ),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

@@ -50,6 +50,48 @@ def _spec_from_args(spec_type, args: argparse.Namespace):
     return spec_type(**{f.name: getattr(args, f.name) for f in dataclasses.fields(spec_type)})
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+CONFIG_KEYS = {
+    "synthetic": (
+        "seed",
+        *(
+            f"bodmas.datasets.*.{key}"
+            for key in (
+                "samples",
+                "families",
+                "benign_fraction",
+                "min_bytes",
+                "median_bytes",
+                "max_bytes",
+                "gzip_fraction",
+            )
+        ),
+    ),
+    "elf": (
+        "seed",
+        *(f"bodmas.datasets.*.{key}" for key in ("search_dirs.[]", "max_files", "max_file_bytes")),
+    ),
+    "fold": (
+        "seed",
+        *(
+            f"bodmas.datasets.*.{key}"
+            for key in (
+                "folds",
+                "label_mode",
+                "top_families",
+                "val_fraction",
+                "time_split_quantile",
+                "time_split_date",
+                "sort_by_size",
+            )
+        ),
+    ),
+    "classes": ("bodmas.datasets.*.label_mode", "bodmas.datasets.*.top_families"),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")

@@ -26,6 +26,16 @@ FIELD_TYPES = {
 }
 
 
+# Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
+# step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
+# these parsers and the rules.
+CONFIG_KEYS = {
+    "digits": ("seed", *(f"images.datasets.*.{key}" for key in FIELD_TYPES if key != "seed")),
+    "lmdb": ("images.datasets.*.root",),
+    "cifar": ("images.datasets.*.root", "images.datasets.*.source"),
+}
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
