@@ -56,14 +56,14 @@ def test_no_bytes_leak_from_one_batch_into_the_next(tmp_path):
     assert second[0, :5].eq(2).all() and second[0, 5:].eq(0).all()
 
 
-def test_size_sorted_order_is_largest_first_by_content_size(tmp_path):
+def test_sort_by_size_order_is_largest_first_by_content_size(tmp_path):
     # The gzip file is the largest by content but the smallest on disk.
     paths = [
         _write(tmp_path, "a.exe", bytes(np.random.default_rng(0).integers(0, 256, 100, dtype=np.uint8))),
         _write(tmp_path, "b.exe", b"\x00" * 5000, compress=True),
         _write(tmp_path, "c.exe", b"\x05" * 10),
     ]
-    loader = make_loader(ByteDataset(paths, [0, 1, 0], 10_000), 1, 8, shuffle=True, seed=3, size_sorted=True)
+    loader = make_loader(ByteDataset(paths, [0, 1, 0], 10_000), 1, 8, shuffle=True, seed=3, sort_by_size=True)
     lengths = [int(tokens.ne(0).sum()) for tokens, _ in loader]
     assert lengths == [5000, 100, 10]
 
@@ -91,11 +91,11 @@ def test_mismatched_paths_and_labels_are_rejected(tmp_path):
         ByteDataset([_write(tmp_path, "x.exe", b"x")], [0, 1], 10)
 
 
-def test_size_sorted_order_takes_the_folds_sizes(tmp_path):
+def test_sort_by_size_order_takes_the_folds_sizes(tmp_path):
     # The sizes given (a fold's File_Size) decide the order; the files are not measured again.
     paths = [_write(tmp_path, f"{i}.exe", b"\x01" * 10) for i in range(3)]
     loader = make_loader(ByteDataset(paths, [0, 1, 0], 100, sizes=[5, 30, 20]), 1, 8, shuffle=False, seed=0,
-                         size_sorted=True)
+                         sort_by_size=True)
     assert [int(labels[0]) for _, labels in loader] == [1, 0, 0]
     assert list(loader.sampler) == [1, 2, 0]
 

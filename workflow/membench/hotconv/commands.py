@@ -173,7 +173,7 @@ def _train(args: argparse.Namespace) -> None:
     train_spec = TrainSpec(
         epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, learning_rate=args.learning_rate,
         early_stopping_patience=args.early_stopping_patience, num_workers=args.num_workers,
-        memory_probe_steps=args.memory_probe_steps, size_sorted=args.sort_by_size, seed=args.seed,
+        memory_probe_steps=args.memory_probe_steps, sort_by_size=args.sort_by_size, seed=args.seed,
     )
     path = train_job(
         files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,

@@ -115,17 +115,17 @@ def make_loader(
     *,
     shuffle: bool,
     seed: int,
-    size_sorted: bool = False,
+    sort_by_size: bool = False,
     num_workers: int = 0,
 ) -> DataLoader:
     """A loader over ``dataset``.
 
     ``shuffle``: a seeded random order (pass a different ``seed`` per epoch for a new order that a
-    resumed job reproduces). ``size_sorted``: largest files first, no shuffle (memory-measurement
+    resumed job reproduces). ``sort_by_size``: largest files first, no shuffle (memory-measurement
     order, as MalConv2 and HotConv measured). Otherwise file order. Iterating raises
     :class:`InputError` naming a binary that cannot be read, whatever ``num_workers`` is.
     """
-    if size_sorted:
+    if sort_by_size:
         sizes = dataset.sizes if dataset.sizes is not None else [content_size(p) for p in dataset.paths]
         order = sorted(range(len(dataset)), key=lambda i: (-sizes[i], i))
         sampler, shuffle = order, False

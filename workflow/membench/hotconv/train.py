@@ -48,7 +48,7 @@ class TrainSpec:
 
     ``max_len`` bytes are read per file; ``early_stopping_patience`` epochs without a lower
     validation loss stop training; ``memory_probe_steps`` first steps of each epoch form the
-    ``train_probe`` phase; ``size_sorted`` feeds the largest files first (memory-measurement order).
+    ``train_probe`` phase; ``sort_by_size`` feeds the largest files first (memory-measurement order).
     """
 
     epochs: int = 6
@@ -58,7 +58,7 @@ class TrainSpec:
     early_stopping_patience: int = 2
     num_workers: int = 0
     memory_probe_steps: int = 5
-    size_sorted: bool = False
+    sort_by_size: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -209,8 +209,8 @@ def train_job(
     def loader(name: str, epoch: int):
         return make_loader(
             data[name], train_spec.batch_size, model_spec.fp_slice_size,
-            shuffle=name == "train" and not train_spec.size_sorted, seed=train_spec.seed * 100003 + epoch,
-            size_sorted=train_spec.size_sorted, num_workers=train_spec.num_workers,
+            shuffle=name == "train" and not train_spec.sort_by_size, seed=train_spec.seed * 100003 + epoch,
+            sort_by_size=train_spec.sort_by_size, num_workers=train_spec.num_workers,
         )
 
     with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=trace_live_tensors,
