@@ -73,7 +73,7 @@ rule appclass_build:
     input:
         # The kernels' source, so that editing it rebuilds (path from this checkout, also when the
         # workflow is used as a module of another).
-        workflow.source_path("../workflow/membench/appclass/csrc/appclass_ops.cpp"),
+        checkout_path("workflow/membench/appclass/csrc/appclass_ops.cpp"),
     output:
         manifest=APPCLASS_BUILD_MANIFEST,
     log:

@@ -2,6 +2,9 @@
 # for. Each system's config lookups open its own rules file; what is worth a test (estimates,
 # command-line options, launcher lines, names) is in membench.workflow_support.
 
+import os
+
+from snakemake.io import get_flag_value
 from snakemake.logging import logger
 
 from membench import workflow_support
@@ -40,6 +43,16 @@ def log_path(rule_name, pattern="all"):
 def benchmark_path(rule_name, pattern="all"):
     """results/benchmarks/<rule>/<wildcards>.tsv"""
     return f"results/benchmarks/{rule_name}/{pattern}.tsv"
+
+
+def checkout_path(path):
+    """A file of this checkout (``path`` from its root) as a job's input: relative to the working
+    directory, so that a run copied or moved with its checkout (or beside it) keeps the paths its
+    jobs were run with, and stays up to date. Through Snakemake's source cache where the checkout is
+    not a local directory (a module from a repository)."""
+    source = workflow.source_path(f"../{path}")
+    original = get_flag_value(source, "sourcecache_entry")
+    return local(os.path.relpath(original)) if os.path.isabs(original) else source
 
 
 def local_cores():

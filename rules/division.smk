@@ -65,12 +65,8 @@ rule division_build:
         # The kernels' sources, so that editing them rebuilds (paths from this checkout, also
         # when the workflow is used as a module of another).
         sources=[
-            workflow.source_path(
-                "../workflow/membench/division/csrc/division_ops.cpp"
-            ),
-            workflow.source_path(
-                "../workflow/membench/division/csrc/division_cuda.cu"
-            ),
+            checkout_path("workflow/membench/division/csrc/division_ops.cpp"),
+            checkout_path("workflow/membench/division/csrc/division_cuda.cu"),
         ],
     output:
         manifest=DIVISION_BUILD_MANIFEST,

@@ -49,8 +49,8 @@ rule report_table_page:
 
 rule report_provenance:
     input:
-        default_config=workflow.source_path("../config/config.yaml"),
-        schema=workflow.source_path("../config/schema.yaml"),
+        default_config=checkout_path("config/config.yaml"),
+        schema=checkout_path("config/schema.yaml"),
     output:
         "results/report/provenance.json",
     log:
@@ -67,7 +67,7 @@ rule report_provenance:
         # from the output is no rerun trigger, so the record names the command that last wrote it.
         command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
         config=json.dumps(config, sort_keys=True, default=str),
-        checkout=workflow.basedir,
+        checkout=os.path.relpath(workflow.basedir),
     shell:
         "membench report provenance --command {params.command:q} --config-json {params.config:q}"
         " --default-config {input.default_config:q} --schema {input.schema:q}"
@@ -82,7 +82,7 @@ rule report_summary:
             for table in REPORT_TABLES
             if table in TABLE_KEYS
         ],
-        published=workflow.source_path("../resources/published_figures.yaml"),
+        published=checkout_path("resources/published_figures.yaml"),
         provenance=rules.report_provenance.output[0],
     output:
         html=report(

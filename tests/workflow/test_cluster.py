@@ -326,7 +326,7 @@ def test_workflow_runs_as_a_module_of_another(tmp_path):
     rules = {job["rule"] for job in jobs}
     assert {"membench_meter_check", "membench_division_build", "membench_hotconv_table"} <= rules
     (build,) = [job for job in jobs if job["rule"] == "membench_division_build"]
-    assert all(Path(path.removesuffix(" (cached)")).resolve().is_relative_to(REPO) for path in build["input"])
+    assert all(Path(outer, path.removesuffix(" (cached)")).resolve().is_relative_to(REPO) for path in build["input"])
 
 
 # -- formatting ---------------------------------------------------------------------------------------------

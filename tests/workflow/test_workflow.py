@@ -2,6 +2,8 @@
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ import yaml
 
 from membench.core.metrics import read_metrics
 from membench.core.timing import TIMING_FIELDS
+from workflow.dry_run import parse_dry_run
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = Path(__file__).with_name("config.yaml")
@@ -96,6 +99,30 @@ def test_summary_provenance_and_table_pages_are_written(finished_run):
         page = (report_dir / "tables" / f"{table}.html").read_text()
         assert page.count("<tr>") == len(pd.read_csv(tables / f"{table}.csv")) + 1, table
         assert f'download="{table}.parquet"' in page
+
+
+def test_a_copied_run_is_up_to_date(finished_run, tmp_path_factory):
+    # Finished first, whatever the other tests left; then copied with its times (as cp -a and
+    # shutil.copytree keep them) beside the original.
+    assert snakemake(finished_run).returncode == 0
+    copy = tmp_path_factory.mktemp("copied")
+    shutil.copytree(finished_run, copy, symlinks=True, dirs_exist_ok=True)
+    dry = snakemake(copy, "-n")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_jobs_name_the_run_and_the_checkout_by_relative_paths(tmp_path):
+    # A job whose inputs or parameters held an absolute path would run again in a copied or moved
+    # run (Snakemake compares them with the recorded ones).
+    result = snakemake(tmp_path, "-n", "-p")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    roots = (str(tmp_path), str(REPO))
+    for job in parse_dry_run(result.stdout):
+        words = shlex.split(job["shell"]) if job["shell"] not in ("", "None") else []
+        if "--command" in words:  # Snakemake's own command line, recorded as given; not a rerun trigger
+            del words[words.index("--command") + 1]
+        for path in [*job["input"], *job["output"], *words]:
+            assert not path.startswith(roots), f"{job['rule']}: {path}"
 
 
 def test_rerun_has_nothing_to_do_and_one_target_reruns_alone(finished_run):
