@@ -67,7 +67,10 @@ rule report_provenance:
         # from the output is no rerun trigger, so the record names the command that last wrote it.
         command=lambda wildcards, output: shlex.join(["snakemake", *sys.argv[1:]]),
         config=json.dumps(config, sort_keys=True, default=str),
-        checkout=os.path.relpath(workflow.basedir),
+        # The checkout the default config comes from, as the input names it.
+        checkout=lambda wildcards, input: os.path.normpath(
+            os.path.join(os.path.dirname(input.default_config), "..")
+        ),
     shell:
         "membench report provenance --command {params.command:q} --config-json {params.config:q}"
         " --default-config {input.default_config:q} --schema {input.schema:q}"
