@@ -13,8 +13,12 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 @pytest.fixture(autouse=True)
 def _deterministic_torch():
+    """Every test starts from seed 0 and torch's thread count; a command run in-process
+    (``membench.cli.main``) sets threads as its process's command layer, which must not leak."""
+    threads = torch.get_num_threads()
     torch.manual_seed(0)
     yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from workflow.dry_run import parse_dry_run
 from membench.core import options
 from membench.core.options import Number
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 # Shell words that end a command's arguments.

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from membench.cli import main
 from membench.core.timing import TIMING_FIELDS
@@ -87,6 +88,7 @@ def test_agreement_flags_differences():
     assert not agreement(reference[:1], reference, "float64")["agrees_with_reference"]
 
 
+@pytest.mark.slow
 def test_compare_runs_each_variant_and_checks_its_printed_bytes(tmp_path, quirk_paths):
     outdir = tmp_path / "cmp"
     assert main(["appclass", "compare", *map(str, quirk_paths[:4]), "--dataset", "quirk", "--outdir", str(outdir),

@@ -16,6 +16,8 @@ from membench.cli import main
 from membench.core.errors import InputError
 from membench.data.graphs import Graph, induced_pattern, rmat_graph
 
+pytestmark = pytest.mark.slow
+
 
 def _native(graphs, kernels, threads=2, **kwargs):
     return classify(*graphs, implementation="torch", kernels=kernels, threads=threads, **kwargs)

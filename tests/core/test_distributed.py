@@ -41,6 +41,7 @@ def _single_process_gradients():
     return [p.grad for p in model.parameters()]
 
 
+@pytest.mark.slow
 def test_two_processes_average_to_the_whole_batch_gradient(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
@@ -74,6 +75,7 @@ def test_global_batch_must_divide_among_processes():
         per_process_batch(30, Ranks(0, 4, 0))
 
 
+@pytest.mark.slow
 def test_a_missing_rendezvous_is_one_clear_error(monkeypatch):
     # Rank 1 of 2 with nobody listening at the master's address: no torch traceback, no hang.
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}.items():

@@ -19,10 +19,13 @@ from membench.core.errors import InputError
 from membench.division.extension import LOCK_NAME, build_extension, build_lock
 from membench.division.kernels import select_kernels
 
+pytestmark = pytest.mark.slow
+
 _HOLD_LOCK = """
 import sys, time
 from pathlib import Path
 from membench.division.extension import build_lock
+
 with build_lock(sys.argv[1]):
     (Path(sys.argv[1]) / "cpu" / "lock").write_text("")  # what torch's builder leaves when killed
     print("holding", flush=True)

@@ -18,6 +18,8 @@ from torch.utils import cpp_extension
 
 from membench.division.extension import CSRC_DIR, SPEC
 
+pytestmark = pytest.mark.slow
+
 
 def _nvcc() -> str | None:
     for home in (os.environ.get("CUDA_HOME"), cpp_extension.CUDA_HOME, "/usr/local/cuda"):

@@ -17,6 +17,8 @@ import pytest
 
 from membench.cli import main
 
+pytestmark = pytest.mark.slow
+
 CAPACITY = 3
 INJECT_DIR = Path(__file__).parent / "inject_oom"
 SEARCH = ("--variant", "vanilla", "--width", "4", "--image-size", "16", "--num-classes", "10", "--kernels", "torch",

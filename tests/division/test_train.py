@@ -84,6 +84,7 @@ def test_training_learns_the_digits(digits_lmdbs, tmp_path):
     assert history[-1]["val_accuracy"] > 0.2  # chance is 0.1 (sd 0.03 on 100 images)
 
 
+@pytest.mark.slow
 def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
     import json
     import os

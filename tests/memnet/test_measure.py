@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from membench.memnet.dataset import load_jobs
 from membench.memnet.generate import generate
@@ -32,6 +33,7 @@ def test_generator_is_seeded():
     assert first["input"].between(4, 16).all() and first["batch"].between(2, 8).all()
 
 
+@pytest.mark.slow
 def test_killed_half_way_and_rerun_gives_the_same_table(tmp_path):
     configs = tmp_path / "configs.csv"
     generate("mlp", 3, 0, RANGES).to_csv(configs, index=False)
@@ -100,7 +102,7 @@ def test_a_record_is_reused_only_for_the_same_configuration_options_and_code(tmp
 
 
 def test_a_foreign_file_named_like_a_record_is_refused_not_deleted(tmp_path):
-    import pytest
+
 
     from membench.core.errors import InputError
     from membench.memnet.measure import run_isolated

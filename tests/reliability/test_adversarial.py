@@ -402,7 +402,8 @@ def _write_configs(tmp: Path) -> None:
         tmp / "configs.csv", index=False)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=[pytest.mark.slow] if c in STALE_CASES else [])
+                                  for c in CASES])
 def test_adversarial_case(case: Case, tmp_path: Path):
     argv, protected = case.setup(tmp_path)
     _run_before(case.before, tmp_path)

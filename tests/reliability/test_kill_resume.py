@@ -13,6 +13,9 @@ import pandas as pd
 from membench.core.metrics import read_metrics
 from membench.data.images.lmdb_store import check_lmdb, read_metadata
 from membench.memnet.generate import generate
+import pytest
+
+pytestmark = pytest.mark.slow
 
 JOB_FILES = ("metrics.json", "memlog.csv", "checkpoint.pt", "history.csv", "summary.csv", "beliefs.npy", "summary.parquet",
              "staleness.csv")

@@ -13,7 +13,7 @@ import yaml
 
 from membench.core import snakemake_lock
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = REPO / "tests" / "workflow" / "config.yaml"

@@ -38,6 +38,7 @@ def _wait_for(path, process, timeout_s=120.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
     args = ["train", "--epochs", "5", *QUICK]
     whole = _membench(*args, "--outdir", str(tmp_path / "whole"))
@@ -61,6 +62,7 @@ def test_sigkill_then_rerun_resumes_and_matches_an_uninterrupted_run(tmp_path):
     assert history["train_loss"].tolist() == pd.read_csv(tmp_path / "whole" / "history.csv")["train_loss"].tolist()
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_trainer_leaves_no_producer(tmp_path):
     run = _membench("train", "--mode", "parallel", "--producers", "2", "--epochs", "50", *QUICK,
                     "--outdir", str(tmp_path / "par"))
@@ -78,6 +80,7 @@ def test_sigkill_of_the_trainer_leaves_no_producer(tmp_path):
     assert not alive, f"orphaned producers {alive}"
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_parallel_run_cleanly(tmp_path):
     run = _membench("train", "--mode", "parallel", "--producers", "1", "--epochs", "50", *QUICK,
                     "--outdir", str(tmp_path / "par"))

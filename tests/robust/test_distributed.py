@@ -14,6 +14,9 @@ import pandas as pd
 
 from membench.cli import main
 from membench.core.distributed import Ranks, launched_ranks
+import pytest
+
+pytestmark = pytest.mark.slow
 
 OPTIONS = ["--mode", "parallel", "--producers", "2", "--train-limit", "192", "--test-limit", "64",
            "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32", "--eval-attack-steps", "3", "--eval-restarts", "1",

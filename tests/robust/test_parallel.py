@@ -13,6 +13,8 @@ from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource, ProducerFailed
 from membench.robust.train import TrainSettings, epoch_batches, train
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = TrainSettings(attack="pgd", eps=0.1, steps=2, alpha=0.05, epochs=2, batch_size=16,
                          learning_rate=0.01, guard_steps=2, guard_samples=32, max_staleness=3)
 SPEC = ModelSpec("mlp", (1, 8, 8), 10, 16)

@@ -29,7 +29,7 @@ slurm_plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command  # noqa: E402
 from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 # Aggregation and plotting (tables and figures from other jobs' results, not from data sets): such
 # jobs run on the submit host, not one sbatch each.

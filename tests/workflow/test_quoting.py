@@ -26,7 +26,7 @@ CONFIGS = [DEFAULT_CONFIG, *sorted((REPO / "config" / "paper").glob("*.yaml"))]
 # The start of every hostile name: an argument holding it holds (part of) one.
 MARKER = "my data"
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 
 def hostile_name(sentinel: Path) -> str:

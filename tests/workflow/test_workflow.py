@@ -19,7 +19,7 @@ from workflow.dry_run import parse_dry_run
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = Path(__file__).with_name("config.yaml")
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 
 def snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> subprocess.CompletedProcess:
