@@ -34,14 +34,23 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _device_lines() -> list[str]:
     query = "name,driver_version,memory.total"
     try:
-        smi = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout.strip()
+        smi = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         smi = "nvidia-smi not readable"
     return [
@@ -59,8 +68,17 @@ def _hotconv(results: Path) -> list[str]:
         if record is None:
             rows.append([variant, "not run or failed", *["-"] * 5])
             continue
-        rows.append([variant, record["status"], _fmt(record.get("nvml_peak_mib")), _fmt(record.get("step_alloc_peak_mib")),
-                     _fmt(record.get("activation_mib")), _fmt(record.get("step_ms")), _fmt(record.get("host_peak_tensor_mib"))])
+        rows.append(
+            [
+                variant,
+                record["status"],
+                _fmt(record.get("nvml_peak_mib")),
+                _fmt(record.get("step_alloc_peak_mib")),
+                _fmt(record.get("activation_mib")),
+                _fmt(record.get("step_ms")),
+                _fmt(record.get("host_peak_tensor_mib")),
+            ]
+        )
     lines = [
         "## HotConv: paper model (256 filters, window = stride = 512), batch 256, 2 MiB files",
         "",
@@ -68,12 +86,26 @@ def _hotconv(results: Path) -> list[str]:
         "the baseline (GRMM_peak), `step_alloc_peak_mib` the training step's allocator peak, `step_ms` the",
         "median of 3 timed training steps.",
         "",
-        *_table(["variant", "status", "nvml_peak_mib", "step_alloc_peak_mib", "activation_mib", "step_ms", "host_peak_tensor_mib"], rows),
+        *_table(
+            [
+                "variant",
+                "status",
+                "nvml_peak_mib",
+                "step_alloc_peak_mib",
+                "activation_mib",
+                "step_ms",
+                "host_peak_tensor_mib",
+            ],
+            rows,
+        ),
     ]
     eco, malconv2 = records.get("hotconv_eco"), records.get("malconv2")
     if eco and malconv2 and eco.get("nvml_peak_mib") and malconv2.get("nvml_peak_mib"):
-        lines += ["", f"MalConv2 / HotConv-Eco NVML peak: {malconv2['nvml_peak_mib'] / eco['nvml_peak_mib']:.1f}x "
-                      "(the paper: about 22x on an RTX 6000 Ada)."]
+        lines += [
+            "",
+            f"MalConv2 / HotConv-Eco NVML peak: {malconv2['nvml_peak_mib'] / eco['nvml_peak_mib']:.1f}x "
+            "(the paper: about 22x on an RTX 6000 Ada).",
+        ]
     return lines
 
 
@@ -82,13 +114,20 @@ def _division(results: Path) -> list[str]:
     for method in DIVISION_METHODS:
         memory = _metrics(results / "division" / "memory" / method / "metrics.json") or {}
         speed = _metrics(results / "division" / "speed" / method / "metrics.json") or {}
-        rows.append([
-            method, _fmt(memory.get("status", "not run or failed")),
-            _fmt(None if memory.get("activation_mib") is None else memory["activation_mib"] / 1024, 2),
-            _fmt(None if memory.get("total_memory_mib") is None else memory["total_memory_mib"] / 1024, 2),
-            _fmt(memory.get("nvml_peak_mib")), _fmt(speed.get("images_per_s")), _fmt(speed.get("step_ms_median")),
-            _fmt(speed.get("kernels")),
-        ])
+        rows.append(
+            [
+                method,
+                _fmt(memory.get("status", "not run or failed")),
+                _fmt(None if memory.get("activation_mib") is None else memory["activation_mib"] / 1024, 2),
+                _fmt(
+                    None if memory.get("total_memory_mib") is None else memory["total_memory_mib"] / 1024, 2
+                ),
+                _fmt(memory.get("nvml_peak_mib")),
+                _fmt(speed.get("images_per_s")),
+                _fmt(speed.get("step_ms_median")),
+                _fmt(speed.get("kernels")),
+            ]
+        )
     return [
         "## DIVISION: ResNet-50, 224 px, batch 256, 1000 classes",
         "",
@@ -97,7 +136,19 @@ def _division(results: Path) -> list[str]:
         "--amp fp16`, median of 16 steps after 3 warm-up steps). The paper: activations 20.48 / 1.97 / 1.94 /",
         "3.59 GB and 469 / 381 / 308 / 122 img/s (vanilla / DIVISION / ActNN / checkpoint, AMP).",
         "",
-        *_table(["method", "status", "activation_gib", "total_gib", "nvml_peak_mib", "images_per_s (fp16)", "step_ms", "kernels"], rows),
+        *_table(
+            [
+                "method",
+                "status",
+                "activation_gib",
+                "total_gib",
+                "nvml_peak_mib",
+                "images_per_s (fp16)",
+                "step_ms",
+                "kernels",
+            ],
+            rows,
+        ),
     ]
 
 
@@ -110,9 +161,18 @@ def _appclass(results: Path) -> list[str]:
         f"Data graph {record['data_nodes']:,} nodes / {record['data_edges']:,} edges; pattern {record['pattern_nodes']} nodes /"
         f" {record['pattern_edges']} edges; median of {record['repeats']} runs (`membench appclass bench`).",
         "",
-        *_table(["init_ms", "iterations_ms", "total_ms", "nvml_peak_mib", "formula_mib"],
-                [[_fmt(record["init_ms"]), _fmt(record["iterations_ms"]), _fmt(record["total_ms"]),
-                  _fmt(record.get("nvml_peak_mib")), _fmt(record.get("formula_mib"))]]),
+        *_table(
+            ["init_ms", "iterations_ms", "total_ms", "nvml_peak_mib", "formula_mib"],
+            [
+                [
+                    _fmt(record["init_ms"]),
+                    _fmt(record["iterations_ms"]),
+                    _fmt(record["total_ms"]),
+                    _fmt(record.get("nvml_peak_mib")),
+                    _fmt(record.get("formula_mib")),
+                ]
+            ],
+        ),
         "",
         "Target: under 20 ms per run on an H100 (Gunrock's CUDA implementation took 828 ms on a P100).",
     ]
@@ -126,7 +186,11 @@ def main() -> None:
     parser.add_argument("--command", required=True)
     args = parser.parse_args()
     results = args.results
-    suite = (results / "suite_summary.txt").read_text().strip() if (results / "suite_summary.txt").is_file() else "not run"
+    suite = (
+        (results / "suite_summary.txt").read_text().strip()
+        if (results / "suite_summary.txt").is_file()
+        else "not run"
+    )
     failures = (results / "failures.txt").read_text().split() if (results / "failures.txt").is_file() else []
     stages = (results / "stages.txt").read_text().split("\n") if (results / "stages.txt").is_file() else []
     lines = [

@@ -46,8 +46,16 @@ import numpy as np
 from matplotlib.image import imread
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--mute-audio",
+    "--hide-scrollbars",
+)
 VIEWPORT_PX = (1400, 900)
 # An area of a screenshot with fewer distinct colours than this is blank (one background colour,
 # perhaps a border); rendered text alone gives dozens through anti-aliasing, a plot hundreds.
@@ -68,6 +76,7 @@ class CheckFailed(RuntimeError):
 
 # ---- message framing -------------------------------------------------------------------------
 
+
 def encode_message(message: dict) -> bytes:
     """One CDP message as sent over the pipe: compact JSON, UTF-8, ending in a NUL byte."""
     return json.dumps(message, separators=(",", ":")).encode() + b"\0"
@@ -87,11 +96,14 @@ class MessageReader:
             try:
                 messages.append(json.loads(raw))
             except ValueError as exc:
-                raise BrowserError(f"Chromium sent a message that is not JSON ({exc}): {raw[:200]!r}") from exc
+                raise BrowserError(
+                    f"Chromium sent a message that is not JSON ({exc}): {raw[:200]!r}"
+                ) from exc
         return messages
 
 
 # ---- blankness ---------------------------------------------------------------------------------
+
 
 def decode_png(png: bytes) -> np.ndarray:
     """A PNG as an array of shape (height, width, channels), values in [0, 1]."""
@@ -114,14 +126,15 @@ def distinct_colours(pixels: np.ndarray) -> int:
     return len(np.unique(packed))
 
 
-def blank_problem(png: bytes, clip: tuple[int, int, int, int] | None = None,
-                  min_colours: int = MIN_DISTINCT_COLOURS) -> str | None:
+def blank_problem(
+    png: bytes, clip: tuple[int, int, int, int] | None = None, min_colours: int = MIN_DISTINCT_COLOURS
+) -> str | None:
     """Why the screenshot (or its ``clip`` = x, y, width, height in pixels) is blank, or None:
     "blank: ..." or "empty (zero size)"."""
     pixels = decode_png(png)
     if clip is not None:
         x, y, width, height = clip
-        pixels = pixels[max(y, 0):max(y + height, 0), max(x, 0):max(x + width, 0)]
+        pixels = pixels[max(y, 0) : max(y + height, 0), max(x, 0) : max(x + width, 0)]
     if pixels.size == 0:
         return "empty (zero size)"
     colours = distinct_colours(pixels)
@@ -131,6 +144,7 @@ def blank_problem(png: bytes, clip: tuple[int, int, int, int] | None = None,
 
 
 # ---- Chromium over the DevTools pipe -----------------------------------------------------------
+
 
 def find_chromium(explicit: str | None = None) -> str | None:
     """The Chromium binary: ``explicit`` if given, else the first of CHROMIUM_NAMES on PATH."""
@@ -164,12 +178,23 @@ class Chromium:
             os.dup2(child_reply, _CHILD_REPLY_FD)
 
         width, height = VIEWPORT_PX
-        args = [binary, *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile.name}",
-                f"--window-size={width},{height}", "about:blank"]
+        args = [
+            binary,
+            *CHROMIUM_FLAGS,
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self._profile.name}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         try:
-            self._process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._stderr,
-                                             stderr=self._stderr, pass_fds=(_CHILD_COMMAND_FD, _CHILD_REPLY_FD),
-                                             preexec_fn=place_pipes)
+            self._process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                pass_fds=(_CHILD_COMMAND_FD, _CHILD_REPLY_FD),
+                preexec_fn=place_pipes,
+            )
         except OSError as exc:
             self._close_files()
             raise BrowserError(f"cannot start {binary}: {exc}") from exc
@@ -185,13 +210,16 @@ class Chromium:
     def __enter__(self) -> Chromium:
         try:
             target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
-            self.session_id = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                        session=False)["sessionId"]
+            self.session_id = self.call(
+                "Target.attachToTarget", {"targetId": target, "flatten": True}, session=False
+            )["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
                 self.call(f"{domain}.enable")
             width, height = VIEWPORT_PX
-            self.call("Emulation.setDeviceMetricsOverride",
-                      {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+            self.call(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            )
         except BaseException:
             self.close()
             raise
@@ -276,7 +304,9 @@ class Chromium:
         except subprocess.TimeoutExpired:
             code = "none: still running"
         log = self._log_tail().strip()
-        return BrowserError(f"Chromium exited (code {code}) {when}" + (f"; its log ends:\n{log}" if log else ""))
+        return BrowserError(
+            f"Chromium exited (code {code}) {when}" + (f"; its log ends:\n{log}" if log else "")
+        )
 
     def evaluate(self, expression: str, context_id: int | None = None, await_promise: bool = False):
         """The value of a JavaScript expression in the page (or the given execution context)."""
@@ -304,8 +334,10 @@ class Chromium:
 
     def settle(self) -> None:
         """Let React commit and the browser paint: two animation frames."""
-        self.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))",
-                      await_promise=True)
+        self.evaluate(
+            "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))",
+            await_promise=True,
+        )
 
     def screenshot(self) -> bytes:
         return base64.b64decode(self.call("Page.captureScreenshot", {"format": "png"})["data"])
@@ -313,13 +345,16 @@ class Chromium:
 
 # ---- what the page reported -------------------------------------------------------------------
 
+
 def console_errors(events: list[dict]) -> list[str]:
     """The errors among CDP events: console.error calls, uncaught exceptions, error log entries."""
     errors = []
     for event in events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            text = " ".join(str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", []))
+            text = " ".join(
+                str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])
+            )
             errors.append(f"console.{params['type']}: {text}")
         elif method == "Runtime.exceptionThrown":
             details = params.get("exceptionDetails", {})
@@ -341,6 +376,7 @@ def data_uri_text(uri: str) -> str:
 
 # ---- walking through the report ----------------------------------------------------------------
 
+
 @dataclass
 class Summary:
     """What the walk saw: result sections, results viewed and offered as downloads, row counts of
@@ -355,8 +391,10 @@ class Summary:
 
 
 _BOX = "(box => [box.x, box.y, box.width, box.height].map(Math.round))"
-_AREA_RECT = {"content": f"{_BOX}(document.querySelector('#app > div').lastElementChild.getBoundingClientRect())",
-              "menu": f"{_BOX}(document.querySelector('#app nav').getBoundingClientRect())"}
+_AREA_RECT = {
+    "content": f"{_BOX}(document.querySelector('#app > div').lastElementChild.getBoundingClientRect())",
+    "menu": f"{_BOX}(document.querySelector('#app nav').getBoundingClientRect())",
+}
 _RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).map(row => {
     const view = row.querySelector('td:last-child a');
     return {label: Array.from(row.cells).slice(0, -1).map(cell => cell.textContent).filter(Boolean).join(' / '),
@@ -384,7 +422,9 @@ class ReportWalk:
         self.step("Statistics", self.statistics)
         categories = self.browser.evaluate("Object.keys(categories).sort((a, b) => a.localeCompare(b))")
         for category in categories:
-            self.step(category, lambda category=category: self.category(category, single=len(categories) == 1))
+            self.step(
+                category, lambda category=category: self.category(category, single=len(categories) == 1)
+            )
         return self.summary
 
     def step(self, section: str, action) -> None:
@@ -402,7 +442,7 @@ class ReportWalk:
 
     def collect_errors(self, section: str) -> None:
         self.browser.drain()
-        events = self.browser.events[self._events_seen:]
+        events = self.browser.events[self._events_seen :]
         self._events_seen = len(self.browser.events)
         for error in console_errors(events):
             self.fail(section, error)
@@ -412,30 +452,37 @@ class ReportWalk:
         may be included as HTML) and the job graph or metadata beside it."""
         self.browser.settle()
         self.capture("landing page")
-        rows = self.browser.evaluate(f"(document => {_TABLE_ROWS})"
-                                     "(document.querySelector('#app > div').lastElementChild)")
+        rows = self.browser.evaluate(
+            f"(document => {_TABLE_ROWS})(document.querySelector('#app > div').lastElementChild)"
+        )
         self.check_tables("landing page", rows)
 
     def statistics(self) -> None:
         """Snakemake's own page of job runtimes and timeline (two Vega plots)."""
         self.click_menu_item("Statistics")
-        self.browser.wait_for("document.querySelector('#runtimes svg, #runtimes canvas') !== null",
-                              "the runtime plot")
+        self.browser.wait_for(
+            "document.querySelector('#runtimes svg, #runtimes canvas') !== null", "the runtime plot"
+        )
         self.capture("Statistics")
 
     def category(self, category: str, single: bool) -> None:
         self.browser.evaluate('app.setView({navbarMode: "menu"})')
         self.browser.settle()
         self.click_menu_item("Results" if single else category)
-        subcategories = self.browser.evaluate(f"Object.keys(categories[{json.dumps(category)}])"
-                                              ".sort((a, b) => a.localeCompare(b))")
+        subcategories = self.browser.evaluate(
+            f"Object.keys(categories[{json.dumps(category)}]).sort((a, b) => a.localeCompare(b))"
+        )
         if len(subcategories) == 1:
             self.results(category)
             return
         for subcategory in subcategories:
             section = f"{category} / {subcategory}"
-            self.step(section, lambda subcategory=subcategory, section=section: self.subcategory(
-                category, subcategory, section))
+            self.step(
+                section,
+                lambda subcategory=subcategory, section=section: self.subcategory(
+                    category, subcategory, section
+                ),
+            )
 
     def subcategory(self, category: str, subcategory: str, section: str) -> None:
         self.browser.evaluate(f"app.showCategory({json.dumps(category)})")
@@ -455,7 +502,9 @@ class ReportWalk:
         self.browser.settle()
 
     def results(self, section: str) -> None:
-        self.browser.wait_for("document.querySelector('nav table tbody tr') !== null", f"the results of {section}")
+        self.browser.wait_for(
+            "document.querySelector('nav table tbody tr') !== null", f"the results of {section}"
+        )
         self.summary.sections.append(section)
         self.capture(section, area="menu")
         rows = self.browser.evaluate(_RESULT_ROWS)
@@ -472,8 +521,10 @@ class ReportWalk:
 
     def view_result(self, index: int, label: str) -> None:
         before = self.browser.evaluate("app.state.renderTrigger ?? null")
-        self.browser.evaluate(f"document.querySelectorAll('nav table tbody tr')[{index}]"
-                              ".querySelector('td:last-child a').click()")
+        self.browser.evaluate(
+            f"document.querySelectorAll('nav table tbody tr')[{index}]"
+            ".querySelector('td:last-child a').click()"
+        )
         self.browser.wait_for(f"app.state.renderTrigger !== {json.dumps(before)}", f"{label} to be shown")
         self.browser.settle()
         content, path = self.browser.evaluate("[app.state.content, app.state.resultPath]")
@@ -482,7 +533,8 @@ class ReportWalk:
             decoded = self.browser.wait_for(
                 "(() => { const image = document.querySelector('#app > div').lastElementChild.querySelector('img');"
                 " return image && image.complete ? [image.naturalWidth, image.naturalHeight] : null; })()",
-                f"the image of {label} to load")
+                f"the image of {label} to load",
+            )
             if min(decoded) == 0:
                 raise CheckFailed(f"the image {path} does not decode")
         elif content == "html":
@@ -519,11 +571,14 @@ class ReportWalk:
             if "objectId" in iframe:
                 try:
                     node = self.browser.call("DOM.describeNode", {"objectId": iframe["objectId"]})["node"]
-                    world = self.browser.call("Page.createIsolatedWorld",
-                                              {"frameId": node["frameId"], "worldName": "browser-check"})
+                    world = self.browser.call(
+                        "Page.createIsolatedWorld", {"frameId": node["frameId"], "worldName": "browser-check"}
+                    )
                     context_id = world["executionContextId"]
-                    if self.browser.evaluate("location.protocol === 'data:' && document.readyState === 'complete'",
-                                             context_id=context_id):
+                    if self.browser.evaluate(
+                        "location.protocol === 'data:' && document.readyState === 'complete'",
+                        context_id=context_id,
+                    ):
                         return context_id
                 except BrowserError:
                     pass  # the frame navigated away from the document the world was made in: look again
@@ -557,10 +612,14 @@ def prepare_screenshots(directory: Path) -> None:
     """Create ``directory``, or empty it of a previous check's screenshots; refuse one holding other files."""
     directory.mkdir(parents=True, exist_ok=True)
     entries = list(directory.iterdir())
-    foreign = [entry.name for entry in entries if not (_SCREENSHOT_NAME.fullmatch(entry.name) and entry.is_file())]
+    foreign = [
+        entry.name for entry in entries if not (_SCREENSHOT_NAME.fullmatch(entry.name) and entry.is_file())
+    ]
     if foreign:
-        raise CheckFailed(f"{directory} holds files this check did not write ({', '.join(sorted(foreign)[:3])}); "
-                          "give an empty or new directory for the screenshots")
+        raise CheckFailed(
+            f"{directory} holds files this check did not write ({', '.join(sorted(foreign)[:3])}); "
+            "give an empty or new directory for the screenshots"
+        )
     for entry in entries:
         entry.unlink()
 
@@ -572,8 +631,11 @@ def check_report(report: Path, screenshots: Path, chromium: str, timeout_s: floa
         browser.call("Page.navigate", {"url": report.resolve().as_uri()})
         walk = ReportWalk(browser, screenshots)
         try:
-            browser.wait_for("document.readyState === 'complete' && typeof app !== 'undefined'"
-                             " && document.querySelector('nav ul > li > a') !== null", "the report to render")
+            browser.wait_for(
+                "document.readyState === 'complete' && typeof app !== 'undefined'"
+                " && document.querySelector('nav ul > li > a') !== null",
+                "the report to render",
+            )
         except BrowserError as exc:
             walk.fail("loading the report", str(exc))
             return walk.summary
@@ -586,17 +648,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="browser_check", description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path, help="the Snakemake HTML report (snakemake --report X.html)")
     parser.add_argument("--screenshots", type=Path, required=True, help="directory for the screenshots")
-    parser.add_argument("--chromium", help=f"the browser binary (default: the first of {', '.join(CHROMIUM_NAMES)})")
-    parser.add_argument("--timeout-s", type=float, default=60.0,
-                        help="longest wait for one browser answer or for a view to appear (seconds)")
+    parser.add_argument(
+        "--chromium", help=f"the browser binary (default: the first of {', '.join(CHROMIUM_NAMES)})"
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        help="longest wait for one browser answer or for a view to appear (seconds)",
+    )
     args = parser.parse_args(argv)
     if not args.report.is_file():
         print(f"browser check: error: {args.report}: no such report file", file=sys.stderr)
         return 2
     chromium = find_chromium(args.chromium)
     if chromium is None:
-        print(f"browser check: error: no Chromium found ({args.chromium or ', '.join(CHROMIUM_NAMES)})",
-              file=sys.stderr)
+        print(
+            f"browser check: error: no Chromium found ({args.chromium or ', '.join(CHROMIUM_NAMES)})",
+            file=sys.stderr,
+        )
         return 2
     start = time.monotonic()
     try:
@@ -610,12 +680,16 @@ def main(argv: list[str] | None = None) -> int:
     for label, rows in summary.tables:
         print(f"browser check: table {label}: {len(rows)} table(s), rows {', '.join(map(str, rows))}")
     if summary.screenshots:
-        print(f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
-              f"({', '.join(summary.sections)}); {summary.viewed} result(s) viewed, {summary.downloads} download "
-              f"link(s), {len(summary.tables)} view(s) with tables; {len(summary.screenshots)} screenshot(s) in "
-              f"{args.screenshots} ({time.monotonic() - start:.1f} s)")
+        print(
+            f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
+            f"({', '.join(summary.sections)}); {summary.viewed} result(s) viewed, {summary.downloads} download "
+            f"link(s), {len(summary.tables)} view(s) with tables; {len(summary.screenshots)} screenshot(s) in "
+            f"{args.screenshots} ({time.monotonic() - start:.1f} s)"
+        )
     else:
-        print(f"browser check: the report did not render, so nothing was visited ({time.monotonic() - start:.1f} s)")
+        print(
+            f"browser check: the report did not render, so nothing was visited ({time.monotonic() - start:.1f} s)"
+        )
     if summary.failures:
         for failure in summary.failures:
             print(f"browser check: FAILED: {failure}", file=sys.stderr)

@@ -38,8 +38,18 @@ VOLATILE_UNITS = {"s", "ms", "mib", "j", "g"}
 # iteration_vs_copy: a ratio of two timings (appclass bench); pid: the measuring process; the timing
 # fields' spread, load and reliability flag (membench.core.timing) describe the machine while the
 # run was timed.
-VOLATILE_FIELDS = {"host", "pid", "resumed_from_epoch", "torch_threads", "meter_samples", "iteration_vs_copy",
-                   "time_spread_pct", "load_1m_max", "timing_reliable", "timing_flag"}
+VOLATILE_FIELDS = {
+    "host",
+    "pid",
+    "resumed_from_epoch",
+    "torch_threads",
+    "meter_samples",
+    "iteration_vs_copy",
+    "time_spread_pct",
+    "load_1m_max",
+    "timing_reliable",
+    "timing_flag",
+}
 _POLL_S = 0.05
 _KILL_ATTEMPTS = 4
 # Kills per job: 2 keeps CI short; MEMBENCH_FAULT_KILLS=10 gives the figures in docs/reliability.md.
@@ -82,7 +92,9 @@ def membench(*args: str) -> list[str]:
 def run(command: list[str], timeout_s: float = 600, cwd: str | os.PathLike | None = None) -> Finished:
     """Run ``command`` to completion; raise ``AssertionError`` with its output if it fails."""
     start = time.monotonic()
-    result = subprocess.run(command, capture_output=True, text=True, env=environment(), timeout=timeout_s, cwd=cwd)
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=environment(), timeout=timeout_s, cwd=cwd
+    )
     finished = Finished(result.returncode, time.monotonic() - start, result.stdout + result.stderr)
     assert finished.returncode == 0, f"{' '.join(command)} failed:\n{finished.output[-4000:]}"
     return finished
@@ -145,8 +157,14 @@ def kill_during(
 ) -> bool:
     """Start ``command``, wait until ``started()`` holds (if given), then ``delay_s``, then send
     ``signum`` to its process group. Returns whether it was still running (a fault was injected)."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment(),
-                               cwd=cwd, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=environment(),
+        cwd=cwd,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + timeout_s
     try:
         while started is not None and not started() and process.poll() is None:
@@ -191,8 +209,13 @@ def kill_and_rerun(
             outcome.finished_before_kill += 1
             delay /= 2
     outcome.final = run(command, cwd=cwd)
-    log_fault(job or " ".join(command[3:5]), signal.Signals(signum).name, outcome.kills_injected,
-              finished_before_fault=outcome.finished_before_kill, fault_times_s=outcome.kill_times_s)
+    log_fault(
+        job or " ".join(command[3:5]),
+        signal.Signals(signum).name,
+        outcome.kills_injected,
+        finished_before_fault=outcome.finished_before_kill,
+        fault_times_s=outcome.kill_times_s,
+    )
     return outcome
 
 

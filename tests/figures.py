@@ -16,7 +16,9 @@ from matplotlib.colors import to_hex
 
 from membench.core import plots
 
-_ALLOWED_BAR_COLOURS = {c.lower() for c in (*plots.METHOD_COLOURS.values(), *plots._SPARE_COLOURS)} | {"#ffffff"}
+_ALLOWED_BAR_COLOURS = {c.lower() for c in (*plots.METHOD_COLOURS.values(), *plots._SPARE_COLOURS)} | {
+    "#ffffff"
+}
 
 
 def capture(monkeypatch, module) -> list:

@@ -9,13 +9,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+import browser_check
 import numpy as np
 import pytest
+from browser_check import (
+    BrowserError,
+    MessageReader,
+    blank_problem,
+    console_errors,
+    data_uri_text,
+    distinct_colours,
+    encode_message,
+)
 from matplotlib import pyplot
-
-import browser_check
-from browser_check import (BrowserError, MessageReader, blank_problem, console_errors, data_uri_text,
-                           distinct_colours, encode_message)
 
 
 def png_of(pixels: np.ndarray) -> bytes:
@@ -35,6 +41,7 @@ def plot_png(title: str) -> bytes:
 
 
 # ---- framing ---------------------------------------------------------------------------------------
+
 
 def test_a_message_is_compact_json_ending_in_one_nul():
     encoded = encode_message({"id": 1, "method": "Page.enable", "params": {}})
@@ -67,6 +74,7 @@ def test_reader_rejects_a_message_that_is_not_json():
 
 # ---- blankness -------------------------------------------------------------------------------------
 
+
 def test_distinct_colours_counts_pixel_values_not_channel_values():
     pixels = np.zeros((4, 4, 3), dtype=np.uint8)
     pixels[0, 0] = (255, 0, 0)
@@ -98,15 +106,32 @@ def test_blankness_refuses_what_is_not_a_png():
 
 # ---- what the page reported ------------------------------------------------------------------------
 
+
 def test_console_errors_picks_errors_and_names_them():
     events = [
         {"method": "Runtime.consoleAPICalled", "params": {"type": "log", "args": [{"value": "fine"}]}},
         {"method": "Runtime.consoleAPICalled", "params": {"type": "error", "args": [{"value": "no rows"}]}},
-        {"method": "Runtime.exceptionThrown", "params": {"exceptionDetails": {
-            "text": "Uncaught", "exception": {"description": "TypeError: x is undefined\n    at <anonymous>:1:1"}}}},
+        {
+            "method": "Runtime.exceptionThrown",
+            "params": {
+                "exceptionDetails": {
+                    "text": "Uncaught",
+                    "exception": {"description": "TypeError: x is undefined\n    at <anonymous>:1:1"},
+                }
+            },
+        },
         {"method": "Log.entryAdded", "params": {"entry": {"level": "warning", "text": "deprecated"}}},
-        {"method": "Log.entryAdded", "params": {"entry": {"level": "error", "source": "network",
-                                                          "text": "Failed to load", "url": "file:///x.png"}}},
+        {
+            "method": "Log.entryAdded",
+            "params": {
+                "entry": {
+                    "level": "error",
+                    "source": "network",
+                    "text": "Failed to load",
+                    "url": "file:///x.png",
+                }
+            },
+        },
         {"method": "Page.loadEventFired", "params": {}},
     ]
     assert console_errors(events) == [
@@ -118,7 +143,10 @@ def test_console_errors_picks_errors_and_names_them():
 
 def test_data_uri_text_reads_base64_and_percent_encoding():
     html = "<table><tr><td>ä</td></tr></table>"
-    assert data_uri_text("data:text/html;charset=utf8;base64," + base64.b64encode(html.encode()).decode()) == html
+    assert (
+        data_uri_text("data:text/html;charset=utf8;base64," + base64.b64encode(html.encode()).decode())
+        == html
+    )
     assert data_uri_text("data:text/html,%3Ctable%3E") == "<table>"
 
 
@@ -166,8 +194,10 @@ def test_the_pipe_carries_commands_replies_and_events_in_order(tmp_path):
         assert browser.call("Page.captureScreenshot")["echo"] == ["Page.captureScreenshot", "one"]
         browser.drain(wait_s=2)
     # Every event sent after a reply was kept, in order: the setup commands', then the screenshot's.
-    assert console_errors(browser.events)[-2:] == ["log error: Emulation.setDeviceMetricsOverride",
-                                                   "log error: Page.captureScreenshot"]
+    assert console_errors(browser.events)[-2:] == [
+        "log error: Emulation.setDeviceMetricsOverride",
+        "log error: Page.captureScreenshot",
+    ]
 
 
 def test_a_missing_report_or_browser_is_a_one_line_error(tmp_path, capsys):
@@ -175,23 +205,32 @@ def test_a_missing_report_or_browser_is_a_one_line_error(tmp_path, capsys):
     assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots")]) == 2
     assert f"{report}: no such report file" in capsys.readouterr().err
     report.write_text("<html></html>")
-    assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"),
-                               "--chromium", "no-such-browser-here"]) == 2
+    assert (
+        browser_check.main(
+            [str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", "no-such-browser-here"]
+        )
+        == 2
+    )
     assert "no Chromium found (no-such-browser-here)" in capsys.readouterr().err
 
 
 def test_a_browser_that_exits_at_once_fails_the_check_saying_so(tmp_path, capsys):
     report = tmp_path / "report.html"
     report.write_text("<html></html>")
-    assert browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", "false"]) == 1
+    assert (
+        browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", "false"])
+        == 1
+    )
     assert "Chromium exited (code 1)" in capsys.readouterr().err
 
 
 # ---- the whole check in Chromium -------------------------------------------------------------------
 
-TABLE_HTML = ("<!doctype html><html><head><meta charset='utf-8'><title>summary</title></head><body>"
-              "<table><thead><tr><th>method</th><th>peak (MiB)</th></tr></thead>"
-              "<tbody><tr><td>a</td><td>1.5</td></tr><tr><td>b</td><td>0.5</td></tr></tbody></table></body></html>")
+TABLE_HTML = (
+    "<!doctype html><html><head><meta charset='utf-8'><title>summary</title></head><body>"
+    "<table><thead><tr><th>method</th><th>peak (MiB)</th></tr></thead>"
+    "<tbody><tr><td>a</td><td>1.5</td></tr><tr><td>b</td><td>0.5</td></tr></tbody></table></body></html>"
+)
 WORKFLOW_RST = textwrap.dedent("""\
     A tiny workflow, with its headline table on the landing page.
 
@@ -252,8 +291,14 @@ def tiny_report(chromium, tmp_path_factory) -> Path:
     (workdir / "source" / "detail.png").write_bytes(plot_png("time (s)"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     for args in (["--cores", "1"], ["--report", "report.html"]):
-        result = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env,
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "snakemake", *args],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     return workdir / "report.html"
 
@@ -271,7 +316,9 @@ def broken_copy(report: Path, tmp_path: Path, replacements: dict[bytes, bytes]) 
 
 
 def run_check(report: Path, tmp_path: Path, chromium: str, capsys) -> tuple[int, str, str]:
-    status = browser_check.main([str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", chromium])
+    status = browser_check.main(
+        [str(report), "--screenshots", str(tmp_path / "shots"), "--chromium", chromium]
+    )
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -280,8 +327,10 @@ def run_check(report: Path, tmp_path: Path, chromium: str, capsys) -> tuple[int,
 def test_a_good_report_passes_with_every_section_viewed(tiny_report, tmp_path, chromium, capsys):
     status, out, err = run_check(tiny_report, tmp_path, chromium, capsys)
     assert status == 0, out + err
-    assert ("visited the landing page, Statistics and 3 result section(s) "
-            "(Plots / first, Plots / second, Summary)") in out
+    assert (
+        "visited the landing page, Statistics and 3 result section(s) "
+        "(Plots / first, Plots / second, Summary)"
+    ) in out
     assert "3 result(s) viewed, 1 download link(s)" in out
     assert "table landing page: 1 table(s), rows 3" in out
     assert "table Summary: out/summary.html: 1 table(s), rows 3" in out
@@ -312,6 +361,8 @@ def test_a_broken_report_fails_naming_each_section_and_what_failed(tiny_report, 
     failures = [line for line in err.splitlines() if line.startswith("browser check: FAILED: ")]
     assert len(failures) == 3, err
     assert "FAILED: Plots / second: out/detail.png: the content area is blank: 1 distinct colour(s)" in err
-    assert "FAILED: Summary: out/summary.html: table 1 of out/summary.html renders 1 row(s): no data rows" in err
+    assert (
+        "FAILED: Summary: out/summary.html: table 1 of out/summary.html renders 1 row(s): no data rows" in err
+    )
     assert "FAILED: Summary: out/summary.html: console.error: summary data missing" in err
     assert "3 result section(s)" in out  # one failure does not end the walk

@@ -16,8 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # What ships to a user: every text file here is checked for citations of the internal documents.
-SHIPPED = [ROOT / name for name in (
-    ".ci", "README.md", "Snakefile", "config", "docs", "resources", "rules", "workflow")]
+SHIPPED = [
+    ROOT / name
+    for name in (".ci", "README.md", "Snakefile", "config", "docs", "resources", "rules", "workflow")
+]
 # Build outputs under them (an installed package's metadata copies an older README).
 BUILD_OUTPUTS = {"__pycache__"}
 BENCHMARK_PAGES = sorted((DOCS / "benchmarks").glob("*.md"))
@@ -32,8 +34,14 @@ def _shipped_files() -> list[Path]:
     files = []
     for root in SHIPPED:
         paths = [root] if root.is_file() else root.rglob("*")
-        files += [path for path in paths if path.is_file() and not any(
-            part in BUILD_OUTPUTS or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)]
+        files += [
+            path
+            for path in paths
+            if path.is_file()
+            and not any(
+                part in BUILD_OUTPUTS or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts
+            )
+        ]
     return sorted(files)
 
 
@@ -64,9 +72,25 @@ def test_shipped_files_cite_no_internal_design_documents():
 
 
 def test_the_citation_check_sees_the_forms_it_forbids():
-    for text in ("PNNL text format (SPEC section 4)", "SPEC §5 hotconv", "SPEC's formula", "seed 003",
-                 "seeds 000-004", "(SPEC 5, hotconv)", "(SPEC memnet)"):
+    for text in (
+        "PNNL text format (SPEC section 4)",
+        "SPEC §5 hotconv",
+        "SPEC's formula",
+        "seed 003",
+        "seeds 000-004",
+        "(SPEC 5, hotconv)",
+        "(SPEC memnet)",
+    ):
         assert INTERNAL_CITATION.search(text), text
-    for text in ("--seed 0", "one seed, so", "seed 0", "specification", "SPECIAL", "SPEC = ExtensionSpec(",
-                 "load_extension(path, SPEC)", "SPEC.source_dir", '"SPEC",'):
+    for text in (
+        "--seed 0",
+        "one seed, so",
+        "seed 0",
+        "specification",
+        "SPECIAL",
+        "SPEC = ExtensionSpec(",
+        "load_extension(path, SPEC)",
+        "SPEC.source_dir",
+        '"SPEC",',
+    ):
         assert not INTERNAL_CITATION.search(text), text

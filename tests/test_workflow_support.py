@@ -22,7 +22,14 @@ from membench.robust.plan import plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
 
-HOTCONV = {"batch_size": 16, "max_len": 2**21, "num_workers": 2, "stride": 512, "num_filters": 128, "epochs": 10}
+HOTCONV = {
+    "batch_size": 16,
+    "max_len": 2**21,
+    "num_workers": 2,
+    "stride": 512,
+    "num_filters": 128,
+    "epochs": 10,
+}
 
 
 @pytest.mark.parametrize(
@@ -37,8 +44,12 @@ def test_variant_name_is_the_one_bench_jobs_record(variant):
 
 
 def test_appclass_memory_grows_with_graph_and_pattern():
-    small = ws.appclass_mem_mb({"source": "rmat", "scale": 6, "edge_factor": 4}, {"source": "induced", "max_pattern_nodes": 4})
-    large = ws.appclass_mem_mb({"source": "rmat", "scale": 18, "edge_factor": 16}, {"source": "induced", "max_pattern_nodes": 4})
+    small = ws.appclass_mem_mb(
+        {"source": "rmat", "scale": 6, "edge_factor": 4}, {"source": "induced", "max_pattern_nodes": 4}
+    )
+    large = ws.appclass_mem_mb(
+        {"source": "rmat", "scale": 18, "edge_factor": 16}, {"source": "induced", "max_pattern_nodes": 4}
+    )
     assert 1000 <= small < 1010
     # 2**18 + 1 nodes, 2**22 edges, a pattern of 4 nodes and 12 edges: the measurements' formula,
     # three times over
@@ -46,16 +57,22 @@ def test_appclass_memory_grows_with_graph_and_pattern():
 
 
 def test_appclass_memory_reads_pnnl_headers_and_guesses_for_unreadable_files(tmp_path):
-    vertices, edges, pattern_vertices, pattern = (tmp_path / name for name in ("v.txt", "e.txt", "pv.txt", "p.txt"))
+    vertices, edges, pattern_vertices, pattern = (
+        tmp_path / name for name in ("v.txt", "e.txt", "pv.txt", "p.txt")
+    )
     vertices.write_text("100 x\n")
     edges.write_text("400 x\n")
     pattern_vertices.write_text("5 x\n")
     pattern.write_text("8 x\n")
     graph = {"source": "files", "vertices": str(vertices), "edges": str(edges)}
-    read = ws.appclass_mem_mb(graph, {"source": "files", "vertices": str(pattern_vertices), "edges": str(pattern)})
+    read = ws.appclass_mem_mb(
+        graph, {"source": "files", "vertices": str(pattern_vertices), "edges": str(pattern)}
+    )
     assert read == int(1000 + 3 * formula_bytes(100, 400, 5, 8) / 2**20)
-    missing = ws.appclass_mem_mb({"source": "files", "vertices": str(tmp_path / "none"), "edges": str(edges)},
-                                 {"source": "files", "vertices": str(tmp_path / "none"), "edges": str(tmp_path / "none")})
+    missing = ws.appclass_mem_mb(
+        {"source": "files", "vertices": str(tmp_path / "none"), "edges": str(edges)},
+        {"source": "files", "vertices": str(tmp_path / "none"), "edges": str(tmp_path / "none")},
+    )
     assert missing > read
     assert ws.pnnl_rows(str(tmp_path / "none"), unreadable=7) == 7
     pattern.write_text("not-a-number\n")
@@ -88,13 +105,27 @@ def test_division_training_takes_one_thread_only_in_a_local_run_without_gpu():
 
 def test_launcher_single_process_one_node_and_several_nodes():
     assert ws.division_train_launcher(1, 1, threads=2) == "membench"
-    assert ws.division_train_launcher(4, 1, threads=8) == "torchrun --standalone --nproc-per-node 4 -m membench.cli"
+    assert (
+        ws.division_train_launcher(4, 1, threads=8)
+        == "torchrun --standalone --nproc-per-node 4 -m membench.cli"
+    )
     words = shlex.split(ws.division_train_launcher(4, 2, threads=8))
     assert words[: words.index("torchrun")] == [
-        "srun", "--nodes", "2", "--ntasks", "2", "--ntasks-per-node", "1", "--cpus-per-task", "8",
+        "srun",
+        "--nodes",
+        "2",
+        "--ntasks",
+        "2",
+        "--ntasks-per-node",
+        "1",
+        "--cpus-per-task",
+        "8",
     ]
-    torchrun = words[words.index("torchrun"):]
-    assert torchrun[torchrun.index("--nnodes") + 1] == "2" and torchrun[torchrun.index("--nproc-per-node") + 1] == "4"
+    torchrun = words[words.index("torchrun") :]
+    assert (
+        torchrun[torchrun.index("--nnodes") + 1] == "2"
+        and torchrun[torchrun.index("--nproc-per-node") + 1] == "4"
+    )
     assert torchrun[-2:] == ["-m", "membench.cli"]
     assert any(word.endswith(f":{ws.RENDEZVOUS_PORT}") for word in torchrun)
 
@@ -103,7 +134,11 @@ def test_training_resources():
     assert ws.division_train_resources(4, 2, on_gpu=False) == {"gpu": 0}
     assert ws.division_train_resources(4, 1, on_gpu=True) == {"gpu": 4}
     assert ws.division_train_resources(4, 2, on_gpu=True) == {
-        "gres": "gpu:4", "nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun",
+        "gres": "gpu:4",
+        "nodes": 2,
+        "tasks": 2,
+        "tasks_per_gpu": 0,
+        "mpi": "srun",
     }
 
 
@@ -113,7 +148,9 @@ def test_timing_jobs_claim_every_local_core_and_their_threads_on_a_cluster():
     assert ws.timing_job_threads(4, local_cores=None) == 4
 
 
-@pytest.mark.parametrize(("visible", "count"), [("", 0), ("0", 1), ("0,1,2", 3), ("-1", 0), ("0,-1,1", 1), ("GPU-a,GPU-b", 2)])
+@pytest.mark.parametrize(
+    ("visible", "count"), [("", 0), ("0", 1), ("0,1,2", 3), ("-1", 0), ("0,-1,1", 1), ("GPU-a,GPU-b", 2)]
+)
 def test_local_gpu_count_follows_cuda_visible_devices(monkeypatch, visible, count):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert ws.local_gpu_count() == count
@@ -143,12 +180,19 @@ def test_local_gpu_count_asks_nvml(monkeypatch):
     assert calls == ["init", "shutdown"]
 
 
-@pytest.mark.parametrize(("main", "dryrun", "lint", "starts"), [
-    (True, False, False, True), (True, True, False, False), (True, False, True, False), (False, False, False, False),
-])
+@pytest.mark.parametrize(
+    ("main", "dryrun", "lint", "starts"),
+    [
+        (True, False, False, True),
+        (True, True, False, False),
+        (True, False, True, False),
+        (False, False, False, False),
+    ],
+)
 def test_only_the_process_of_a_run_starts_jobs(main, dryrun, lint, starts):
-    workflow = SimpleNamespace(is_main_process=main, output_settings=SimpleNamespace(dryrun=dryrun),
-                               check_envvars=not lint)
+    workflow = SimpleNamespace(
+        is_main_process=main, output_settings=SimpleNamespace(dryrun=dryrun), check_envvars=not lint
+    )
     assert ws.starts_jobs(workflow) is starts
 
 
@@ -156,9 +200,19 @@ def test_only_the_process_of_a_run_starts_jobs(main, dryrun, lint, starts):
 
 
 def test_cli_options_spell_values_flags_lists_and_leave_none_out():
-    words = ws.cli_options({"val_fraction": 0.1, "sort_by_size": False, "trace": True, "search_dir": ["a b", "c"],
-                            "limit": None})
-    assert words == ["--val-fraction", "0.1", "--no-sort-by-size", "--trace", "--search-dir", "a b", "--search-dir", "c"]
+    words = ws.cli_options(
+        {"val_fraction": 0.1, "sort_by_size": False, "trace": True, "search_dir": ["a b", "c"], "limit": None}
+    )
+    assert words == [
+        "--val-fraction",
+        "0.1",
+        "--no-sort-by-size",
+        "--trace",
+        "--search-dir",
+        "a b",
+        "--search-dir",
+        "c",
+    ]
 
 
 def test_alternatives_match_the_names_only():
@@ -191,8 +245,11 @@ def _completed(path: Path) -> dict:
     return config
 
 
-CONFIGS = [REPO / "config" / "config.yaml", REPO / "tests" / "workflow" / "config.yaml",
-           *sorted((REPO / "config" / "paper").glob("*.yaml"))]
+CONFIGS = [
+    REPO / "config" / "config.yaml",
+    REPO / "tests" / "workflow" / "config.yaml",
+    *sorted((REPO / "config" / "paper").glob("*.yaml")),
+]
 
 
 def _built_options(config: dict) -> dict[str, list[list[str]]]:
@@ -205,26 +262,44 @@ def _built_options(config: dict) -> dict[str, list[list[str]]]:
         "bodmas fold": [ws.bodmas_fold_options(spec, seed) for spec in bodmas.values()],
         "bodmas synthetic": [ws.bodmas_synthetic_options(spec, seed) for spec in bodmas.values()],
         "bodmas elf": [ws.bodmas_elf_options(spec, seed) for spec in bodmas.values()],
-        "images digits": [ws.digits_options(spec, seed) for spec in images.values() if spec["source"] == "digits"],
-        "appclass generate-rmat": [ws.appclass_rmat_options(spec, appclass, seed)
-                                   for spec in appclass["graphs"].values() if spec["source"] == "rmat"],
-        "appclass bench": [ws.appclass_bench_options(variant, appclass, "manifest.json", meter)
-                           for variant in ws.appclass_variants(appclass["variants"]).values()],
+        "images digits": [
+            ws.digits_options(spec, seed) for spec in images.values() if spec["source"] == "digits"
+        ],
+        "appclass generate-rmat": [
+            ws.appclass_rmat_options(spec, appclass, seed)
+            for spec in appclass["graphs"].values()
+            if spec["source"] == "rmat"
+        ],
+        "appclass bench": [
+            ws.appclass_bench_options(variant, appclass, "manifest.json", meter)
+            for variant in ws.appclass_variants(appclass["variants"]).values()
+        ],
         "hotconv train": [ws.hotconv_train_options(hotconv, meter, device, seed)],
-        "hotconv bench": [ws.hotconv_sweep_options(hotconv[name], meter, device, seed) for name in ("sweep", "bench")],
-        "division memory": [ws.division_job_options(division, "memory", "manifest.json", meter, device, seed)],
+        "hotconv bench": [
+            ws.hotconv_sweep_options(hotconv[name], meter, device, seed) for name in ("sweep", "bench")
+        ],
+        "division memory": [
+            ws.division_job_options(division, "memory", "manifest.json", meter, device, seed)
+        ],
         "division speed": [ws.division_job_options(division, "speed", "manifest.json", meter, device, seed)],
         "division maxbatch": [ws.division_job_options(division, "max_batch", None, meter, device, seed)],
         "division train": [ws.division_train_options(division, "manifest.json", meter, device, seed)],
-        "memnet generate": [ws.memnet_generate_options(memnet["families"][family], seed) for family in families],
+        "memnet generate": [
+            ws.memnet_generate_options(memnet["families"][family], seed) for family in families
+        ],
         "memnet measure": [ws.memnet_measure_options(memnet, meter, device)],
-        "memnet evaluate": [ws.memnet_estimator_options(memnet, "mlp", {"start_mib": 0, "width_mib": 1, "count": 4},
-                                                        seed, evaluate=True)],
+        "memnet evaluate": [
+            ws.memnet_estimator_options(
+                memnet, "mlp", {"start_mib": 0, "width_mib": 1, "count": 4}, seed, evaluate=True
+            )
+        ],
         "memnet train": [ws.memnet_estimator_options(memnet, "mlp", None, seed, evaluate=False)],
     }
     if config["robust"]["enabled"]:
-        built["robust train"] = [ws.robust_train_options(options, meter, device, seed)
-                                 for options in plan_runs(config["robust"]).values()]
+        built["robust train"] = [
+            ws.robust_train_options(options, meter, device, seed)
+            for options in plan_runs(config["robust"]).values()
+        ]
     return built
 
 
@@ -245,8 +320,18 @@ def test_meter_options_and_the_allocator_tracer():
 
 def test_data_set_options_take_the_entry_and_the_seed():
     elf = {"search_dirs": ["/usr/bin", "/usr/lib"], "max_files": 20, "max_file_bytes": 4096}
-    assert ws.bodmas_elf_options(elf, seed=3) == ["--search-dir", "/usr/bin", "--search-dir", "/usr/lib", "--max-files",
-                                                  "20", "--max-file-bytes", "4096", "--seed", "3"]
+    assert ws.bodmas_elf_options(elf, seed=3) == [
+        "--search-dir",
+        "/usr/bin",
+        "--search-dir",
+        "/usr/lib",
+        "--max-files",
+        "20",
+        "--max-file-bytes",
+        "4096",
+        "--seed",
+        "3",
+    ]
     # A digits key the entry leaves out is the command's default.
     assert ws.digits_options({"image_size": 16}, seed=0) == ["--image-size", "16", "--seed", "0"]
 
@@ -256,8 +341,10 @@ def test_appclass_variants_put_the_reference_first_and_build_only_for_kernels():
     variants = ws.appclass_variants([torch, {**torch, "kernels": "torch", "threads": 1}])
     assert list(variants) == ["reference-cpu-t1-float64", "torch-cpu-t2-float32", "torch-cpu-t1-float32"]
     assert [ws.appclass_uses_build(variant) for variant in variants.values()] == [False, True, False]
-    appclass, meter = {"repeats": 2, "trace_live_tensors": True}, {"sample_interval_s": 0.05,
-                                                                   "grid_intensity_g_per_kwh": 475, "trace_allocator": True}
+    appclass, meter = (
+        {"repeats": 2, "trace_live_tensors": True},
+        {"sample_interval_s": 0.05, "grid_intensity_g_per_kwh": 475, "trace_allocator": True},
+    )
     reference = ws.appclass_bench_options(variants["reference-cpu-t1-float64"], appclass, None, meter)
     assert "--build-manifest" not in reference and "--no-trace-live-tensors" in reference
     fast = ws.appclass_bench_options(torch, appclass, "results/build/appclass/manifest.json", meter)
@@ -289,7 +376,9 @@ def test_hotconv_sweep_points_of_the_paper_model_ask_for_more():
 def test_division_options_name_the_build_only_where_the_jobs_load_it():
     config = _completed(REPO / "tests" / "workflow" / "config.yaml")
     division, meter = config["division"], config["meter"]
-    built = ws.division_job_options(division, "memory", "results/build/division/manifest.json", meter, "cpu", 0)
+    built = ws.division_job_options(
+        division, "memory", "results/build/division/manifest.json", meter, "cpu", 0
+    )
     assert built[built.index("--build-manifest") + 1] == "results/build/division/manifest.json"
     assert built[built.index("--image-size") + 1] == str(division["memory"]["image_size"])
     assert "--build-manifest" not in ws.division_train_options(division, None, meter, "cpu", 0)
@@ -304,19 +393,41 @@ def test_robust_runs_ask_for_their_minutes_and_gpus():
     assert ws.robust_run_minutes({"dataset": "cifar10", "epochs": 2}, parallel) == 10 + 2 * 15 * 5
     assert ws.robust_run_gpus(sequential, gpus=1) == 1 and ws.robust_run_gpus(parallel, gpus=1) == 4
     assert ws.robust_run_gpus(parallel, gpus=0) == 0
-    assert ws.robust_nodes_gres(parallel, nodes=3) == "gpu:2" and ws.robust_nodes_gres(parallel, nodes=2) == "gpu:2"
+    assert (
+        ws.robust_nodes_gres(parallel, nodes=3) == "gpu:2"
+        and ws.robust_nodes_gres(parallel, nodes=2) == "gpu:2"
+    )
 
 
 def test_memnet_families_options_and_measurement_time():
-    memnet = {"families": {"mlp": {"count": 6, "ranges": {"depth": [1, 2]}}, "cnn": {"count": 0}},
-              "timeout_s": 600, "folds": 3, "faketensor_rows": 2, "timing_rows": 1, "quantile": 0.7, "members": 1,
-              "mlp_epochs": 5, "transformer_epochs": 2, "optimizer": "adam"}
+    memnet = {
+        "families": {"mlp": {"count": 6, "ranges": {"depth": [1, 2]}}, "cnn": {"count": 0}},
+        "timeout_s": 600,
+        "folds": 3,
+        "faketensor_rows": 2,
+        "timing_rows": 1,
+        "quantile": 0.7,
+        "members": 1,
+        "mlp_epochs": 5,
+        "transformer_epochs": 2,
+        "optimizer": "adam",
+    }
     assert ws.memnet_measured_families(memnet) == ["mlp"]
-    assert ws.memnet_generate_options(memnet["families"]["mlp"], seed=1) == ["--count", "6", "--seed", "1", "--range",
-                                                                            "depth", "1", "2"]
+    assert ws.memnet_generate_options(memnet["families"]["mlp"], seed=1) == [
+        "--count",
+        "6",
+        "--seed",
+        "1",
+        "--range",
+        "depth",
+        "1",
+        "2",
+    ]
     assert ws.memnet_measure_runtime_min(memnet) == 10 + 6 * 10
     assert ws.memnet_measure_runtime_min({**memnet, "families": {}}) == 10
-    evaluate = ws.memnet_estimator_options(memnet, "mlp", {"start_mib": 0, "width_mib": 0.5, "count": 4}, 0, True)
+    evaluate = ws.memnet_estimator_options(
+        memnet, "mlp", {"start_mib": 0, "width_mib": 0.5, "count": 4}, 0, True
+    )
     assert evaluate[:6] == ["--family", "mlp", "--bins", "0", "0.5", "4"] and "--folds" in evaluate
     train = ws.memnet_estimator_options(memnet, "cnn", None, 0, evaluate=False)
     assert train[:2] == ["--family", "cnn"] and "--bins" not in train and "--folds" not in train

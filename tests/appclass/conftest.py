@@ -43,7 +43,12 @@ def georgiy_reference(georgiy_graphs):
 @pytest.fixture(scope="session")
 def quirk_paths():
     """Graphs whose PNNL output holds NaN columns, with that output (committed, see PROVENANCE.txt)."""
-    names = ("quirkData.Vertex.csv", "quirkData.Edges.csv", "quirkPattern.Vertex.csv", "quirkPattern.Edges.csv")
+    names = (
+        "quirkData.Vertex.csv",
+        "quirkData.Edges.csv",
+        "quirkPattern.Vertex.csv",
+        "quirkPattern.Edges.csv",
+    )
     return tuple(HERE / n for n in names) + (HERE / "quirk.expected.txt",)
 
 

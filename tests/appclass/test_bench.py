@@ -22,16 +22,22 @@ def test_saved_beliefs_are_read_back(tmp_path):
 def test_a_pipe_directory_or_missing_file_is_named_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "pipe.npy")
     (tmp_path / "dir.npy").mkdir()
-    for name, problem in (("pipe.npy", r"is a named pipe \(FIFO\), not a regular file"), ("dir.npy", "is a directory"),
-                          ("none.npy", r"reference beliefs not found \(run the reference variant with --out-npy first\)")):
+    for name, problem in (
+        ("pipe.npy", r"is a named pipe \(FIFO\), not a regular file"),
+        ("dir.npy", "is a directory"),
+        ("none.npy", r"reference beliefs not found \(run the reference variant with --out-npy first\)"),
+    ):
         with pytest.raises(InputError, match=f"^{re.escape(str(tmp_path / name))}: {problem}$"):
             read_reference_beliefs(tmp_path / name)
 
 
-@pytest.mark.parametrize("content, problem", [
-    (b"not an array", "not a NumPy .npy array"),
-    (None, "expected a floating-point array, found dtype int64"),
-])
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"not an array", "not a NumPy .npy array"),
+        (None, "expected a floating-point array, found dtype int64"),
+    ],
+)
 def test_other_content_is_refused(tmp_path, content, problem):
     path = tmp_path / "ref.npy"
     if content is None:

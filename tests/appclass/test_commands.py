@@ -14,7 +14,20 @@ from membench.core.timing import TIMING_FIELDS
 
 def test_run_prints_exactly_the_reference_output(georgiy_paths, capsys, tmp_path):
     npy = tmp_path / "beliefs.npy"
-    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--implementation", "reference", "--out-npy", str(npy)]) == 0
+    assert (
+        main(
+            [
+                "appclass",
+                "run",
+                *map(str, georgiy_paths[:4]),
+                "--implementation",
+                "reference",
+                "--out-npy",
+                str(npy),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert captured.out == georgiy_paths[4].read_text()
     beliefs = np.load(npy, allow_pickle=False)
@@ -41,36 +54,108 @@ def test_bad_input_is_one_line_and_exit_2(quirk_paths, tmp_path, capsys):
 
 def test_generators_stats_bench_and_plots(tmp_path, capsys):
     g = tmp_path / "graphs"
-    assert main(["appclass", "generate-rmat", "--scale", "7", "--seed", "1",
-                 "--vertices", str(g / "rmat7.Vertex.csv"), "--edges", str(g / "rmat7.Edges.csv")]) == 0
-    assert main(["appclass", "generate-pattern", str(g / "rmat7.Vertex.csv"), str(g / "rmat7.Edges.csv"),
-                 "--max-pattern-nodes", "5", "--seed", "2",
-                 "--vertices", str(g / "p5.Vertex.csv"), "--edges", str(g / "p5.Edges.csv")]) == 0
+    assert (
+        main(
+            [
+                "appclass",
+                "generate-rmat",
+                "--scale",
+                "7",
+                "--seed",
+                "1",
+                "--vertices",
+                str(g / "rmat7.Vertex.csv"),
+                "--edges",
+                str(g / "rmat7.Edges.csv"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "appclass",
+                "generate-pattern",
+                str(g / "rmat7.Vertex.csv"),
+                str(g / "rmat7.Edges.csv"),
+                "--max-pattern-nodes",
+                "5",
+                "--seed",
+                "2",
+                "--vertices",
+                str(g / "p5.Vertex.csv"),
+                "--edges",
+                str(g / "p5.Edges.csv"),
+            ]
+        )
+        == 0
+    )
     paths = [str(g / n) for n in ("rmat7.Vertex.csv", "rmat7.Edges.csv", "p5.Vertex.csv", "p5.Edges.csv")]
-    assert main(["appclass", "graph-stats", "--out", str(tmp_path / "graphs.csv"), "--pair", "rmat7_p5", *paths]) == 0
+    assert (
+        main(["appclass", "graph-stats", "--out", str(tmp_path / "graphs.csv"), "--pair", "rmat7_p5", *paths])
+        == 0
+    )
     stats = pd.read_csv(tmp_path / "graphs.csv")
     assert stats["role"].tolist() == ["data", "pattern"] and stats["num_nodes"].tolist() == [129, 5]
 
     reference_npy = tmp_path / "reference.npy"
     metrics = []
-    for implementation, extra in (("reference", ["--out-npy", str(reference_npy)]),
-                                  ("torch", ["--reference-npy", str(reference_npy), "--trace-live-tensors"])):
+    for implementation, extra in (
+        ("reference", ["--out-npy", str(reference_npy)]),
+        ("torch", ["--reference-npy", str(reference_npy), "--trace-live-tensors"]),
+    ):
         outdir = tmp_path / implementation
-        assert main(["appclass", "bench", *paths, "--dataset", "rmat7_p5", "--outdir", str(outdir),
-                     "--implementation", implementation, "--threads", "1", "--repeats", "2", *extra]) == 0
+        assert (
+            main(
+                [
+                    "appclass",
+                    "bench",
+                    *paths,
+                    "--dataset",
+                    "rmat7_p5",
+                    "--outdir",
+                    str(outdir),
+                    "--implementation",
+                    implementation,
+                    "--threads",
+                    "1",
+                    "--repeats",
+                    "2",
+                    *extra,
+                ]
+            )
+            == 0
+        )
         metrics.append(outdir / "metrics.json")
         record = json.loads((outdir / "metrics.json").read_text())
         assert record["system"] == "appclass" and record["data_nodes"] == 129 and record["pattern_nodes"] == 5
         assert record["total_ms"] > 0 and record["read_ms"] > 0 and record["formula_mib"] > 0
-        assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "repeat" and record["time_samples"] == 1
+        assert (
+            set(TIMING_FIELDS) <= set(record)
+            and record["time_unit"] == "repeat"
+            and record["time_samples"] == 1
+        )
         assert (outdir / "memlog.csv").is_file()
     assert record["agrees_with_reference"] is True and record["reference_max_rel_diff"] < 1e-9
     assert record["peak_tensor_mib"] > 0 and record["trace_live_tensors"] is True
 
     table = tmp_path / "appclass.csv"
     assert main(["table", "metrics", "--out", str(table), *map(str, metrics)]) == 0
-    assert main(["appclass", "plot", "--table", str(table), "--runtime-png", str(tmp_path / "runtime.png"),
-                 "--speedup-png", str(tmp_path / "speedup.png")]) == 0
+    assert (
+        main(
+            [
+                "appclass",
+                "plot",
+                "--table",
+                str(table),
+                "--runtime-png",
+                str(tmp_path / "runtime.png"),
+                "--speedup-png",
+                str(tmp_path / "speedup.png"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "runtime.png").stat().st_size > 0 and (tmp_path / "speedup.png").stat().st_size > 0
 
 
@@ -91,9 +176,28 @@ def test_agreement_flags_differences():
 @pytest.mark.slow
 def test_compare_runs_each_variant_and_checks_its_printed_bytes(tmp_path, quirk_paths):
     outdir = tmp_path / "cmp"
-    assert main(["appclass", "compare", *map(str, quirk_paths[:4]), "--dataset", "quirk", "--outdir", str(outdir),
-                 "--variant", "reference:cpu:1:float64", "--variant", "torch:cpu:1:float64:torch", "--rounds", "1",
-                 "--build-manifest", str(tmp_path / "absent.json")]) == 0
+    assert (
+        main(
+            [
+                "appclass",
+                "compare",
+                *map(str, quirk_paths[:4]),
+                "--dataset",
+                "quirk",
+                "--outdir",
+                str(outdir),
+                "--variant",
+                "reference:cpu:1:float64",
+                "--variant",
+                "torch:cpu:1:float64:torch",
+                "--rounds",
+                "1",
+                "--build-manifest",
+                str(tmp_path / "absent.json"),
+            ]
+        )
+        == 0
+    )
     summary = pd.read_csv(outdir / "summary.csv")
     assert summary["variant"].tolist() == ["reference-cpu-t1-float64", "torch-cpu-t1-float64-kernels_torch"]
     assert (summary["run_s"] > 0).all() and (summary["edge_copy_ms"] > 0).all()

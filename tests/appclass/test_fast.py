@@ -27,14 +27,20 @@ def test_torch_reproduces_the_nan_quirk(quirk_graphs):
 
 @pytest.mark.parametrize(
     "options",
-    [AppclassOptions(normalisation="stable"), AppclassOptions(forward_message_index="dst"),
-     AppclassOptions(normalisation="stable", forward_message_index="dst")],
+    [
+        AppclassOptions(normalisation="stable"),
+        AppclassOptions(forward_message_index="dst"),
+        AppclassOptions(normalisation="stable", forward_message_index="dst"),
+    ],
 )
 def test_torch_matches_reference_in_each_mode(small_rmat, quirk_graphs, options):
     for graphs in (small_rmat, quirk_graphs):
         np.testing.assert_allclose(
-            classify(*graphs, implementation="torch", options=options), classify(*graphs, options=options),
-            rtol=1e-9, atol=0, equal_nan=True,
+            classify(*graphs, implementation="torch", options=options),
+            classify(*graphs, options=options),
+            rtol=1e-9,
+            atol=0,
+            equal_nan=True,
         )
 
 
@@ -54,7 +60,9 @@ def test_unsorted_edges_give_the_same_beliefs(small_rmat):
 
     data, pattern = small_rmat
     order = np.random.default_rng(0).permutation(data.num_edges)
-    shuffled = Graph(data.node_features, data.edge_src[order], data.edge_dst[order], data.edge_features[order])
+    shuffled = Graph(
+        data.node_features, data.edge_src[order], data.edge_dst[order], data.edge_features[order]
+    )
     np.testing.assert_allclose(
         classify(shuffled, pattern, implementation="torch"), classify(*small_rmat), rtol=1e-9, atol=0
     )

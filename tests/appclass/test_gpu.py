@@ -16,4 +16,6 @@ pytestmark = [
 
 def test_cuda_prints_the_reference_bytes(small_rmat, quirk_graphs):
     for graphs in (small_rmat, quirk_graphs):
-        assert format_beliefs(classify(*graphs, implementation="torch", device="cuda")) == format_beliefs(classify(*graphs))
+        assert format_beliefs(classify(*graphs, implementation="torch", device="cuda")) == format_beliefs(
+            classify(*graphs)
+        )

@@ -25,7 +25,9 @@ def _native(graphs, kernels, threads=2, **kwargs):
 
 def test_default_run_prints_the_expected_bytes(georgiy_paths, built_manifest, capfd):
     # Default implementation and kernels; the C printf formatting of the kernels writes stdout.
-    assert main(["appclass", "run", *map(str, georgiy_paths[:4]), "--build-manifest", str(built_manifest)]) == 0
+    assert (
+        main(["appclass", "run", *map(str, georgiy_paths[:4]), "--build-manifest", str(built_manifest)]) == 0
+    )
     assert capfd.readouterr().out == georgiy_paths[4].read_text()
 
 
@@ -47,12 +49,17 @@ def test_quirk_prints_the_reference_nan_and_inf(quirk_paths, quirk_graphs, kerne
 
 @pytest.mark.parametrize(
     "options",
-    [AppclassOptions(normalisation="stable"), AppclassOptions(forward_message_index="dst"),
-     AppclassOptions(normalisation="stable", forward_message_index="dst")],
+    [
+        AppclassOptions(normalisation="stable"),
+        AppclassOptions(forward_message_index="dst"),
+        AppclassOptions(normalisation="stable", forward_message_index="dst"),
+    ],
 )
 def test_every_mode_prints_the_reference_bytes(small_rmat, quirk_graphs, kernels, options):
     for graphs in (small_rmat, quirk_graphs):
-        assert format_beliefs(_native(graphs, kernels, options=options)) == format_beliefs(classify(*graphs, options=options))
+        assert format_beliefs(_native(graphs, kernels, options=options)) == format_beliefs(
+            classify(*graphs, options=options)
+        )
 
 
 def test_threads_do_not_change_a_bit(small_rmat, kernels):
@@ -64,7 +71,10 @@ def test_threads_do_not_change_a_bit(small_rmat, kernels):
 def test_unsorted_edges_print_the_reference_bytes(small_rmat, kernels):
     data, pattern = small_rmat
     order = np.random.default_rng(0).permutation(data.num_edges)
-    shuffled = (Graph(data.node_features, data.edge_src[order], data.edge_dst[order], data.edge_features[order]), pattern)
+    shuffled = (
+        Graph(data.node_features, data.edge_src[order], data.edge_dst[order], data.edge_features[order]),
+        pattern,
+    )
     assert format_beliefs(_native(shuffled, kernels)) == format_beliefs(classify(*shuffled))
 
 
@@ -74,7 +84,9 @@ def test_float32_is_close(small_rmat, kernels):
 
 
 def test_kernel_formatting_is_c_printf(kernels):
-    values = torch.tensor([-8.98581, float("-inf"), float("inf"), float("nan"), -float("nan"), 1e-310, -0.0, 12345.678])
+    values = torch.tensor(
+        [-8.98581, float("-inf"), float("inf"), float("nan"), -float("nan"), 1e-310, -0.0, 12345.678]
+    )
     assert kernels.format_e(values.double(), 2) == format_beliefs(values.numpy()).encode()
 
 
@@ -84,7 +96,9 @@ def test_kernel_formatting_matches_printf_on_random_doubles(kernels):
     rng = np.random.default_rng(5)
     bits = rng.integers(0, 2**64, size=20_000, dtype=np.uint64).view(np.float64)
     near = rng.normal(0, 30, size=20_000) * 10.0 ** rng.integers(-8, 8, size=20_000)
-    ties = np.array([12345625.0, 12345635.0, 1.5, 2.5e-3, 1234567.5, -9999999.5, 0.125, 5e-324, 1.7976931348623157e308])
+    ties = np.array(
+        [12345625.0, 12345635.0, 1.5, 2.5e-3, 1234567.5, -9999999.5, 0.125, 5e-324, 1.7976931348623157e308]
+    )
     values = np.concatenate([bits, near, ties])
     assert kernels.format_e(torch.from_numpy(values), 2) == format_beliefs(values).encode()
 
@@ -109,11 +123,16 @@ def test_a_build_of_other_sources_is_refused(tmp_path, built_manifest):
     from membench.core.extension import sources_digest
 
     manifest = json.loads(built_manifest.read_text())
-    assert manifest["source_sha256"] == sources_digest([SPEC.source_dir / name for name in manifest["sources"]])
+    assert manifest["source_sha256"] == sources_digest(
+        [SPEC.source_dir / name for name in manifest["sources"]]
+    )
     copy = tmp_path / "build"
     shutil.copytree(built_manifest.parent, copy)
     for change, message in [
-        ({"source_sha256": "0" * 64}, "built from other sources than .* holds now; rebuild with `membench appclass build`"),
+        (
+            {"source_sha256": "0" * 64},
+            "built from other sources than .* holds now; rebuild with `membench appclass build`",
+        ),
         ({"source_sha256": None}, "records no source digest"),
         ({"sources": ["gone.cpp"]}, "source .*gone.cpp of this build no longer exists"),
     ]:
@@ -166,9 +185,15 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
     generator = torch.Generator().manual_seed(3)
     rows, nodes, cols = 37, 4, 6
     mu, fmax, rmax, ce_min_forward, ce_min_src = (
-        torch.randn(rows, width, generator=generator, dtype=torch.float64) for width in (nodes, cols, cols, cols, cols)
+        torch.randn(rows, width, generator=generator, dtype=torch.float64)
+        for width in (nodes, cols, cols, cols, cols)
     )
-    mu[3, 1], fmax[5, 2], rmax[7, 0], ce_min_src[2, 4] = float("nan"), float("inf"), -float("inf"), float("inf")
+    mu[3, 1], fmax[5, 2], rmax[7, 0], ce_min_src[2, 4] = (
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        float("inf"),
+    )
     mu[9], fmax[9], ce_min_forward[10] = 0.0, -0.0, 0.0
     pattern_src = torch.tensor([0, 1, 2, 3, 0, 2])
     pattern_dst = torch.tensor([1, 2, 3, 0, 3, 1])
@@ -177,11 +202,20 @@ def test_prepare_messages_equals_the_steps_it_fuses_bit_for_bit(kernels, threads
     expected_forward, expected_reverse = expected_vr - ce_min_forward, expected_vf - ce_min_src
     vr = torch.empty(rows, cols, dtype=torch.float64)
     with CpuAllocatorTracker() as allocations:
-        maxima = kernels.prepare_messages(mu, fmax, rmax, pattern_src, pattern_dst, ce_min_forward, ce_min_src, vr, threads)
+        maxima = kernels.prepare_messages(
+            mu, fmax, rmax, pattern_src, pattern_dst, ce_min_forward, ce_min_src, vr, threads
+        )
     assert allocations.peak_bytes == 8 * 4 * cols * (1 + threads)
 
-    expected = [kernels.column_max(x, threads) for x in (expected_vf, expected_vr, expected_forward, expected_reverse)]
-    for got, want in [(vr, expected_vr), (fmax, expected_forward), (rmax, expected_reverse), *zip(maxima.unbind(0), expected)]:
+    expected = [
+        kernels.column_max(x, threads) for x in (expected_vf, expected_vr, expected_forward, expected_reverse)
+    ]
+    for got, want in [
+        (vr, expected_vr),
+        (fmax, expected_forward),
+        (rmax, expected_reverse),
+        *zip(maxima.unbind(0), expected),
+    ]:
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # every bit, NaN and -0 included
 
 
@@ -202,7 +236,9 @@ def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, t
     fmax[2, 1], fmax[70, 1], rmax[71, 3], rmax[140, 0] = -740.0, -745.2, -800.0, -math.inf
     fmax[7, 0], rmax[8, 2], fmax[9, 4], rmax[9, 4], cv[9, 2] = math.nan, -0.0, 0.0, -0.0, 0.0
     forward_max, reverse_max = (torch.randn(cols, generator=generator, dtype=torch.float64) for _ in range(2))
-    forward_sums, reverse_sums = (torch.rand(cols, generator=generator, dtype=torch.float64) * 5 + 0.5 for _ in range(2))
+    forward_sums, reverse_sums = (
+        torch.rand(cols, generator=generator, dtype=torch.float64) * 5 + 0.5 for _ in range(2)
+    )
     forward_floor = torch.full((cols,), -600.0, dtype=torch.float64)
     reverse_floor = torch.full((cols,), -650.0, dtype=torch.float64)
     forward_floor[1], reverse_floor[3] = -math.inf, -math.inf
@@ -219,13 +255,31 @@ def test_update_beliefs_equals_the_steps_it_fuses_bit_for_bit(kernels, stable, t
 
     mu = torch.full_like(cv, 7.0)  # overwritten
     with CpuAllocatorTracker() as allocations:
-        mu_max = kernels.update_beliefs_(mu, cv, fmax, forward_max, forward_sums, forward_floor, rmax, reverse_max,
-                                         reverse_sums, reverse_floor, pattern_src, pattern_dst, stable, threads)
+        mu_max = kernels.update_beliefs_(
+            mu,
+            cv,
+            fmax,
+            forward_max,
+            forward_sums,
+            forward_floor,
+            rmax,
+            reverse_max,
+            reverse_sums,
+            reverse_floor,
+            pattern_src,
+            pattern_dst,
+            stable,
+            threads,
+        )
     # The terms' table (starts, then each term's column and array), the result, the log-sums and the
     # (threads, nodes) partial maxima.
     assert allocations.peak_bytes == 8 * ((nodes + 1) + 2 * 2 * cols + nodes + 2 * cols + nodes * threads)
-    for got, want in [(fmax, expected_fmax), (rmax, expected_rmax), (mu, expected_mu),
-                      (mu_max, kernels.column_max(expected_mu, threads))]:
+    for got, want in [
+        (fmax, expected_fmax),
+        (rmax, expected_rmax),
+        (mu, expected_mu),
+        (mu_max, kernels.column_max(expected_mu, threads)),
+    ]:
         assert torch.equal(got.view(torch.int64), want.view(torch.int64))
 
     expected_mu = mu.clone()
@@ -247,7 +301,9 @@ def test_edges_stored_out_of_order_give_the_edge_order_bits(kernels, threads):
     if positions[10] < positions[20]:  # the later edge of the tie below must be stored first
         positions[[10, 20]] = positions[[20, 10]]
     by_edge = kernels.distances(at, b, threads)
-    assert torch.equal(kernels.distances(at, b, threads, positions)[positions].view(torch.int64), by_edge.view(torch.int64))
+    assert torch.equal(
+        kernels.distances(at, b, threads, positions)[positions].view(torch.int64), by_edge.view(torch.int64)
+    )
 
     x = torch.randn(edges, cols, generator=generator, dtype=torch.float64)
     x[:, 0] = -1.0
@@ -255,7 +311,9 @@ def test_edges_stored_out_of_order_give_the_edge_order_bits(kernels, threads):
     stored = torch.empty_like(x)
     stored[positions] = x
     expected_max = kernels.column_max(x, threads)
-    assert torch.equal(kernels.column_max(stored, threads, positions).view(torch.int64), expected_max.view(torch.int64))
+    assert torch.equal(
+        kernels.column_max(stored, threads, positions).view(torch.int64), expected_max.view(torch.int64)
+    )
     assert math.copysign(1.0, expected_max[0].item()) == -1.0
     assert math.copysign(1.0, kernels.column_max(stored, threads)[0].item()) == 1.0  # storage order differs
     for stable in (False, True):
@@ -364,17 +422,23 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
     bounds = parts.bounds
     assert bounds[0] == 0 and bounds[-1] == nodes and bool((bounds[1:] >= bounds[:-1]).all())
     for t in range(2 * threads):  # each part lists exactly the edges into its nodes, in edge order
-        listed = parts.order[parts.edge_bounds[t]:parts.edge_bounds[t + 1]]
-        assert listed.tolist() == torch.nonzero((dst >= bounds[t]) & (dst < bounds[t + 1])).squeeze(1).tolist()
+        listed = parts.order[parts.edge_bounds[t] : parts.edge_bounds[t + 1]]
+        assert (
+            listed.tolist() == torch.nonzero((dst >= bounds[t]) & (dst < bounds[t + 1])).squeeze(1).tolist()
+        )
     assert torch.equal(parts.order[parts.positions], torch.arange(len(src)))
     ce = ce_by_edge[parts.order]  # edge i in row positions[i]
 
     raw = torch.full_like(node, 5.0)  # overwritten, not merged
-    kernels.scatter_max_(raw, ce, src[parts.order], dst[parts.order], node, bounds, parts.edge_bounds, threads)
+    kernels.scatter_max_(
+        raw, ce, src[parts.order], dst[parts.order], node, bounds, parts.edge_bounds, threads
+    )
     expected = torch.full_like(node, -float("inf"))
     for e in range(len(src)):
         for j in range(cols):
-            expected[dst[e], j] = _fmax_keep(expected[dst[e], j].item(), (node[src[e], j] - ce_by_edge[e, j]).item())
+            expected[dst[e], j] = _fmax_keep(
+                expected[dst[e], j].item(), (node[src[e], j] - ce_by_edge[e, j]).item()
+            )
     assert torch.equal(raw.view(torch.int64), expected.view(torch.int64))
 
     src_bounds = owner_bounds(src, nodes, threads)
@@ -393,7 +457,9 @@ def test_edge_kernels_equal_their_definitions(kernels, threads):
     assert torch.equal(sums.view(torch.int64), by_edge.view(torch.int64))
     assert bool((sums[4] == 0).all() and (sums[7] == 0).all())
 
-    m = torch.nan_to_num(torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0)
+    m = torch.nan_to_num(
+        torch.where(torch.isnan(node - ce_min), -float("inf"), node - ce_min).amax(0), neginf=-1.0
+    )
     listed = nodes_with_edges(src, nodes)
     assert listed.tolist() == [0, 1, 2, 3, 5, 6, 8]
     diffs = [node - ce_min, node.flip(1) - ce_min]
@@ -425,15 +491,20 @@ def test_kernels_reject_malformed_node_lists_and_edge_parts(kernels):
     src_by_part, dst_by_part, ce_by_part = src[parts.order], dst[parts.order], ce[parts.order]
     raw = torch.full_like(node, 5.0)
     with pytest.raises(RuntimeError, match="edge_bounds must hold one edge range per part of bounds"):
-        kernels.scatter_max_(raw, ce_by_part, src_by_part, dst_by_part, node, parts.bounds, torch.tensor([0, len(src)]), 1)
+        kernels.scatter_max_(
+            raw, ce_by_part, src_by_part, dst_by_part, node, parts.bounds, torch.tensor([0, len(src)]), 1
+        )
     # Edges left in edge order: some group outside their part's nodes (a race between threads).
     with pytest.raises(RuntimeError, match="every edge of part t must group into the nodes"):
         kernels.scatter_max_(raw, ce, src, dst, node, parts.bounds, parts.edge_bounds, 1)
     with pytest.raises(RuntimeError, match="every edge of part t must group into the nodes"):
-        kernels.scatter_max_(raw, ce_by_part, src_by_part + nodes, dst_by_part, node, parts.bounds, parts.edge_bounds, 1)
+        kernels.scatter_max_(
+            raw, ce_by_part, src_by_part + nodes, dst_by_part, node, parts.bounds, parts.edge_bounds, 1
+        )
     with pytest.raises(RuntimeError, match="a part with edges must own nodes"):
-        kernels.scatter_max_(raw, ce_by_part, src_by_part, dst_by_part, node, torch.tensor([0, 0, nodes]),
-                             parts.edge_bounds, 1)
+        kernels.scatter_max_(
+            raw, ce_by_part, src_by_part, dst_by_part, node, torch.tensor([0, 0, nodes]), parts.edge_bounds, 1
+        )
     repeated = parts.positions.clone()
     repeated[1] = repeated[0]
     for bad in (repeated, parts.positions + 1, parts.positions[1:]):
@@ -453,7 +524,9 @@ def test_update_beliefs_and_normprob_reject_mismatched_arguments(kernels):
     src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([1, 2, 0, 2])
 
     def update(pattern_src=src, forward_sums=sums, floor=column):
-        kernels.update_beliefs_(mu, cv, fmax, column, forward_sums, floor, rmax, column, sums, column, pattern_src, dst, False, 1)
+        kernels.update_beliefs_(
+            mu, cv, fmax, column, forward_sums, floor, rmax, column, sums, column, pattern_src, dst, False, 1
+        )
 
     with pytest.raises(RuntimeError, match="pattern edges must join pattern nodes"):
         update(pattern_src=torch.tensor([0, 1, 3, 0]))
@@ -484,7 +557,7 @@ def test_owner_bounds_share_the_edges_evenly():
     in_degree = torch.bincount(groups, minlength=nodes)
     for parts in (1, 2, 3, 7):
         bounds = owner_bounds(groups, nodes, parts)
-        shares = [int(in_degree[bounds[t]:bounds[t + 1]].sum()) for t in range(parts)]
+        shares = [int(in_degree[bounds[t] : bounds[t + 1]].sum()) for t in range(parts)]
         assert sum(shares) == edges and max(shares) <= edges / parts + int(in_degree.max())
 
 
@@ -498,10 +571,19 @@ def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest,
         write_graph(graph, vertices, edges)
         paths += [str(vertices), str(edges)]
     records = {
-        kernels_choice: run_bench_job(tuple(paths), "small", BenchSpec(implementation=implementation, threads=1,
-                                                                       kernels=kernels_choice),
-                                      tmp_path / kernels_choice, sample_interval_s=0, build_manifest=built_manifest)
-        for implementation, kernels_choice in (("torch", "extension"), ("torch", "torch"), ("reference", "auto"))
+        kernels_choice: run_bench_job(
+            tuple(paths),
+            "small",
+            BenchSpec(implementation=implementation, threads=1, kernels=kernels_choice),
+            tmp_path / kernels_choice,
+            sample_interval_s=0,
+            build_manifest=built_manifest,
+        )
+        for implementation, kernels_choice in (
+            ("torch", "extension"),
+            ("torch", "torch"),
+            ("reference", "auto"),
+        )
     }
     data, pattern = small_rmat
     state_mib = 8 * 2 * data.num_nodes * pattern.num_nodes / 2**20  # CV and MU at least
@@ -509,4 +591,7 @@ def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest,
         assert records[name]["alloc_peak_mib"] > state_mib and records[name]["trace_allocator"] is True
         assert "alloc_peak_note" not in records[name]
     assert records["extension"]["kernels_used"] == "extension"
-    assert records["auto"]["alloc_peak_mib"] is None and "outside torch's allocator" in records["auto"]["alloc_peak_note"]
+    assert (
+        records["auto"]["alloc_peak_mib"] is None
+        and "outside torch's allocator" in records["auto"]["alloc_peak_note"]
+    )

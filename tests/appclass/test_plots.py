@@ -1,8 +1,8 @@
 """appclass figures: one panel per graph pair (runtimes of different graphs never joined)."""
 
+import figures
 import pandas as pd
 
-import figures
 from membench.appclass import plots
 from membench.appclass.plots import plot_runtime, plot_speedup
 
@@ -10,13 +10,24 @@ from membench.appclass.plots import plot_runtime, plot_speedup
 def _table():
     rows = []
     for dataset, edges, base_s in (("small/p5", 1000, 0.2), ("large/p5", 100000, 2.0)):
-        for variant, implementation, factor in (("reference-cpu-t1-float64", "reference", 1.0),
-                                                 ("torch-cpu-t2-float64", "torch", 0.1)):
-            rows.append({"dataset": dataset, "variant": variant, "implementation": implementation,
-                         "data_edges": edges, "pattern_edges": 4, "time_median_s": base_s * factor,
-                         "time_min_s": base_s * factor * 0.9, "time_max_s": base_s * factor * 1.1,
-                         "timing_reliable": implementation == "torch",
-                         "timing_flag": "" if implementation == "torch" else "1 sample"})
+        for variant, implementation, factor in (
+            ("reference-cpu-t1-float64", "reference", 1.0),
+            ("torch-cpu-t2-float64", "torch", 0.1),
+        ):
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "variant": variant,
+                    "implementation": implementation,
+                    "data_edges": edges,
+                    "pattern_edges": 4,
+                    "time_median_s": base_s * factor,
+                    "time_min_s": base_s * factor * 0.9,
+                    "time_max_s": base_s * factor * 1.1,
+                    "timing_reliable": implementation == "torch",
+                    "timing_flag": "" if implementation == "torch" else "1 sample",
+                }
+            )
     return pd.DataFrame(rows)
 
 

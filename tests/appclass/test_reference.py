@@ -50,7 +50,10 @@ def test_format_matches_c_printf():
     assert format_value(float("inf")) == "inf"
     assert format_value(float("nan")) == "nan"
     assert format_value(-float("nan")) == "-nan"
-    assert format_beliefs(np.array([[1e-310, 0.0], [-0.0, 12345.678]])) == "1.000000e-310\n0.000000e+00\n-0.000000e+00\n1.234568e+04\n"
+    assert (
+        format_beliefs(np.array([[1e-310, 0.0], [-0.0, 12345.678]]))
+        == "1.000000e-310\n0.000000e+00\n-0.000000e+00\n1.234568e+04\n"
+    )
 
 
 def test_memory_formula_matches_gunrocks_report():

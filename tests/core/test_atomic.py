@@ -53,7 +53,9 @@ def test_directory_is_replaced_whole_or_not_at_all(tmp_path):
 
 
 def _tree(root):
-    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+    return sorted(
+        (str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*")
+    )
 
 
 @pytest.mark.parametrize("make", ["user_directory", "user_file", "other_kind", "empty_directory", "symlink"])
@@ -83,7 +85,10 @@ def test_directory_refuses_an_output_that_is_or_holds_an_input(tmp_path):
     with atomic.atomic_directory(data, "db") as tmp:
         (tmp / "train").mkdir()
     before = _tree(tmp_path)
-    for target, inputs, relation in ((data, [data / "train"], "contains"), (data / "train", [data / "train"], "is")):
+    for target, inputs, relation in (
+        (data, [data / "train"], "contains"),
+        (data / "train", [data / "train"], "is"),
+    ):
         with pytest.raises(InputError, match=f"{relation} the input"):
             with atomic.atomic_directory(target, "db", inputs=inputs):
                 pass
@@ -134,7 +139,9 @@ def test_temporaries_of_killed_writers_are_removed_by_the_next_write(tmp_path):
     with atomic.atomic_directory(tmp_path / "db", "db"):
         pass
     atomic.write_text(tmp_path / "table.csv", "whole")
-    assert sorted(os.listdir(tmp_path)) == sorted(["db", "table.csv", atomic.LEDGER_NAME, live.name, other_host.name])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["db", "table.csv", atomic.LEDGER_NAME, live.name, other_host.name]
+    )
 
 
 def test_a_file_membench_wrote_is_replaced_and_a_foreign_one_refused_untouched(tmp_path):
@@ -168,7 +175,7 @@ def test_a_special_file_or_link_at_the_target_is_refused(tmp_path, make):
         target.symlink_to(tmp_path / "real.csv")
     with pytest.raises(InputError, match="refusing to replace it"):
         atomic.write_text(target, "x")
-    assert (target.is_fifo() if make == "fifo" else target.is_symlink())
+    assert target.is_fifo() if make == "fifo" else target.is_symlink()
 
 
 def test_protected_inputs_are_refused_by_every_write_in_the_context(tmp_path):

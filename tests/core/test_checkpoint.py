@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from membench.core import checkpoint
-from membench.core.checkpoint import code_version, resume_checkpoint, run_identity, save_checkpoint, tensors_sha256
+from membench.core.checkpoint import (
+    code_version,
+    resume_checkpoint,
+    run_identity,
+    save_checkpoint,
+    tensors_sha256,
+)
 from membench.core.errors import InputError
 
 
@@ -57,8 +63,10 @@ def test_any_difference_starts_over_with_one_line_naming_it(tmp_path, inputs, ca
     with caplog.at_level(logging.WARNING, logger=checkpoint.__name__):
         assert resume_checkpoint(path, run_identity(options, inputs, code)) is None
     expected = {
-        "options": "options changed: epochs", "file content": "input files changed: fold.csv",
-        "directory": "input files changed: binaries", "code": "the code changed",
+        "options": "options changed: epochs",
+        "file content": "input files changed: fold.csv",
+        "directory": "input files changed: binaries",
+        "code": "the code changed",
         "no identity": "records no run identity",
     }[change]
     assert len(caplog.records) == 1 and expected in caplog.text and "the run starts over" in caplog.text
@@ -119,5 +127,7 @@ def test_a_pickled_or_foreign_checkpoint_is_refused_without_torchs_advice_to_unp
         torch.save({"epoch": 1, "extra": _Pickled()}, path)
     with pytest.raises(InputError) as error:
         checkpoint.load_checkpoint(path)
-    assert str(error.value) == (f"{path}: not a membench checkpoint: it holds pickled objects other than tensors and "
-                                "plain values, or is damaged; membench never loads pickled code")
+    assert str(error.value) == (
+        f"{path}: not a membench checkpoint: it holds pickled objects other than tensors and "
+        "plain values, or is damaged; membench never loads pickled code"
+    )

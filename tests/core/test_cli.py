@@ -21,7 +21,9 @@ def test_help_lists_every_group(capsys):
 
 
 def test_input_error_is_one_line_and_exit_2(tmp_path, capsys):
-    code = main(["bodmas", "classes", "--metadata", str(tmp_path / "none.csv"), "--out", str(tmp_path / "c.csv")])
+    code = main(
+        ["bodmas", "classes", "--metadata", str(tmp_path / "none.csv"), "--out", str(tmp_path / "c.csv")]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err == f"membench bodmas: error: {tmp_path / 'none.csv'}: file not found (expected a CSV file)"
@@ -30,9 +32,26 @@ def test_input_error_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_console_script_runs_meter_check(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "membench.cli", "meter", "check", "--outdir", str(tmp_path), "--device", "cpu",
-         "--train-steps", "2", "--repeats", "1", "--batch-size", "4"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "membench.cli",
+            "meter",
+            "check",
+            "--outdir",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--train-steps",
+            "2",
+            "--repeats",
+            "1",
+            "--batch-size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert result.stdout == ""
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -40,7 +59,11 @@ def test_console_script_runs_meter_check(tmp_path):
     assert metrics["nvml_available"] is False and metrics["activation_mib"] > 0
     assert metrics["alloc_peak_mib"] > 0 and metrics["trace_allocator"] is True
     assert metrics["allocator_trace_overhead_pct"] is not None
-    assert set(TIMING_FIELDS) <= set(metrics) and metrics["time_unit"] == "repeat" and metrics["time_samples"] == 1
+    assert (
+        set(TIMING_FIELDS) <= set(metrics)
+        and metrics["time_unit"] == "repeat"
+        and metrics["time_samples"] == 1
+    )
     assert (tmp_path / "memlog.csv").exists()
 
 
@@ -56,8 +79,10 @@ def test_group_help_is_plain_text(capsys):
 
 def test_an_error_is_one_bounded_line_whatever_the_input_holds(tmp_path, capsys):
     data = tmp_path / "jobs.csv"
-    data.write_text("Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
-                    f"Batch Size,Max GPU Memory (MiB)\na.out,1,\"[('linear', 3, 15)]\",ReLU,3,15,\"{'x' * 20_000_000}\ny\",9\n")
+    data.write_text(
+        "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+        f'Batch Size,Max GPU Memory (MiB)\na.out,1,"[(\'linear\', 3, 15)]",ReLU,3,15,"{"x" * 20_000_000}\ny",9\n'
+    )
     out = tmp_path / "t.csv"
     assert main(["memnet", "evaluate", "--data", str(data), "--family", "mlp", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -66,7 +91,10 @@ def test_an_error_is_one_bounded_line_whatever_the_input_holds(tmp_path, capsys)
     assert " characters) ... " in err and err.endswith("xx\\ny' is not an integer\n")
     odd = tmp_path / "new\nline.csv"
     assert main(["bodmas", "classes", "--metadata", str(odd), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"membench bodmas: error: {tmp_path}/new\\nline.csv: file not found (expected a CSV file)\n"
+    assert (
+        capsys.readouterr().err
+        == f"membench bodmas: error: {tmp_path}/new\\nline.csv: file not found (expected a CSV file)\n"
+    )
 
 
 def test_a_usage_error_ends_in_one_bounded_line(capsys):
@@ -75,4 +103,8 @@ def test_a_usage_error_ends_in_one_bounded_line(capsys):
     assert exit_.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith("membench memnet generate: error: argument --family: invalid choice: 'xxx")
-    assert len(last) < 700 and "characters) ..." in last and last.endswith("(choose from 'mlp', 'cnn', 'transformer')")
+    assert (
+        len(last) < 700
+        and "characters) ..." in last
+        and last.endswith("(choose from 'mlp', 'cnn', 'transformer')")
+    )

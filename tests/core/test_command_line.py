@@ -24,12 +24,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-@pytest.mark.parametrize("argv", [
-    ["--outdir", "out"],
-    ["--outdir", "o u t", "--manifest", "m.json", "--batch-size", "1024", "--interval-s", "0.1", "--method", "b",
-     "--bits", "4", "--no-trace", "--verbose", "--range", "3", "7"],
-    ["--outdir", "out", "--interval-s", "0.30000000000000004", "--trace"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--outdir", "out"],
+        [
+            "--outdir",
+            "o u t",
+            "--manifest",
+            "m.json",
+            "--batch-size",
+            "1024",
+            "--interval-s",
+            "0.1",
+            "--method",
+            "b",
+            "--bits",
+            "4",
+            "--no-trace",
+            "--verbose",
+            "--range",
+            "3",
+            "7",
+        ],
+        ["--outdir", "out", "--interval-s", "0.30000000000000004", "--trace"],
+    ],
+)
 def test_a_parsed_command_line_is_written_back_to_the_same_values(argv):
     parser = _parser()
     parsed = vars(parser.parse_args(argv))
@@ -37,7 +57,9 @@ def test_a_parsed_command_line_is_written_back_to_the_same_values(argv):
 
 
 def test_values_of_another_command_pass_on_only_this_parsers_options():
-    driver = vars(argparse.Namespace(outdir="search", batch_size=64, method="b", start=2, limit=9, step="maxbatch"))
+    driver = vars(
+        argparse.Namespace(outdir="search", batch_size=64, method="b", start=2, limit=9, step="maxbatch")
+    )
     probe = {k: v for k, v in driver.items() if k != "outdir"}
     argv = command_line(_parser(), probe)
     assert argv == ["--batch-size", "64", "--method", "b"]
@@ -54,12 +76,43 @@ def test_a_value_the_option_cannot_say_is_refused():
 def test_the_division_probe_reads_the_search_options_back():
     from membench.division.commands import build_parser, memory_parser
 
-    search = vars(build_parser("membench division").parse_args(
-        ["maxbatch", "--outdir", "s", "--variant", "division", "--width", "4", "--image-size", "16", "--num-classes",
-         "10", "--device", "cpu", "--hfc-bits", "4", "--amp", "bf16", "--sample-interval-s", "0"]))
-    probe = vars(memory_parser().parse_args(
-        [*command_line(memory_parser(), {k: v for k, v in search.items() if k != "outdir"}),
-         "--outdir", "p", "--batch-size", "3"]))
+    search = vars(
+        build_parser("membench division").parse_args(
+            [
+                "maxbatch",
+                "--outdir",
+                "s",
+                "--variant",
+                "division",
+                "--width",
+                "4",
+                "--image-size",
+                "16",
+                "--num-classes",
+                "10",
+                "--device",
+                "cpu",
+                "--hfc-bits",
+                "4",
+                "--amp",
+                "bf16",
+                "--sample-interval-s",
+                "0",
+            ]
+        )
+    )
+    probe = vars(
+        memory_parser().parse_args(
+            [
+                *command_line(memory_parser(), {k: v for k, v in search.items() if k != "outdir"}),
+                "--outdir",
+                "p",
+                "--batch-size",
+                "3",
+            ]
+        )
+    )
     assert {k: probe[k] for k in probe if k in search and k != "outdir"} == {
-        k: search[k] for k in probe if k in search and k != "outdir"}
+        k: search[k] for k in probe if k in search and k != "outdir"
+    }
     assert probe["image_size"] == 16 and probe["num_classes"] == 10  # the search's, not the probe's defaults

@@ -16,8 +16,17 @@ from membench.core.options import Number, PathRole
 # Options that take a string which is not a path (names, device strings, expressions). Options of
 # several fields (``fields_action``) type each field themselves.
 NOT_PATHS = {
-    "--command", "--dataset", "--device", "--input-shape", "--kwargs", "--model", "--name",
-    "--split", "--time-split-date", "--timm-models", "--variant",
+    "--command",
+    "--dataset",
+    "--device",
+    "--input-shape",
+    "--kwargs",
+    "--model",
+    "--name",
+    "--split",
+    "--time-split-date",
+    "--timm-models",
+    "--variant",
 }
 
 
@@ -49,8 +58,13 @@ def _path_table():
     for words, parser in SUBCOMMANDS.items():
         for action in _value_actions(parser):
             if _role(action) is not None:
-                rows.append((" ".join(words), action.option_strings[0] if action.option_strings else action.dest,
-                             _role(action).__name__))
+                rows.append(
+                    (
+                        " ".join(words),
+                        action.option_strings[0] if action.option_strings else action.dest,
+                        _role(action).__name__,
+                    )
+                )
     return rows
 
 
@@ -69,7 +83,9 @@ def test_the_path_table_covers_every_command_with_files():
     table = _path_table()
     commands = {row[0] for row in table}
     assert len(table) > 80
-    assert commands == {" ".join(words) for words in SUBCOMMANDS}, "every subcommand reads or writes a named file"
+    assert commands == {" ".join(words) for words in SUBCOMMANDS}, (
+        "every subcommand reads or writes a named file"
+    )
 
 
 def _argv(words, parser, paths: dict[str, str], tmp_path):
@@ -88,11 +104,17 @@ def _argv(words, parser, paths: dict[str, str], tmp_path):
         elif role is not None:
             values = [str(tmp_path / ("in_dir" if role.directory else "in.csv"))] * count
             if not role.reads:
-                values = [str(tmp_path / "fresh" / f"{name.strip('-')}{'' if role.directory else '.out'}")] * count
+                values = [
+                    str(tmp_path / "fresh" / f"{name.strip('-')}{'' if role.directory else '.out'}")
+                ] * count
         elif action.choices:
             values = [str(list(action.choices)[0])] * count
         elif isinstance(action.type, Number):
-            inside = action.type.low if action.type.low in action.type else (action.type.low + action.type.high) / 2
+            inside = (
+                action.type.low
+                if action.type.low in action.type
+                else (action.type.low + action.type.high) / 2
+            )
             values = [str(inside)] * count
         else:
             values = ["x"] * count
@@ -129,7 +151,9 @@ def _run(argv, capsys):
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("words", "option"), OUTPUT_CASES, ids=[f"{' '.join(w)} {o}" for w, o in OUTPUT_CASES])
+@pytest.mark.parametrize(
+    ("words", "option"), OUTPUT_CASES, ids=[f"{' '.join(w)} {o}" for w, o in OUTPUT_CASES]
+)
 def test_every_output_option_refuses_a_foreign_file_and_an_input(words, option, sandbox, capsys):
     parser = SUBCOMMANDS[words]
     action = next(a for a in _outputs(parser) if (a.option_strings or [a.dest])[0] == option)
@@ -171,7 +195,10 @@ def test_an_input_file_of_the_wrong_kind_is_refused_before_anything_is_opened(ki
 def test_a_file_membench_wrote_may_be_written_again(sandbox, capsys):
     out = sandbox / "tables" / "classes.csv"
     metadata = sandbox / "metadata.csv"
-    metadata.write_text("sha,timestamp,family\n" + "".join(f"{i:064x},2020-01-0{i + 1},{'fam' if i % 2 else ''}\n" for i in range(4)))
+    metadata.write_text(
+        "sha,timestamp,family\n"
+        + "".join(f"{i:064x},2020-01-0{i + 1},{'fam' if i % 2 else ''}\n" for i in range(4))
+    )
     argv = ["bodmas", "classes", "--metadata", str(metadata), "--out", str(out)]
     assert _run(argv, capsys)[0] == 0
     first = out.read_text()

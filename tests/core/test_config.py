@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from snakemake.utils import validate
 
 from membench.core.config import check_config, check_settings, coerce_overrides, dataset_paths, load_schema
@@ -76,14 +75,17 @@ def test_a_large_bad_value_is_shortened():
     assert len(str(error.value)) < 300
 
 
-@pytest.mark.parametrize("key, value, problem", [
-    ("seed", 1e29, "1e+29 is greater than the maximum of 2147483647"),
-    ("seed", 2**32, "4294967296 is greater than the maximum of 2147483647"),
-    ("seed", float("nan"), "nan is not a finite number"),
-    ("hotconv.batch_size", 2**40, "1099511627776 is greater than the maximum of 1048576"),
-    ("meter.sample_interval_s", float("inf"), "inf is not a finite number"),
-    ("robust.momentum", 1.5, "1.5 is greater than the maximum of 1"),
-])
+@pytest.mark.parametrize(
+    "key, value, problem",
+    [
+        ("seed", 1e29, "1e+29 is greater than the maximum of 2147483647"),
+        ("seed", 2**32, "4294967296 is greater than the maximum of 2147483647"),
+        ("seed", float("nan"), "nan is not a finite number"),
+        ("hotconv.batch_size", 2**40, "1099511627776 is greater than the maximum of 1048576"),
+        ("meter.sample_interval_s", float("inf"), "inf is not a finite number"),
+        ("robust.momentum", 1.5, "1.5 is greater than the maximum of 1"),
+    ],
+)
 def test_a_number_out_of_its_range_is_one_line_naming_the_key(key, value, problem):
     config = default_config()
     *parents, last = key.split(".")
@@ -101,13 +103,15 @@ def test_a_long_text_override_is_refused_before_it_is_parsed():
     config = default_config()
     text = "[" + ", ".join(["1"] * 5_000_000) + "]"
     config["hotconv"] = {"folds": text}
-    with pytest.raises(InputError, match=rf"^the config, key 'hotconv.folds': a value of {len(text)} characters given "
-                                         "as text; at most 65536 are read$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^the config, key 'hotconv.folds': a value of {len(text)} characters given "
+        "as text; at most 65536 are read$",
+    ):
         check_config(config, SCHEMA)
     config["hotconv"] = {"folds": "[" * 30_000 + "]" * 30_000}  # too deep for YAML's parser: left as text
     with pytest.raises(InputError, match=r"key 'hotconv.folds': .* is not of type 'array'"):
         check_config(config, SCHEMA)
-
 
 
 # -- keys that name each other, and user data paths (check_settings) ---------------------------------
@@ -123,27 +127,61 @@ def completed(config: dict) -> dict:
 def test_default_settings_pass_and_paper_settings_miss_only_their_data():
     check_settings(completed(default_config()))
     for path in sorted((REPO / "config" / "paper").glob("*.yaml")):
-        with pytest.raises(InputError, match=r"^paper\.yaml: \d+ dataset path\(s\) named in the config do not exist: "):
+        with pytest.raises(
+            InputError, match=r"^paper\.yaml: \d+ dataset path\(s\) named in the config do not exist: "
+        ):
             check_settings(completed(yaml.safe_load(path.read_text())), source="paper.yaml")
 
 
-@pytest.mark.parametrize("change, key, problem", [
-    ({"appclass": {"variants": [{"implementation": "reference", "device": "cpu", "threads": 2, "precision": "float64"}]}},
-     "appclass.variants.0", "the reference runs as {'implementation': 'reference', 'device': 'cpu', 'threads': 1, "
-                            "'precision': 'float64'} only, not {'implementation': 'reference', 'device': 'cpu', "
-                            "'threads': 2, 'precision': 'float64', 'kernels': 'auto'}"),
-    ({"hotconv": {"datasets": ["tiny", "mine"]}}, "hotconv.datasets", "mine not among bodmas.datasets (tiny)"),
-    ({"division": {"accuracy": {"dataset": "cifar"}}}, "division.accuracy.dataset",
-     "'cifar' is not one of images.datasets (digits)"),
-    ({"division": {"accuracy": {"variants": ["checkpoint"]}}}, "division.accuracy.variants",
-     "checkpoint not in division.variants (vanilla, division)"),
-    ({"robust": {"nodes": 2}}, "robust.nodes", "runs span several nodes only with robust.transport: distributed"),
-    ({"robust": {"nodes": 3, "transport": "distributed", "producers": [1, 4]}}, "robust.nodes",
-     "3 nodes need at least as many ranks, but a run with P = 1 producers has 2"),
-    ({"robust": {"dataset": "mnist"}}, "robust.root", "dataset mnist needs the directory of its files"),
-    ({"memnet": {"published": {"measured_mlp": {"path": "x.csv", "family": "mlp"}}}}, "memnet.published",
-     "measured_mlp is the name of a measured dataset; rename it"),
-])
+@pytest.mark.parametrize(
+    "change, key, problem",
+    [
+        (
+            {
+                "appclass": {
+                    "variants": [
+                        {"implementation": "reference", "device": "cpu", "threads": 2, "precision": "float64"}
+                    ]
+                }
+            },
+            "appclass.variants.0",
+            "the reference runs as {'implementation': 'reference', 'device': 'cpu', 'threads': 1, "
+            "'precision': 'float64'} only, not {'implementation': 'reference', 'device': 'cpu', "
+            "'threads': 2, 'precision': 'float64', 'kernels': 'auto'}",
+        ),
+        (
+            {"hotconv": {"datasets": ["tiny", "mine"]}},
+            "hotconv.datasets",
+            "mine not among bodmas.datasets (tiny)",
+        ),
+        (
+            {"division": {"accuracy": {"dataset": "cifar"}}},
+            "division.accuracy.dataset",
+            "'cifar' is not one of images.datasets (digits)",
+        ),
+        (
+            {"division": {"accuracy": {"variants": ["checkpoint"]}}},
+            "division.accuracy.variants",
+            "checkpoint not in division.variants (vanilla, division)",
+        ),
+        (
+            {"robust": {"nodes": 2}},
+            "robust.nodes",
+            "runs span several nodes only with robust.transport: distributed",
+        ),
+        (
+            {"robust": {"nodes": 3, "transport": "distributed", "producers": [1, 4]}},
+            "robust.nodes",
+            "3 nodes need at least as many ranks, but a run with P = 1 producers has 2",
+        ),
+        ({"robust": {"dataset": "mnist"}}, "robust.root", "dataset mnist needs the directory of its files"),
+        (
+            {"memnet": {"published": {"measured_mlp": {"path": "x.csv", "family": "mlp"}}}},
+            "memnet.published",
+            "measured_mlp is the name of a measured dataset; rename it",
+        ),
+    ],
+)
 def test_a_key_that_names_what_the_config_lacks_is_one_line(change, key, problem):
     config = default_config()
     config["bodmas"]["datasets"] = {"tiny": {"source": "synthetic"}}
@@ -154,7 +192,9 @@ def test_a_key_that_names_what_the_config_lacks_is_one_line(change, key, problem
     for section, values in change.items():
         for name, value in values.items():
             old = config[section].get(name)
-            config[section][name] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+            config[section][name] = (
+                {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+            )
     with pytest.raises(InputError) as error:
         check_settings(completed(config), source="my.yaml")
     assert str(error.value) == f"my.yaml, key '{key}': {problem}"
@@ -170,8 +210,11 @@ def test_missing_user_data_is_listed_in_one_line(tmp_path):
     present = tmp_path / "metadata.csv"
     present.touch()
     config = default_config()
-    config["bodmas"]["datasets"]["own"] = {"source": "directory", "metadata": str(present),
-                                           "binaries": str(tmp_path / "binaries")}
+    config["bodmas"]["datasets"]["own"] = {
+        "source": "directory",
+        "metadata": str(present),
+        "binaries": str(tmp_path / "binaries"),
+    }
     config["images"]["datasets"]["own"] = {"source": "folder", "root": str(tmp_path / "images")}
     config["memnet"]["published"] = {"gpumemnet_mlp": {"path": str(tmp_path / "mlp.csv"), "family": "mlp"}}
     config = completed(config)
@@ -181,7 +224,8 @@ def test_missing_user_data_is_listed_in_one_line(tmp_path):
     assert str(error.value) == (
         f"my.yaml: 3 dataset path(s) named in the config do not exist: bodmas.datasets.own.binaries: "
         f"{tmp_path / 'binaries'}, images.datasets.own.root: {tmp_path / 'images'}, memnet.published.gpumemnet_mlp.path: "
-        f"{tmp_path / 'mlp.csv'}; point these keys at your copies of the data (see config/README.md)")
+        f"{tmp_path / 'mlp.csv'}; point these keys at your copies of the data (see config/README.md)"
+    )
 
 
 def test_every_user_data_key_of_the_schema_is_a_dataset_path():
@@ -189,12 +233,21 @@ def test_every_user_data_key_of_the_schema_is_a_dataset_path():
     config["bodmas"]["datasets"] = {"b": {"source": "directory", "metadata": "m", "binaries": "d"}}
     config["appclass"]["graphs"] = {"g": {"source": "files", "vertices": "gv", "edges": "ge"}}
     config["appclass"]["patterns"] = {"p": {"source": "files", "vertices": "pv", "edges": "pe"}}
-    config["images"]["datasets"] = {"f": {"source": "folder", "root": "f"}, "c": {"source": "cifar10", "root": "c"}}
+    config["images"]["datasets"] = {
+        "f": {"source": "folder", "root": "f"},
+        "c": {"source": "cifar10", "root": "c"},
+    }
     config["robust"] |= {"dataset": "mnist", "root": "r"}
     config["memnet"]["published"] = {"n": {"path": "n.csv", "family": "mlp"}}
     assert dict(dataset_paths(completed(config))) == {
-        "bodmas.datasets.b.metadata": "m", "bodmas.datasets.b.binaries": "d",
-        "appclass.graphs.g.vertices": "gv", "appclass.graphs.g.edges": "ge",
-        "appclass.patterns.p.vertices": "pv", "appclass.patterns.p.edges": "pe",
-        "images.datasets.f.root": "f", "images.datasets.c.root": "c", "robust.root": "r", "memnet.published.n.path": "n.csv",
+        "bodmas.datasets.b.metadata": "m",
+        "bodmas.datasets.b.binaries": "d",
+        "appclass.graphs.g.vertices": "gv",
+        "appclass.graphs.g.edges": "ge",
+        "appclass.patterns.p.vertices": "pv",
+        "appclass.patterns.p.edges": "pe",
+        "images.datasets.f.root": "f",
+        "images.datasets.c.root": "c",
+        "robust.root": "r",
+        "memnet.published.n.path": "n.csv",
     }

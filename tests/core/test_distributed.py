@@ -15,7 +15,7 @@ from membench.core.errors import InputError
 
 # Run by torchrun in two processes: each takes half of a fixed batch, gradients are averaged by
 # DistributedDataParallel, and rank 0 saves them.
-_WORKER = '''
+_WORKER = """
 import sys, torch
 from torch import nn
 from membench.core.distributed import data_parallel, per_process_batch, process_group
@@ -30,7 +30,7 @@ with process_group(torch.device("cpu")) as (ranks, device):
     nn.functional.cross_entropy(parallel(inputs[part]), targets[part]).backward()
     if ranks.is_main:
         torch.save([p.grad for p in model.parameters()], sys.argv[1])
-'''
+"""
 
 
 def _single_process_gradients():
@@ -48,8 +48,20 @@ def test_two_processes_average_to_the_whole_batch_gradient(tmp_path):
     out = tmp_path / "grads.pt"
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for parallel, single in zip(torch.load(out, weights_only=True), _single_process_gradients()):
@@ -78,7 +90,12 @@ def test_global_batch_must_divide_among_processes():
 @pytest.mark.slow
 def test_a_missing_rendezvous_is_one_clear_error(monkeypatch):
     # Rank 1 of 2 with nobody listening at the master's address: no torch traceback, no hang.
-    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+    for name, value in {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "127.0.0.1",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_PORT", "29731")
     with pytest.raises(InputError, match=r"rank 1 of 2 found no process group at 127\.0\.0\.1:29731"):

@@ -12,7 +12,9 @@ def test_a_short_message_is_unchanged():
 
 def test_long_pieces_keep_their_head_and_tail_and_say_how_long_they_were():
     value = "v" * 20_000_000
-    error = InputError("/data/" + "d" * 1000 + "/jobs.csv", f"column a: {value!r} is not an integer", "w" * 300)
+    error = InputError(
+        "/data/" + "d" * 1000 + "/jobs.csv", f"column a: {value!r} is not an integer", "w" * 300
+    )
     message = str(error)
     assert len(message) < ECHO_CHARACTERS * 2 + PROBLEM_CHARACTERS + 200
     assert message.startswith("/data/ddd") and "/jobs.csv, www" in message

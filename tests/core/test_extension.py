@@ -19,17 +19,31 @@ PIPE = r"is a named pipe \(FIFO\), not a regular file"
 def spec(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "ops.cpp").write_text("// kernels\n")
-    return ExtensionSpec(name="membench_test_ops", source_dir=tmp_path / "src", cpu_sources=("ops.cpp",),
-                         kernels=("op",), build_command="membench test build")
+    return ExtensionSpec(
+        name="membench_test_ops",
+        source_dir=tmp_path / "src",
+        cpu_sources=("ops.cpp",),
+        kernels=("op",),
+        build_command="membench test build",
+    )
 
 
 def _manifest(tmp_path, spec):
     path = tmp_path / "build" / "manifest.json"
     path.parent.mkdir()
     sources = [spec.source_dir / name for name in spec.cpu_sources]
-    path.write_text(json.dumps({"status": "built", "extension": spec.name, "library": "ops.so",
-                                "torch_version": torch.__version__, "sources": list(spec.cpu_sources),
-                                "source_sha256": sources_digest(sources)}))
+    path.write_text(
+        json.dumps(
+            {
+                "status": "built",
+                "extension": spec.name,
+                "library": "ops.so",
+                "torch_version": torch.__version__,
+                "sources": list(spec.cpu_sources),
+                "source_sha256": sources_digest(sources),
+            }
+        )
+    )
     return path
 
 
@@ -37,7 +51,9 @@ def _manifest(tmp_path, spec):
 def test_a_pipe_as_the_manifest_or_library_is_named_without_blocking(tmp_path, spec):
     manifest = _manifest(tmp_path, spec)
     os.mkfifo(manifest.parent / "ops.so")
-    with pytest.raises(InputError, match=rf"manifest.json, key 'library': built library .*ops.so {PIPE}; rebuild$"):
+    with pytest.raises(
+        InputError, match=rf"manifest.json, key 'library': built library .*ops.so {PIPE}; rebuild$"
+    ):
         load_extension(manifest, spec)
     manifest.unlink()
     os.mkfifo(manifest)

@@ -41,7 +41,9 @@ def test_alloc_peak_sees_the_convolution_workspace_peak_tensor_misses():
     torch.manual_seed(0)
     conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
     x = torch.randn(batch, channels, window * positions)
-    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True, trace_allocator=True) as meter:
+    with Meter(
+        torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True, trace_allocator=True
+    ) as meter:
         with meter.phase("step"):
             conv(x).sum().backward()
     summary = meter.summary()
@@ -160,7 +162,10 @@ def test_nvml_lookups_never_take_torch_index_as_nvml_index_when_devices_are_hidd
     uuid = "6a1b2c3d-0000-1111-2222-333344445555"
     # CUDA_VISIBLE_DEVICES=3,1: torch's device 0 is NVML's 3 (with PCI order), never NVML's 0.
     assert sources.nvml_lookups(0, uuid, "3,1", "PCI_BUS_ID", "00000000:3b:00.0") == [
-        ("uuid", f"GPU-{uuid}"), ("uuid", f"MIG-{uuid}"), ("index", 3), ("pci", "00000000:3b:00.0")
+        ("uuid", f"GPU-{uuid}"),
+        ("uuid", f"MIG-{uuid}"),
+        ("index", 3),
+        ("pci", "00000000:3b:00.0"),
     ]
     # CUDA's default order is fastest first: an integer entry names no NVML index then.
     assert sources.nvml_lookups(1, None, "3,1", None, None) == []
@@ -171,7 +176,8 @@ def test_nvml_lookups_use_mig_uuids_and_skip_the_parent_gpu_bus():
     mig = "MIG-0f1e2d3c-aaaa-bbbb-cccc-ddddeeeeffff"
     assert sources.nvml_lookups(0, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [("uuid", mig)]
     assert sources.nvml_lookups(1, None, f"{mig},GPU-x", None, "00000000:3b:00.0") == [
-        ("uuid", "GPU-x"), ("pci", "00000000:3b:00.0")
+        ("uuid", "GPU-x"),
+        ("pci", "00000000:3b:00.0"),
     ]
 
 
@@ -209,7 +215,10 @@ def test_nvml_process_usage_and_description():
     assert gpu.process_used_bytes() == 3 * 2**20
     assert gpu.process_used_bytes(pid=1) == 5 * 2**20
     assert gpu.process_used_bytes(pid=2) is None
-    assert sources.NvmlGpu(_FakeNvml([_FakeNvml._Process(os.getpid(), None)]), None, "").process_used_bytes() is None
+    assert (
+        sources.NvmlGpu(_FakeNvml([_FakeNvml._Process(os.getpid(), None)]), None, "").process_used_bytes()
+        is None
+    )
     description = gpu.description()
     assert description["gpu_name"] == "Fake GPU" and description["gpu_driver_version"] == "580.1"
     assert description["gpu_sm_clock_mhz"] == 1980 and description["gpu_max_sm_clock_mhz"] is None

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from membench.core.errors import InputError
-from membench.core.metrics import MEASURED_FIELDS, REQUIRED_FIELDS, job_record, read_metrics, write_job_outputs
+from membench.core.metrics import (
+    MEASURED_FIELDS,
+    REQUIRED_FIELDS,
+    job_record,
+    read_metrics,
+    write_job_outputs,
+)
 from membench.core.tables import aggregate_metrics, metrics_table
 
 

@@ -14,7 +14,9 @@ from membench.core.oom import is_out_of_memory, oom_fields
         RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
         RuntimeError("pack_2bit: cudaMalloc failed: cudaErrorMemoryAllocation"),
         RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
-        RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes."),
+        RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes."
+        ),
         MemoryError(),
     ],
     ids=["torch", "cublas", "cudnn", "extension", "cuda-runtime", "cpu-allocator", "python"],
@@ -40,5 +42,10 @@ def test_other_errors_are_not_out_of_memory(exc):
 
 
 def test_the_message_is_the_first_line():
-    exc = RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\nmore detail")
-    assert oom_fields(exc)["status_message"] == "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    exc = RuntimeError(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`\nmore detail"
+    )
+    assert (
+        oom_fields(exc)["status_message"]
+        == "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+    )

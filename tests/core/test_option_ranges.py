@@ -48,17 +48,27 @@ def _unbounded(action) -> bool:
     """A number without a range: a plain int or float type, or a numeric default read as text."""
     if any(t in (int, float) for t in _types(action)):
         return True
-    return action.type is None and isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
+    return (
+        action.type is None
+        and isinstance(action.default, (int, float))
+        and not isinstance(action.default, bool)
+    )
 
 
 def test_every_numeric_option_has_a_bounded_type():
     unbounded = [
         f"membench {command} {action.option_strings[0] if action.option_strings else action.dest}"
-        for command, parser in SUBCOMMANDS.items() for action in _value_actions(parser) if _unbounded(action)
+        for command, parser in SUBCOMMANDS.items()
+        for action in _value_actions(parser)
+        if _unbounded(action)
     ]
     assert unbounded == [], "give these options a range: membench.core.options.integer(...) or real(...)"
-    bounded = [a for parser in SUBCOMMANDS.values() for a in _value_actions(parser)
-               if any(isinstance(t, Number) for t in _types(a))]
+    bounded = [
+        a
+        for parser in SUBCOMMANDS.values()
+        for a in _value_actions(parser)
+        if any(isinstance(t, Number) for t in _types(a))
+    ]
     assert len(bounded) > 150
 
 
@@ -76,7 +86,9 @@ def test_the_schema_gives_each_key_the_range_of_the_options_it_feeds(key):
         if number.exclusive_low:
             assert node.get("exclusiveMinimum") == number.low and "minimum" not in node, where
         else:
-            assert node.get("minimum") in (number.low, OFF_VALUES.get(key)) and "exclusiveMinimum" not in node, where
+            assert (
+                node.get("minimum") in (number.low, OFF_VALUES.get(key)) and "exclusiveMinimum" not in node
+            ), where
         if number.exclusive_high:
             assert node.get("exclusiveMaximum") == number.high and "maximum" not in node, where
         else:
@@ -90,7 +102,9 @@ def test_every_numeric_config_key_has_a_range():
         node = resolve(node)
         types = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
         if {"integer", "number"} & set(types):
-            if not ({"minimum", "exclusiveMinimum"} & set(node) and {"maximum", "exclusiveMaximum"} & set(node)):
+            if not (
+                {"minimum", "exclusiveMinimum"} & set(node) and {"maximum", "exclusiveMaximum"} & set(node)
+            ):
                 missing.append(key)
         for name, child in node.get("properties", {}).items():
             walk(child, f"{key}.{name}".lstrip("."))
@@ -107,10 +121,13 @@ def test_a_value_out_of_range_is_one_usage_line_naming_the_option_and_the_range(
         cli.main(["appclass", "run", "a", "b", "c", "d", "--threads", "-3"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[-1] == ("membench appclass run: error: argument --threads: expected an integer from 1 to "
-                                    "4096, got '-3'")
+    assert err.splitlines()[-1] == (
+        "membench appclass run: error: argument --threads: expected an integer from 1 to 4096, got '-3'"
+    )
     with pytest.raises(SystemExit):
-        cli.main(["memnet", "generate", "--family", "mlp", "--count", "3", "--seed", "1e29", "--out", "x.csv"])
+        cli.main(
+            ["memnet", "generate", "--family", "mlp", "--count", "3", "--seed", "1e29", "--out", "x.csv"]
+        )
     assert "argument --seed: expected an integer from 0 to 2147483647, got '1e29'" in capsys.readouterr().err
 
 
@@ -119,16 +136,47 @@ def test_no_text_passes_a_real_range_that_is_not_a_finite_number_in_it(text, cap
     with pytest.raises(SystemExit):
         cli.main(["robust", "train", "--outdir", "x", f"--timeout-s={text}"])
     lines = capsys.readouterr().err.splitlines()
-    assert lines[-1].startswith("membench robust train: error: argument --timeout-s: expected a number above 0 and at "
-                                "most 1e+07, got ")
+    assert lines[-1].startswith(
+        "membench robust train: error: argument --timeout-s: expected a number above 0 and at "
+        "most 1e+07, got "
+    )
     assert len(lines[-1]) < 700
 
 
 def test_multi_field_options_check_each_field(capsys):
     with pytest.raises(SystemExit):
-        cli.main(["memnet", "evaluate", "--data", "d.csv", "--family", "mlp", "--out", "o.csv", "--bins", "0", "1000", "1.5"])
+        cli.main(
+            [
+                "memnet",
+                "evaluate",
+                "--data",
+                "d.csv",
+                "--family",
+                "mlp",
+                "--out",
+                "o.csv",
+                "--bins",
+                "0",
+                "1000",
+                "1.5",
+            ]
+        )
     assert "argument --bins: expected an integer from 2 to 1000, got '1.5'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        cli.main(["memnet", "generate", "--family", "mlp", "--count", "3", "--out", "x.csv", "--range", "batch", "1",
-                  str(2**70)])
+        cli.main(
+            [
+                "memnet",
+                "generate",
+                "--family",
+                "mlp",
+                "--count",
+                "3",
+                "--out",
+                "x.csv",
+                "--range",
+                "batch",
+                "1",
+                str(2**70),
+            ]
+        )
     assert "argument --range: expected an integer from 1 to 1048576" in capsys.readouterr().err

@@ -52,7 +52,9 @@ def test_the_identity_is_written_before_the_process_starts(tmp_path):
 def test_a_point_of_another_identity_is_measured_again(tmp_path, caplog):
     measure(_point(tmp_path, batch=4), Fork(_write, (tmp_path / "p.json", 1)))
     other = _point(tmp_path, batch=8)
-    assert not is_measured(other) and "not resumed, the run starts over: options changed: batch" in caplog.text
+    assert (
+        not is_measured(other) and "not resumed, the run starts over: options changed: batch" in caplog.text
+    )
     assert measure(other, Fork(_write, (other.record, 2))).record["value"] == 2
     assert is_measured(other) and not is_measured(_point(tmp_path, batch=4))
 

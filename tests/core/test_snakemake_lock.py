@@ -43,7 +43,9 @@ def test_a_reused_pid_does_not_keep_a_stale_lock(locked):
     assert snakemake_lock.clear_stale_lock(locked) is not None
 
 
-@pytest.mark.parametrize("owner", [None, "{not json", json.dumps({"host": "elsewhere", "pid": 1, "start_ticks": 0})])
+@pytest.mark.parametrize(
+    "owner", [None, "{not json", json.dumps({"host": "elsewhere", "pid": 1, "start_ticks": 0})]
+)
 def test_unknown_or_remote_holders_are_left_alone(locked, owner):
     if owner is not None:
         (locked / snakemake_lock.OWNER_NAME).write_text(owner)

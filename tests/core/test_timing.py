@@ -10,9 +10,16 @@ from membench.core.timing import LOAD_RATIO_MAX, SPREAD_PCT_MAX, Timer, timing_f
 def test_one_sample_is_kept_and_flagged():
     fields = timing_fields([8.0], "epoch", [0.5], threads=2, cpu_count=2)
     assert fields == {
-        "time_unit": "epoch", "time_median_s": 8.0, "time_spread_pct": None, "time_min_s": 8.0, "time_max_s": 8.0,
+        "time_unit": "epoch",
+        "time_median_s": 8.0,
+        "time_spread_pct": None,
+        "time_min_s": 8.0,
+        "time_max_s": 8.0,
         "time_samples": 1,
-        "load_1m_max": 0.5, "cpu_count": 2, "timing_reliable": False, "timing_flag": "1 sample",
+        "load_1m_max": 0.5,
+        "cpu_count": 2,
+        "timing_reliable": False,
+        "timing_flag": "1 sample",
     }
 
 

@@ -111,8 +111,12 @@ NOT_REGULAR = [
 def test_readers_refuse_what_is_not_a_regular_file_without_blocking(tmp_path, name, problem):
     with contextlib.closing(_special_files(tmp_path)):
         path = tmp_path / name
-        for read in (regular_file, open_regular, lambda p: read_csv_columns(p, ["a"]),
-                     lambda p: read_json_object(p, "missing")):
+        for read in (
+            regular_file,
+            open_regular,
+            lambda p: read_csv_columns(p, ["a"]),
+            lambda p: read_json_object(p, "missing"),
+        ):
             with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {problem}$"):
                 read(path)
 
@@ -166,16 +170,23 @@ def test_a_pipe_as_a_checkpoint_is_named_without_blocking(tmp_path):
         load_checkpoint(tmp_path / "checkpoint.pt")
 
 
-@pytest.mark.parametrize("text, problem", [
-    (str(2**63), f"{2**63} is out of range \\(expected 0 to {2**63 - 1}\\)"),
-    (str(-(2**63) - 1), f"{-(2**63) - 1} is out of range"),
-    ("1e30", "1e30 is out of range"),
-    ("9" * 5000, "9999999999.* is out of range"),
-    ("inf", "'inf' is not an integer"),
-    ("nan", "'nan' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (str(2**63), f"{2**63} is out of range \\(expected 0 to {2**63 - 1}\\)"),
+        (str(-(2**63) - 1), f"{-(2**63) - 1} is out of range"),
+        ("1e30", "1e30 is out of range"),
+        ("9" * 5000, "9999999999.* is out of range"),
+        ("inf", "'inf' is not an integer"),
+        ("nan", "'nan' is not an integer"),
+    ],
+)
 def test_int_column_reports_a_value_beyond_int64_as_written(text, problem):
     frame = pd.DataFrame({"a": ["1", text]})
     with pytest.raises(InputError, match=f"x.csv, line 3: column a: {problem}"):
         int_column(frame, "a", "x.csv", minimum=0)
-    assert int_column(pd.DataFrame({"a": [str(2**63 - 1), " 3.0", "1e3"]}), "a", "x.csv").tolist() == [2**63 - 1, 3, 1000]
+    assert int_column(pd.DataFrame({"a": [str(2**63 - 1), " 3.0", "1e3"]}), "a", "x.csv").tolist() == [
+        2**63 - 1,
+        3,
+        1000,
+    ]

@@ -93,7 +93,9 @@ def test_missing_file_is_named(pair, tmp_path):
 def test_a_pipe_or_directory_as_a_table_is_named_without_blocking(pair, name):
     pair[name].unlink()
     os.mkfifo(pair[name])
-    with pytest.raises(InputError, match=rf"^{re.escape(str(pair[name]))}: is a named pipe \(FIFO\), not a regular file$"):
+    with pytest.raises(
+        InputError, match=rf"^{re.escape(str(pair[name]))}: is a named pipe \(FIFO\), not a regular file$"
+    ):
         read_graph_pair(*_paths(pair))
     pair[name].unlink()
     pair[name].mkdir()
@@ -109,7 +111,9 @@ def test_blank_lines_do_not_shift_line_numbers(pair):
 
 def test_write_then_read_round_trips(tmp_path):
     rng = np.random.default_rng(0)
-    graph = Graph(rng.normal(size=(5, 3)), np.array([0, 1, 4]), np.array([2, 3, 0]), rng.normal(size=(3, 2)) * 1e-7)
+    graph = Graph(
+        rng.normal(size=(5, 3)), np.array([0, 1, 4]), np.array([2, 3, 0]), rng.normal(size=(3, 2)) * 1e-7
+    )
     write_graph(graph, tmp_path / "v.txt", tmp_path / "e.txt")
     back = read_graph(tmp_path / "v.txt", tmp_path / "e.txt")
     for name in ("node_features", "edge_src", "edge_dst", "edge_features"):
@@ -140,7 +144,9 @@ def test_induced_pattern_is_a_deterministic_induced_subgraph():
     assert induced_pattern(data, 7, seed=5).edge_src.tolist() == pattern.edge_src.tolist()
     assert pattern.num_nodes == 7 and pattern.num_edges >= pattern.num_nodes - 1
     # Every pattern node's features are a data node's; every pattern edge is a data edge with its features.
-    originals = [int(np.flatnonzero((data.node_features == row).all(axis=1))[0]) for row in pattern.node_features]
+    originals = [
+        int(np.flatnonzero((data.node_features == row).all(axis=1))[0]) for row in pattern.node_features
+    ]
     data_edges = {(s, d): i for i, (s, d) in enumerate(zip(data.edge_src.tolist(), data.edge_dst.tolist()))}
     inside = set(originals)
     induced = [(s, d) for (s, d) in data_edges if s in inside and d in inside]
@@ -171,8 +177,12 @@ def test_fast_reader_equals_the_general_reader_bit_for_bit(tmp_path):
 
 @pytest.mark.parametrize(
     "text",
-    ["3 3\n0  1 2\n1 0.5 0.25\n2 -1 3e2\n", "3 3\n0\t1 2\n1 0.5 0.25\n2 -1 3e2\n", "3 3\n 0 1 2 \n1 0.5 0.25\n2 -1 3e2\n",
-     "3 3\r\n0 1 2\r\n1 0.5 0.25\r\n2 -1 3e2\r\n"],
+    [
+        "3 3\n0  1 2\n1 0.5 0.25\n2 -1 3e2\n",
+        "3 3\n0\t1 2\n1 0.5 0.25\n2 -1 3e2\n",
+        "3 3\n 0 1 2 \n1 0.5 0.25\n2 -1 3e2\n",
+        "3 3\r\n0 1 2\r\n1 0.5 0.25\r\n2 -1 3e2\r\n",
+    ],
     ids=["double-space", "tab", "leading-trailing-space", "crlf"],
 )
 def test_any_whitespace_still_reads(pair, text):

@@ -44,7 +44,9 @@ def test_folder_round_trip_keeps_bytes_labels_and_order(image_folder, tmp_path):
     length, classes = read_metadata(out)
     assert (length, classes) == (6, ["cat", "dog"])
     dataset = ImageLMDB(out)
-    files = sorted((image_folder / "train" / "cat").iterdir()) + sorted((image_folder / "train" / "dog").iterdir())
+    files = sorted((image_folder / "train" / "cat").iterdir()) + sorted(
+        (image_folder / "train" / "dog").iterdir()
+    )
     for index, file in enumerate(files):
         label, data = dataset.read_record(index)
         assert data == file.read_bytes() and label == (0 if "cat" in str(file) else 1)
@@ -91,8 +93,11 @@ def _corrupt(path, key: bytes, value: bytes) -> None:
 
 @pytest.mark.parametrize(
     "value,message",
-    [(b"\x01\x00", "8-byte label"), ((7).to_bytes(8, "little") + b"png", "label 7 outside"),
-     ((1).to_bytes(8, "little") + b"garbage", "do not decode")],
+    [
+        (b"\x01\x00", "8-byte label"),
+        ((7).to_bytes(8, "little") + b"png", "label 7 outside"),
+        ((1).to_bytes(8, "little") + b"garbage", "do not decode"),
+    ],
 )
 def test_corrupt_record_names_the_lmdb_and_key(image_folder, tmp_path, value, message):
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
@@ -129,8 +134,15 @@ def test_reader_opens_lazily_and_works_in_worker_processes(image_folder, tmp_pat
     assert labels.tolist() == [0, 0, 0, 1, 1, 1] and batches[0][0].shape == (3, 3, 8, 8)
 
 
-@pytest.mark.parametrize("layout,message", [("missing", "split directory not found"), ("no_classes", "no class directories"),
-                                            ("empty_class", "holds no images"), ("empty_file", "is empty")])
+@pytest.mark.parametrize(
+    "layout,message",
+    [
+        ("missing", "split directory not found"),
+        ("no_classes", "no class directories"),
+        ("empty_class", "holds no images"),
+        ("empty_file", "is empty"),
+    ],
+)
 def test_bad_folders(tmp_path, layout, message):
     root = tmp_path / "root"
     if layout != "missing":
@@ -220,15 +232,24 @@ def test_cifar_refuses_pickles_that_would_run_code(tmp_path):
 @pytest.mark.timeout(20)
 def test_a_cifar_batch_declaring_a_huge_array_is_refused_before_numpy_allocates_it(tmp_path):
     # 69 bytes: numpy's _reconstruct(ndarray, (2**43,), int8), which allocates 8 TiB at once.
-    declared = b"\x80\x02cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\n\x8a\x06" + (2**43).to_bytes(6, "little")
+    declared = b"\x80\x02cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\n\x8a\x06" + (2**43).to_bytes(
+        6, "little"
+    )
     _write_cifar10(tmp_path / "cifar")
     (tmp_path / "cifar" / "test_batch").write_bytes(declared + b"\x85C\x01b\x87R.")
-    with pytest.raises(InputError, match=r"test_batch: .*an array of 8796093022208 bytes declared in a file of 69 bytes"):
+    with pytest.raises(
+        InputError, match=r"test_batch: .*an array of 8796093022208 bytes declared in a file of 69 bytes"
+    ):
         cifar_to_lmdb(tmp_path / "cifar", "cifar10", "test", tmp_path / "test.lmdb")
 
 
-@pytest.mark.parametrize("batch,message", [({b"data": np.zeros((2, 10), np.uint8), b"labels": [0, 1]}, "3072"),
-                                            ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 12]}, "outside")])
+@pytest.mark.parametrize(
+    "batch,message",
+    [
+        ({b"data": np.zeros((2, 10), np.uint8), b"labels": [0, 1]}, "3072"),
+        ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 12]}, "outside"),
+    ],
+)
 def test_cifar_bad_arrays(tmp_path, batch, message):
     _write_cifar10(tmp_path / "cifar", {"test_batch": batch})
     with pytest.raises(InputError, match=message):
@@ -263,7 +284,9 @@ def test_digit_sizes_larger_than_the_image_are_rejected():
 
 
 def _snapshot(root):
-    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*"))
+    return sorted(
+        (str(p.relative_to(root)), p.read_bytes() if p.is_file() else None) for p in root.rglob("*")
+    )
 
 
 @pytest.mark.parametrize("out", [".", "train", "train/cat"])
@@ -271,7 +294,9 @@ def test_lmdb_over_the_image_folder_is_refused_and_deletes_nothing(image_folder,
     from membench.cli import main
 
     before = _snapshot(image_folder)
-    code = main(["images", "lmdb", "--root", str(image_folder), "--split", "train", "--out", str(image_folder / out)])
+    code = main(
+        ["images", "lmdb", "--root", str(image_folder), "--split", "train", "--out", str(image_folder / out)]
+    )
     err = capsys.readouterr().err
     assert code == 2 and str(image_folder / out) in err and ("refusing" in err or "the input" in err)
     assert _snapshot(image_folder) == before
@@ -283,8 +308,20 @@ def test_cifar_over_its_batches_is_refused_and_deletes_nothing(tmp_path, capsys)
     _write_cifar10(tmp_path / "cifar")
     before = _snapshot(tmp_path)
     for out in (tmp_path / "cifar", tmp_path):
-        code = main(["images", "cifar", "--root", str(tmp_path / "cifar"), "--source", "cifar10",
-                     "--split", "train", "--outdir", str(out)])
+        code = main(
+            [
+                "images",
+                "cifar",
+                "--root",
+                str(tmp_path / "cifar"),
+                "--source",
+                "cifar10",
+                "--split",
+                "train",
+                "--outdir",
+                str(out),
+            ]
+        )
         assert code == 2
         assert str(out) in capsys.readouterr().err
     assert _snapshot(tmp_path) == before
@@ -330,7 +367,9 @@ def test_digits_folder_refuses_a_user_directory_and_uses_the_umask(tmp_path):
 
 def _jpeg(size=32) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)).save(buffer, format="JPEG")
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)).save(
+        buffer, format="JPEG"
+    )
     return buffer.getvalue()
 
 
@@ -346,12 +385,17 @@ def _png_declaring(width, height) -> bytes:
     return png[:8] + chunk + png[33:]
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("truncated.jpg", _jpeg()[:-200], "truncated"),
-    ("bomb.png", _png_declaring(20000, 20000), "too many pixels"),
-    ("text.png", b"hello", "do not decode as an image"),
-])
-def test_verify_rejects_truncated_huge_and_foreign_images_naming_the_file(image_folder, tmp_path, name, content, message):
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("truncated.jpg", _jpeg()[:-200], "truncated"),
+        ("bomb.png", _png_declaring(20000, 20000), "too many pixels"),
+        ("text.png", b"hello", "do not decode as an image"),
+    ],
+)
+def test_verify_rejects_truncated_huge_and_foreign_images_naming_the_file(
+    image_folder, tmp_path, name, content, message
+):
     bad = image_folder / "train" / "cat" / name
     bad.write_bytes(content)
     with pytest.raises(InputError, match=message) as error:
@@ -377,13 +421,16 @@ def test_metadata_length_must_be_a_non_negative_integer(image_folder, tmp_path, 
 
 @pytest.mark.timeout(20)
 @pytest.mark.parametrize("value", [b"7", str(2**70).encode()])
-def test_a_length_beyond_the_records_the_lmdb_holds_is_refused_before_anything_is_sized(image_folder, tmp_path,
-                                                                                      value, capsys):
+def test_a_length_beyond_the_records_the_lmdb_holds_is_refused_before_anything_is_sized(
+    image_folder, tmp_path, value, capsys
+):
     from membench.cli import main
 
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
     _corrupt(out, b"__len__", value)
-    with pytest.raises(InputError, match=f"key '__len__': {value.decode()} records named, but the LMDB holds 6$"):
+    with pytest.raises(
+        InputError, match=f"key '__len__': {value.decode()} records named, but the LMDB holds 6$"
+    ):
         ImageLMDB(out)
     assert main(["images", "check", "--lmdb", str(out)]) == 2
     assert "records named, but the LMDB holds 6" in capsys.readouterr().err
@@ -399,12 +446,16 @@ def _damage(out, damage):
     elif damage == "zero_meta":
         raw[: 2 * 4096] = bytes(2 * 4096)
     else:
-        raw[2 * 4096:] = np.random.default_rng(0).integers(0, 256, len(raw) - 2 * 4096, dtype=np.uint8).tobytes()
+        raw[2 * 4096 :] = (
+            np.random.default_rng(0).integers(0, 256, len(raw) - 2 * 4096, dtype=np.uint8).tobytes()
+        )
     data.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("damage,message", [("truncate_header", "truncated"), ("truncate_pages", "truncated"),
-                                            ("zero_meta", "no valid meta page")])
+@pytest.mark.parametrize(
+    "damage,message",
+    [("truncate_header", "truncated"), ("truncate_pages", "truncated"), ("zero_meta", "no valid meta page")],
+)
 def test_a_damaged_data_mdb_is_an_input_error_naming_the_file(image_folder, tmp_path, damage, message):
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")
     _damage(out, damage)
@@ -413,7 +464,9 @@ def test_a_damaged_data_mdb_is_an_input_error_naming_the_file(image_folder, tmp_
     assert str(out / "data.mdb") in str(error.value)
 
 
-def test_check_reads_every_record_and_survives_liblmdb_crashing_on_damaged_pages(image_folder, tmp_path, capsys):
+def test_check_reads_every_record_and_survives_liblmdb_crashing_on_damaged_pages(
+    image_folder, tmp_path, capsys
+):
     from membench.cli import main
 
     out = folder_to_lmdb(image_folder, "train", tmp_path / "train.lmdb")

@@ -7,13 +7,20 @@ import torch
 
 from membench.core.meter import Meter
 from membench.division.bench import (
-    largest_batch, make_optimizer, measure_step_memory, measure_throughput, prepare_model, random_batch,
+    largest_batch,
+    make_optimizer,
+    measure_step_memory,
+    measure_throughput,
+    prepare_model,
+    random_batch,
 )
 from membench.division.kernels import TORCH_KERNELS
 from membench.division.methods import MethodSpec
 
 
-@pytest.mark.parametrize("capacity,start,limit", [(300, 64, 4096), (5, 64, 4096), (4096, 64, 4096), (1000, 1, 1000), (0, 8, 64)])
+@pytest.mark.parametrize(
+    "capacity,start,limit", [(300, 64, 4096), (5, 64, 4096), (4096, 64, 4096), (1000, 1, 1000), (0, 8, 64)]
+)
 def test_largest_batch_finds_the_capacity(capacity, start, limit):
     largest, probes = largest_batch(lambda b: b <= capacity, start, limit)
     assert largest == min(capacity, limit)

@@ -49,9 +49,30 @@ def test_a_failed_build_is_recorded_and_auto_jobs_run_the_torch_kernels(tmp_path
     kernels = select_kernels("auto", manifest_path)
     assert kernels.name == "torch" and "the build failed" in kernels.fallback_reason
     outdir = tmp_path / "job"
-    code = main(["division", "memory", "--outdir", str(outdir), "--variant", "division", "--width", "4",
-                 "--batch-size", "2", "--image-size", "16", "--kernels", "auto", "--build-manifest",
-                 str(manifest_path), "--device", "cpu", "--sample-interval-s", "0"])
+    code = main(
+        [
+            "division",
+            "memory",
+            "--outdir",
+            str(outdir),
+            "--variant",
+            "division",
+            "--width",
+            "4",
+            "--batch-size",
+            "2",
+            "--image-size",
+            "16",
+            "--kernels",
+            "auto",
+            "--build-manifest",
+            str(manifest_path),
+            "--device",
+            "cpu",
+            "--sample-interval-s",
+            "0",
+        ]
+    )
     assert code == 0
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["kernels"] == "torch" and "the build failed" in record["kernels_fallback_reason"]
@@ -74,7 +95,9 @@ def test_the_build_command_exits_0_and_says_the_build_failed(tmp_path, monkeypat
 def _holder(outdir: Path) -> subprocess.Popen:
     (outdir / "cpu").mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(outdir)], stdout=subprocess.PIPE, text=True, env=env)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(outdir)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert holder.stdout.readline().strip() == "holding"
     return holder
 

@@ -12,9 +12,28 @@ from membench.core.timing import TIMING_FIELDS
 
 def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
     outdir = tmp_path / "job"
-    code = main(["division", "memory", "--outdir", str(outdir), "--variant", "division", "--width", "4",
-                 "--batch-size", "4", "--image-size", "16", "--kernels", "torch", "--device", "cpu",
-                 "--sample-interval-s", "0"])
+    code = main(
+        [
+            "division",
+            "memory",
+            "--outdir",
+            str(outdir),
+            "--variant",
+            "division",
+            "--width",
+            "4",
+            "--batch-size",
+            "4",
+            "--image-size",
+            "16",
+            "--kernels",
+            "torch",
+            "--device",
+            "cpu",
+            "--sample-interval-s",
+            "0",
+        ]
+    )
     assert code == 0
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["system"] == "division" and record["variant"] == "division" and record["batch_size"] == 4
@@ -24,22 +43,64 @@ def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
 
 def test_speed_job(tmp_path):
     outdir = tmp_path / "speed"
-    assert main(["division", "speed", "--outdir", str(outdir), "--variant", "checkpoint", "--width", "4",
-                 "--batch-size", "4", "--image-size", "16", "--train-steps", "2", "--warmup-steps", "1",
-                 "--device", "cpu", "--sample-interval-s", "0"]) == 0
+    assert (
+        main(
+            [
+                "division",
+                "speed",
+                "--outdir",
+                str(outdir),
+                "--variant",
+                "checkpoint",
+                "--width",
+                "4",
+                "--batch-size",
+                "4",
+                "--image-size",
+                "16",
+                "--train-steps",
+                "2",
+                "--warmup-steps",
+                "1",
+                "--device",
+                "cpu",
+                "--sample-interval-s",
+                "0",
+            ]
+        )
+        == 0
+    )
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["images_per_s"] > 0 and record["train_steps"] == 2
     assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "step" and record["time_samples"] == 1
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--batch-size", "0"], "argument --batch-size: expected an integer from 1 to 1048576, got '0'"),
-    (["--batch-size", "4", "--kernels", "extension"], "need a build manifest"),
-    (["--batch-size", "4", "--kernels", "extension", "--build-manifest", "/nonexistent/manifest.json"], "manifest not found"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--batch-size", "0"], "argument --batch-size: expected an integer from 1 to 1048576, got '0'"),
+        (["--batch-size", "4", "--kernels", "extension"], "need a build manifest"),
+        (
+            ["--batch-size", "4", "--kernels", "extension", "--build-manifest", "/nonexistent/manifest.json"],
+            "manifest not found",
+        ),
+    ],
+)
 def test_bad_options_give_one_line_errors(tmp_path, capsys, argv, message):
     try:
-        code = main(["division", "memory", "--outdir", str(tmp_path / "x"), "--variant", "vanilla", "--device", "cpu", *argv])
+        code = main(
+            [
+                "division",
+                "memory",
+                "--outdir",
+                str(tmp_path / "x"),
+                "--variant",
+                "vanilla",
+                "--device",
+                "cpu",
+                *argv,
+            ]
+        )
     except SystemExit as exit_:  # a value out of its range: argparse's usage error
         code = exit_.code
     assert code == 2
@@ -49,7 +110,9 @@ def test_bad_options_give_one_line_errors(tmp_path, capsys, argv, message):
 
 
 def test_plot_needs_a_table(tmp_path, capsys):
-    code = main(["division", "plot-memory", "--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "p.png")])
+    code = main(
+        ["division", "plot-memory", "--table", str(tmp_path / "none.csv"), "--out", str(tmp_path / "p.png")]
+    )
     assert code == 2 and "none.csv" in capsys.readouterr().err
 
 

@@ -19,7 +19,10 @@ def _generator(seed: int = 0) -> torch.Generator:
 def test_quantize_pack_layout_and_round_trip(bits):
     rows, length = 5, 37  # length not a multiple of the values per byte
     levels = torch.randint(0, 2**bits, (rows, length), generator=_generator()).float()
-    minimum, scale = torch.randn(rows, generator=_generator(1)), torch.rand(rows, generator=_generator(2)) + 0.5
+    minimum, scale = (
+        torch.randn(rows, generator=_generator(1)),
+        torch.rand(rows, generator=_generator(2)) + 0.5,
+    )
     x = levels * scale[:, None] + minimum[:, None]
     # Noise 0.5 rounds to the nearest level, so exact levels come back exactly.
     packed = compress.quantize_pack(x, minimum, scale, torch.full_like(x, 0.5), bits)
@@ -59,7 +62,9 @@ def test_row_range_covers_every_value_in_bfloat16():
     assert torch.equal(row_range(constant, 2)[1].float(), torch.ones(2))
 
 
-@pytest.mark.parametrize("compressor", [DivisionCompressor(8, 2), DivisionCompressor(4, 4), GroupCompressor(256, 2)])
+@pytest.mark.parametrize(
+    "compressor", [DivisionCompressor(8, 2), DivisionCompressor(4, 4), GroupCompressor(256, 2)]
+)
 @pytest.mark.parametrize("shape", [(4, 6, 32, 32), (3, 5, 12, 10), (2, 8, 4, 4)])
 def test_round_trip_error_is_within_one_quantisation_step(compressor, shape):
     x = torch.randn(shape, generator=_generator()) * 2 + 1
@@ -97,7 +102,9 @@ def test_stochastic_rounding_is_unbiased(compressor):
     draws = 400
     total = torch.zeros_like(x)
     for _ in range(draws):
-        total += compressor.decompress(compressor.compress(x, generator, TORCH_KERNELS), x.shape, TORCH_KERNELS)
+        total += compressor.decompress(
+            compressor.compress(x, generator, TORCH_KERNELS), x.shape, TORCH_KERNELS
+        )
     mean = total / draws
     step = (x.amax() - x.amin()) / 3  # a bound on every row's scale
     # One draw errs by up to a step (variance <= step^2 / 4); the mean of 400 by about step / 40.

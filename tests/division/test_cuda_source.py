@@ -38,8 +38,15 @@ def test_cuda_source_compiles_with_nvcc(tmp_path, source):
         (tmp_path / generated).write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
         includes.append(str(tmp_path))
     command = [
-        _nvcc(), "-c", str(CSRC_DIR / source), "-o", str(tmp_path / "kernels.o"), "-std=c++17",
-        *SPEC.cuda_cflags, "-DWITH_CUDA", f"-DTORCH_EXTENSION_NAME={SPEC.name}",
+        _nvcc(),
+        "-c",
+        str(CSRC_DIR / source),
+        "-o",
+        str(tmp_path / "kernels.o"),
+        "-std=c++17",
+        *SPEC.cuda_cflags,
+        "-DWITH_CUDA",
+        f"-DTORCH_EXTENSION_NAME={SPEC.name}",
         *(f"-I{path}" for path in includes),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -76,7 +76,9 @@ def test_stochastic_rounding_statistics_match(extension_kernels):
     means = []
     for kernels, seed in ((extension_kernels, 1), (TORCH_KERNELS, 2)):
         noise = torch.rand(x.shape, generator=_generator(seed))
-        levels = kernels.unpack_dequantize(kernels.quantize_pack(x, minimum, scale, noise, 2), minimum, scale, 2, 20000)
+        levels = kernels.unpack_dequantize(
+            kernels.quantize_pack(x, minimum, scale, noise, 2), minimum, scale, 2, 20000
+        )
         assert set(levels.unique().tolist()) == {0.0, 1.0}
         means.append(levels.mean().item())
     assert abs(means[0] - 0.3) < 0.015 and abs(means[1] - 0.3) < 0.015
@@ -85,9 +87,13 @@ def test_stochastic_rounding_statistics_match(extension_kernels):
 
 def test_bad_arguments_raise_from_the_extension(extension_kernels):
     with pytest.raises(RuntimeError, match="bits"):
-        extension_kernels.quantize_pack(torch.zeros(1, 4), torch.zeros(1), torch.ones(1), torch.zeros(1, 4), 3)
+        extension_kernels.quantize_pack(
+            torch.zeros(1, 4), torch.zeros(1), torch.ones(1), torch.zeros(1, 4), 3
+        )
     with pytest.raises(RuntimeError, match="noise"):
-        extension_kernels.quantize_pack(torch.zeros(1, 4), torch.zeros(1), torch.ones(1), torch.zeros(1, 5), 2)
+        extension_kernels.quantize_pack(
+            torch.zeros(1, 4), torch.zeros(1), torch.ones(1), torch.zeros(1, 5), 2
+        )
 
 
 def test_kernel_selection(built_manifest, tmp_path):

@@ -93,18 +93,43 @@ def test_every_method_trains_on_cuda(cuda_kernels, method, amp):
 
 
 def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH"))))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH")))),
+    }
     for job in ("memory", "speed"):
         command = [
-            sys.executable, "-m", "membench.cli", "division", job, "--outdir", str(tmp_path / job), "--variant", "division",
-            "--model", "resnet18", "--width", "16", "--batch-size", "32", "--device", "cuda", "--amp", "fp16",
-            "--kernels", "extension", "--build-manifest", str(cuda_manifest),
+            sys.executable,
+            "-m",
+            "membench.cli",
+            "division",
+            job,
+            "--outdir",
+            str(tmp_path / job),
+            "--variant",
+            "division",
+            "--model",
+            "resnet18",
+            "--width",
+            "16",
+            "--batch-size",
+            "32",
+            "--device",
+            "cuda",
+            "--amp",
+            "fp16",
+            "--kernels",
+            "extension",
+            "--build-manifest",
+            str(cuda_manifest),
         ] + (["--train-steps", "3", "--warmup-steps", "1"] if job == "speed" else [])
         subprocess.run(command, check=True, env=env, timeout=300, capture_output=True)
         record = json.loads((tmp_path / job / "metrics.json").read_text())
         assert record["amp"] == "fp16" and record["kernels"] == "extension" and record["device"] == "cuda"
         assert record["nvml_peak_mib"] > 0
         if job == "memory":
-            assert record["status"] == "ok" and record["total_memory_mib"] > 0 and record["activation_mib"] > 0
+            assert (
+                record["status"] == "ok" and record["total_memory_mib"] > 0 and record["activation_mib"] > 0
+            )
         else:
             assert record["images_per_s"] > 0

@@ -21,8 +21,26 @@ pytestmark = pytest.mark.slow
 
 CAPACITY = 3
 INJECT_DIR = Path(__file__).parent / "inject_oom"
-SEARCH = ("--variant", "vanilla", "--width", "4", "--image-size", "16", "--num-classes", "10", "--kernels", "torch",
-          "--device", "cpu", "--start", "2", "--limit", "4", "--sample-interval-s", "0")
+SEARCH = (
+    "--variant",
+    "vanilla",
+    "--width",
+    "4",
+    "--image-size",
+    "16",
+    "--num-classes",
+    "10",
+    "--kernels",
+    "torch",
+    "--device",
+    "cpu",
+    "--start",
+    "2",
+    "--limit",
+    "4",
+    "--sample-interval-s",
+    "0",
+)
 
 
 @pytest.fixture
@@ -89,21 +107,57 @@ def test_a_probe_file_membench_did_not_write_is_refused_untouched(tmp_path, caps
 
 def test_a_probe_of_other_options_is_measured_again_not_reused(inject_oom, tmp_path, caplog):
     outdir = tmp_path / "other"
-    faults.run(faults.membench("division", "memory", "--outdir", outdir / "probes" / "b2", "--variant", "checkpoint",
-                               "--width", "4", "--image-size", "16", "--kernels", "torch", "--device", "cpu",
-                               "--batch-size", "2", "--no-trace-live-tensors", "--sample-interval-s", "0"))
+    faults.run(
+        faults.membench(
+            "division",
+            "memory",
+            "--outdir",
+            outdir / "probes" / "b2",
+            "--variant",
+            "checkpoint",
+            "--width",
+            "4",
+            "--image-size",
+            "16",
+            "--kernels",
+            "torch",
+            "--device",
+            "cpu",
+            "--batch-size",
+            "2",
+            "--no-trace-live-tensors",
+            "--sample-interval-s",
+            "0",
+        )
+    )
     assert main(["division", "maxbatch", "--outdir", str(outdir), *SEARCH]) == 0
     assert "b2/metrics.json: not resumed, the run starts over" in caplog.text
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["largest_batch"] == CAPACITY and record["probes_measured"] == 3
     assert _probe(outdir, 2)["variant"] == "vanilla"
-    assert main(["division", "maxbatch", "--outdir", str(outdir), *SEARCH]) == 0  # the same search: all reused
+    assert (
+        main(["division", "maxbatch", "--outdir", str(outdir), *SEARCH]) == 0
+    )  # the same search: all reused
     assert json.loads((outdir / "metrics.json").read_text())["probes_measured"] == 0
 
 
 def test_start_above_limit_is_refused(tmp_path, capsys):
-    code = main(["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--variant", "vanilla", "--device", "cpu",
-                 "--start", "8", "--limit", "4"])
+    code = main(
+        [
+            "division",
+            "maxbatch",
+            "--outdir",
+            str(tmp_path / "m"),
+            "--variant",
+            "vanilla",
+            "--device",
+            "cpu",
+            "--start",
+            "8",
+            "--limit",
+            "4",
+        ]
+    )
     assert code == 2 and "--start 8 is above --limit 4" in capsys.readouterr().err
 
 
@@ -112,6 +166,8 @@ def test_auto_device_without_a_gpu_is_refused(tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    code = main(["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--variant", "vanilla", "--device", "auto"])
+    code = main(
+        ["division", "maxbatch", "--outdir", str(tmp_path / "m"), "--variant", "vanilla", "--device", "auto"]
+    )
     assert code == 2 and "needs a CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

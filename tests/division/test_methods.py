@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from membench.core.tracers import SavedActivationCounter
-from membench.division.functions import CompressedBatchNorm2d, CompressedConv2d, IndexMaxPool2d, MaskedDropout, MaskedReLU
+from membench.division.functions import (
+    CompressedBatchNorm2d,
+    CompressedConv2d,
+    IndexMaxPool2d,
+    MaskedDropout,
+    MaskedReLU,
+)
 from membench.division.methods import METHODS, MethodSpec, convert_model
 from membench.division.models import MODELS, build_model
 
@@ -17,9 +23,16 @@ from membench.division.models import MODELS, build_model
 def small_cnn() -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+        nn.Conv2d(3, 16, 3, padding=1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
     )
 
 
@@ -29,7 +42,9 @@ def smooth_batch(n: int = 16, size: int = 32) -> tuple[torch.Tensor, torch.Tenso
     grid = torch.linspace(0, 1, size)
     freq = torch.rand(n, 3, 2, generator=generator) * 3
     phase = torch.rand(n, 3, 1, 1, generator=generator) * 6.28
-    x = torch.sin(6.28 * (freq[..., 0, None, None] * grid[:, None] + freq[..., 1, None, None] * grid[None, :]) + phase)
+    x = torch.sin(
+        6.28 * (freq[..., 0, None, None] * grid[:, None] + freq[..., 1, None, None] * grid[None, :]) + phase
+    )
     return x, torch.randint(0, 10, (n,), generator=generator)
 
 
@@ -55,7 +70,9 @@ def test_division_with_eight_bits_is_nearly_exact():
     x, y = smooth_batch()
     model = copy.deepcopy(base)
     convert_model(model, "division", MethodSpec(hfc_bits=8))
-    cosine = nn.functional.cosine_similarity(gradients(copy.deepcopy(base), x, y), gradients(model, x, y), dim=0)
+    cosine = nn.functional.cosine_similarity(
+        gradients(copy.deepcopy(base), x, y), gradients(model, x, y), dim=0
+    )
     assert cosine > 0.9999
 
 
@@ -92,7 +109,14 @@ def test_conversion_replaces_layers_and_shares_parameters():
     buffers = {n: b for n, b in model.named_buffers()}
     convert_model(model, "division")
     kinds = [type(m) for m in model]
-    assert kinds[:6] == [CompressedConv2d, CompressedBatchNorm2d, MaskedReLU, IndexMaxPool2d, CompressedConv2d, CompressedBatchNorm2d]
+    assert kinds[:6] == [
+        CompressedConv2d,
+        CompressedBatchNorm2d,
+        MaskedReLU,
+        IndexMaxPool2d,
+        CompressedConv2d,
+        CompressedBatchNorm2d,
+    ]
     assert all(p is params[n] for n, p in model.named_parameters())
     assert all(b is buffers[n] for n, b in model.named_buffers())
 

@@ -1,8 +1,8 @@
 """DIVISION's figures: step activations and allocator peak, throughput with flags."""
 
+import figures
 import pandas as pd
 
-import figures
 from membench.division import plots
 from membench.division.plots import plot_memory, plot_speed
 
@@ -10,23 +10,45 @@ METHODS = ("vanilla", "division", "actnn2bit", "checkpoint")
 
 
 def test_memory_figure_shows_the_step_not_the_totals(tmp_path, monkeypatch):
-    rows = [{"variant": m, "batch_size": b, "activation_mib": b * 4.0 / (1 + 13 * (m != "vanilla")),
-             "step_alloc_peak_mib": b * 5.0, "total_memory_mib": 1000.0, "status": "ok"}
-            for m in METHODS for b in (32, 64)]
+    rows = [
+        {
+            "variant": m,
+            "batch_size": b,
+            "activation_mib": b * 4.0 / (1 + 13 * (m != "vanilla")),
+            "step_alloc_peak_mib": b * 5.0,
+            "total_memory_mib": 1000.0,
+            "status": "ok",
+        }
+        for m in METHODS
+        for b in (32, 64)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "memory.csv", index=False)
     drawn = figures.capture(monkeypatch, plots)
     plot_memory(tmp_path / "memory.csv", tmp_path / "memory.png")
     figures.assert_readable(drawn, tmp_path / "memory.png")
     activations, allocator = drawn[0].axes
-    assert activations.get_title() == "saved activations of a step" and allocator.get_title() == "allocator peak of a step"
+    assert (
+        activations.get_title() == "saved activations of a step"
+        and allocator.get_title() == "allocator peak of a step"
+    )
     assert max(p.get_height() for p in activations.patches) == 64 * 4.0  # not the 1000 MiB total
     assert "x0.071" in [t.get_text() for t in activations.texts]
 
 
 def test_speed_figure_with_one_batch_size_is_bars_with_flags(tmp_path, monkeypatch):
-    rows = [{"variant": m, "batch_size": 32, "images_per_s": 32 / (1.0 + i), "time_median_s": 1.0 + i,
-             "time_min_s": 0.9 + i, "time_max_s": 1.5 + i, "timing_reliable": m != "vanilla",
-             "timing_flag": "spread 50% > 25%" if m == "vanilla" else ""} for i, m in enumerate(METHODS)]
+    rows = [
+        {
+            "variant": m,
+            "batch_size": 32,
+            "images_per_s": 32 / (1.0 + i),
+            "time_median_s": 1.0 + i,
+            "time_min_s": 0.9 + i,
+            "time_max_s": 1.5 + i,
+            "timing_reliable": m != "vanilla",
+            "timing_flag": "spread 50% > 25%" if m == "vanilla" else "",
+        }
+        for i, m in enumerate(METHODS)
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "speed.csv", index=False)
     drawn = figures.capture(monkeypatch, plots)
     plot_speed(tmp_path / "speed.csv", tmp_path / "speed.png")

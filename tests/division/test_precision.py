@@ -35,7 +35,9 @@ def test_resnet50_bottlenecks_train_under_cpu_bfloat16_autocast():
     model = _model("division", "resnet50")
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(2, 32, 10, CPU, seed=0)
-    assert torch.isfinite(torch.tensor(training_step(model, optimizer, inputs, targets, precision=Precision("bf16", CPU))))
+    assert torch.isfinite(
+        torch.tensor(training_step(model, optimizer, inputs, targets, precision=Precision("bf16", CPU)))
+    )
 
 
 def test_unknown_precision_is_refused():

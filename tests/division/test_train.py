@@ -22,8 +22,17 @@ _MEAN, _STD = (0.2, 0.2, 0.2), (0.3, 0.3, 0.3)
 @pytest.fixture(scope="module")
 def digits_lmdbs(tmp_path_factory):
     root = tmp_path_factory.mktemp("digits")
-    generate_digits_folder(root / "folder", DigitsSpec(
-        image_size=16, min_digit_size=12, max_digit_size=14, max_shift=1, val_fraction=0.25, images_per_class=40))
+    generate_digits_folder(
+        root / "folder",
+        DigitsSpec(
+            image_size=16,
+            min_digit_size=12,
+            max_digit_size=14,
+            max_shift=1,
+            val_fraction=0.25,
+            images_per_class=40,
+        ),
+    )
     return {split: folder_to_lmdb(root / "folder", split, root / split) for split in ("train", "val")}
 
 
@@ -34,8 +43,9 @@ def _run(lmdbs, checkpoint, epochs, method="division", batch_size=64, identity="
     model, context = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
     spec = TrainSpec(epochs=epochs, batch_size=batch_size, learning_rate=0.05, seed=0)
     with Meter(cpu, sample_interval_s=0) as meter:
-        history = train_model(model, context, train_set, val_set, spec, cpu, meter, checkpoint,
-                              run_identity({"run": identity}))
+        history = train_model(
+            model, context, train_set, val_set, spec, cpu, meter, checkpoint, run_identity({"run": identity})
+        )
     return history, model, meter.summary()
 
 
@@ -45,7 +55,9 @@ def test_resumed_run_equals_uninterrupted_run(digits_lmdbs, tmp_path):
     assert int(torch.load(tmp_path / "a.pt", weights_only=True)["epoch"]) == 2
     history, model, _ = _run_interrupted(digits_lmdbs, tmp_path / "c.pt")
     deterministic = ("epoch", "learning_rate", "train_loss", "val_accuracy", "val_loss")
-    assert [[h[k] for k in deterministic] for h in history] == [[h[k] for k in deterministic] for h in straight]
+    assert [[h[k] for k in deterministic] for h in history] == [
+        [h[k] for k in deterministic] for h in straight
+    ]
     for a, b in zip(model.state_dict().values(), straight_model.state_dict().values()):
         assert torch.equal(a, b)
 
@@ -93,11 +105,42 @@ def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "membench.cli",
-        "division", "train", "--outdir", str(tmp_path), "--model", "resnet18", "--width", "4", "--variant", "division",
-        "--dataset", "digits", "--train-lmdb", str(digits_lmdbs["train"]), "--val-lmdb", str(digits_lmdbs["val"]),
-        "--image-size", "16", "--epochs", "1", "--batch-size", "32", "--kernels", "torch", "--device", "cpu",
-        "--sample-interval-s", "0",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "membench.cli",
+        "division",
+        "train",
+        "--outdir",
+        str(tmp_path),
+        "--model",
+        "resnet18",
+        "--width",
+        "4",
+        "--variant",
+        "division",
+        "--dataset",
+        "digits",
+        "--train-lmdb",
+        str(digits_lmdbs["train"]),
+        "--val-lmdb",
+        str(digits_lmdbs["val"]),
+        "--image-size",
+        "16",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "32",
+        "--kernels",
+        "torch",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -14,8 +14,17 @@ from membench.hotconv.train import FoldFiles
 @pytest.fixture(scope="session")
 def tiny_fold(tmp_path_factory) -> FoldFiles:
     root = tmp_path_factory.mktemp("bodmas")
-    generate_synthetic(root, SyntheticSpec(samples=48, families=2, min_bytes=256, median_bytes=1024, max_bytes=4096, seed=1))
-    written = make_fold(root / "metadata.csv", root / "binaries", "tiny", 1, root / "folds", FoldSpec(folds=2, val_fraction=0.2))
+    generate_synthetic(
+        root, SyntheticSpec(samples=48, families=2, min_bytes=256, median_bytes=1024, max_bytes=4096, seed=1)
+    )
+    written = make_fold(
+        root / "metadata.csv",
+        root / "binaries",
+        "tiny",
+        1,
+        root / "folds",
+        FoldSpec(folds=2, val_fraction=0.2),
+    )
     write_classes(root / "metadata.csv", root / "folds" / "classes.csv", "binary", 10)
     train, val, test = (str(p) for p in written)
     return FoldFiles(train, val, test, str(root / "folds" / "classes.csv"), str(root / "binaries"))

@@ -17,8 +17,13 @@ from membench.hotconv.plots import plot_sweep
 
 SWEEP = SweepSpec(num_filters=32, window_size=32, stride=32, fp_slice_size=256, fp2_slice_size=32, steps=1)
 CPU = torch.device("cpu")
-EXACT_FIELDS = ("step_alloc_peak_mib", "step_peak_tensor_mib", "activation_mib", "optimizer_alloc_peak_mib",
-                "optimizer_peak_tensor_mib")
+EXACT_FIELDS = (
+    "step_alloc_peak_mib",
+    "step_peak_tensor_mib",
+    "activation_mib",
+    "optimizer_alloc_peak_mib",
+    "optimizer_peak_tensor_mib",
+)
 
 
 def _point(variant: str, max_len: int) -> dict:
@@ -91,11 +96,33 @@ def test_another_error_is_not_a_result(monkeypatch):
 def test_bench_and_sweep_table_commands(tmp_path):
     from membench.cli import main
 
-    options = ["--batch-size", "2", "--max-len", "512", "--num-filters", "8", "--window-size", "16", "--stride", "16",
-               "--fp-slice-size", "128", "--fp2-slice-size", "16", "--train-steps", "1", "--device", "cpu",
-               "--sample-interval-s", "0"]
+    options = [
+        "--batch-size",
+        "2",
+        "--max-len",
+        "512",
+        "--num-filters",
+        "8",
+        "--window-size",
+        "16",
+        "--stride",
+        "16",
+        "--fp-slice-size",
+        "128",
+        "--fp2-slice-size",
+        "16",
+        "--train-steps",
+        "1",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+    ]
     for variant in ("hotconv", "hotconv_eco"):
-        assert main(["hotconv", "bench", "--outdir", str(tmp_path / variant), "--variant", variant, *options]) == 0
+        assert (
+            main(["hotconv", "bench", "--outdir", str(tmp_path / variant), "--variant", variant, *options])
+            == 0
+        )
     record = json.loads((tmp_path / "hotconv" / "metrics.json").read_text())
     assert record["status"] == "ok" and record["trace_allocator"] is True and record["max_len"] == 512
     out = tmp_path / "sweep.csv"
@@ -110,7 +137,21 @@ def test_bench_command_rejects_a_bad_point(tmp_path, capsys):
     from membench.cli import main
 
     with pytest.raises(SystemExit) as exit_:  # a value out of its range: argparse's usage error
-        main(["hotconv", "bench", "--outdir", str(tmp_path), "--variant", "hotconv", "--batch-size", "0",
-              "--max-len", "512", "--device", "cpu"])
+        main(
+            [
+                "hotconv",
+                "bench",
+                "--outdir",
+                str(tmp_path),
+                "--variant",
+                "hotconv",
+                "--batch-size",
+                "0",
+                "--max-len",
+                "512",
+                "--device",
+                "cpu",
+            ]
+        )
     assert exit_.value.code == 2 and "--batch-size" in capsys.readouterr().err
     assert not (tmp_path / "metrics.json").exists()

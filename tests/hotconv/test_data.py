@@ -20,7 +20,9 @@ def _write(tmp_path, name: str, content: bytes, compress: bool = False) -> str:
 
 def test_tokens_are_bytes_plus_one_and_padding_is_zero(tmp_path):
     contents = [bytes([0, 255, 7]), bytes(range(10))]
-    dataset = ByteDataset([_write(tmp_path, f"{i}.exe", c) for i, c in enumerate(contents)], [0, 1], max_len=100)
+    dataset = ByteDataset(
+        [_write(tmp_path, f"{i}.exe", c) for i, c in enumerate(contents)], [0, 1], max_len=100
+    )
     tokens, labels = next(iter(make_loader(dataset, 2, 8, shuffle=False, seed=0)))
     assert tokens.dtype == torch.int16 and labels.tolist() == [0, 1]
     assert tokens.shape == (2, 16)  # longest (10) rounded up to a multiple of the slice size 8
@@ -30,7 +32,9 @@ def test_tokens_are_bytes_plus_one_and_padding_is_zero(tmp_path):
 
 def test_files_are_truncated_at_max_len_and_gzip_is_read(tmp_path):
     content = bytes(range(200))
-    dataset = ByteDataset([_write(tmp_path, "plain.exe", content), _write(tmp_path, "packed.exe", content, True)], [1, 0], 50)
+    dataset = ByteDataset(
+        [_write(tmp_path, "plain.exe", content), _write(tmp_path, "packed.exe", content, True)], [1, 0], 50
+    )
     for index in range(2):
         data, _ = dataset[index]
         assert data.tobytes() == content[:50]
@@ -73,7 +77,10 @@ def test_shuffle_is_seeded_and_workers_give_the_same_batches(tmp_path):
     dataset = ByteDataset(paths, [i % 2 for i in range(9)], 64)
 
     def order(seed, workers=0):
-        return [t[:, 0].tolist() for t, _ in make_loader(dataset, 4, 16, shuffle=True, seed=seed, num_workers=workers)]
+        return [
+            t[:, 0].tolist()
+            for t, _ in make_loader(dataset, 4, 16, shuffle=True, seed=seed, num_workers=workers)
+        ]
 
     assert order(5) == order(5) != order(6)
     assert order(5, workers=2) == order(5)
@@ -94,8 +101,9 @@ def test_mismatched_paths_and_labels_are_rejected(tmp_path):
 def test_sort_by_size_order_takes_the_folds_sizes(tmp_path):
     # The sizes given (a fold's File_Size) decide the order; the files are not measured again.
     paths = [_write(tmp_path, f"{i}.exe", b"\x01" * 10) for i in range(3)]
-    loader = make_loader(ByteDataset(paths, [0, 1, 0], 100, sizes=[5, 30, 20]), 1, 8, shuffle=False, seed=0,
-                         sort_by_size=True)
+    loader = make_loader(
+        ByteDataset(paths, [0, 1, 0], 100, sizes=[5, 30, 20]), 1, 8, shuffle=False, seed=0, sort_by_size=True
+    )
     assert [int(labels[0]) for _, labels in loader] == [1, 0, 0]
     assert list(loader.sampler) == [1, 2, 0]
 
@@ -108,5 +116,6 @@ def test_a_damaged_binary_is_named_in_one_line_whatever_the_workers(tmp_path, wo
     loader = make_loader(dataset, 1, 8, shuffle=False, seed=0, num_workers=workers)
     with pytest.raises(InputError) as raised:
         list(loader)
-    assert str(raised.value) == (f"{truncated}: is a damaged gzip file "
-                                 "(truncated: the compressed data ends before its end marker)")
+    assert str(raised.value) == (
+        f"{truncated}: is a damaged gzip file (truncated: the compressed data ends before its end marker)"
+    )

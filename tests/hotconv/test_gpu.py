@@ -35,13 +35,21 @@ def no_tf32():
 def test_every_variant_measures_a_point_on_cuda(variant):
     record = measure_point(SWEEP, variant, 8, 65536, CUDA, sample_interval_s=0.01)
     assert record["status"] == "ok" and record["device"] == "cuda"
-    for field in ("step_alloc_peak_mib", "step_cuda_peak_allocated_mib", "nvml_peak_mib", "step_ms", "activation_mib"):
+    for field in (
+        "step_alloc_peak_mib",
+        "step_cuda_peak_allocated_mib",
+        "nvml_peak_mib",
+        "step_ms",
+        "activation_mib",
+    ):
         assert record[field] > 0, field
 
 
 @pytest.mark.parametrize("variant", ["malconv2", "hotconv", "hotconv_eco"])
 def test_gradients_equal_dense_autograd_on_cuda(no_tf32, variant):
-    spec = dict(num_classes=3, num_filters=32, window_size=64, stride=64, fp_slice_size=512, fp2_slice_size=128)
+    spec = dict(
+        num_classes=3, num_filters=32, window_size=64, stride=64, fp_slice_size=512, fp2_slice_size=128
+    )
     torch.manual_seed(0)
     reference = MalConvNet(ModelSpec("malconv", **spec)).to(CUDA)
     model = MalConvNet(ModelSpec(variant, **spec)).to(CUDA)
@@ -78,11 +86,36 @@ def test_out_of_memory_is_recorded_as_a_result():
 
 def _point_in_own_process(variant: str, outdir: Path) -> dict:
     command = [
-        sys.executable, "-m", "membench.cli", "hotconv", "bench", "--variant", variant, "--batch-size", "8",
-        "--max-len", "262144", "--train-steps", "2", "--num-filters", "256", "--window-size", "512", "--stride", "512",
-        "--device", "cuda", "--sample-interval-s", "0.005", "--outdir", str(outdir),
+        sys.executable,
+        "-m",
+        "membench.cli",
+        "hotconv",
+        "bench",
+        "--variant",
+        variant,
+        "--batch-size",
+        "8",
+        "--max-len",
+        "262144",
+        "--train-steps",
+        "2",
+        "--num-filters",
+        "256",
+        "--window-size",
+        "512",
+        "--stride",
+        "512",
+        "--device",
+        "cuda",
+        "--sample-interval-s",
+        "0.005",
+        "--outdir",
+        str(outdir),
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH"))))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(WORKFLOW), os.environ.get("PYTHONPATH")))),
+    }
     subprocess.run(command, check=True, env=env, timeout=300, capture_output=True)
     return json.loads((outdir / "metrics.json").read_text())
 

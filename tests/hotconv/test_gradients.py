@@ -12,13 +12,17 @@ RELATIVE_TOLERANCE = 1e-6
 
 
 def _models(window: int, stride: int, filters: int = 6, classes: int = 3):
-    reference = MalConvNet(ModelSpec("malconv", classes, filters, window, stride, 4 * window, 2 * window)).double()
+    reference = MalConvNet(
+        ModelSpec("malconv", classes, filters, window, stride, 4 * window, 2 * window)
+    ).double()
     with torch.no_grad():
         # Filter 0's conv1 is negative everywhere: its ReLU gradient must be masked (the original's defect).
         reference.conv1.bias[0] = -1e3
     models = {}
     for variant in ("malconv", "malconv2", "hotconv", "hotconv_eco"):
-        model = MalConvNet(ModelSpec(variant, classes, filters, window, stride, 4 * window, 2 * window)).double()
+        model = MalConvNet(
+            ModelSpec(variant, classes, filters, window, stride, 4 * window, 2 * window)
+        ).double()
         model.load_state_dict(reference.state_dict())
         models[variant] = model
     return models
@@ -51,7 +55,16 @@ def test_hot_gradients_equal_dense_autograd_with_frozen_embedding(variant, lengt
     labels = torch.tensor([0, 1, 2, 1])
     expected = _gradients(models["malconv"], tokens, labels, freeze_embedding=True)
     actual = _gradients(models[variant], tokens, labels, freeze_embedding=True)
-    assert set(actual) == {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
+    assert set(actual) == {
+        "conv1.weight",
+        "conv1.bias",
+        "conv2.weight",
+        "conv2.bias",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    }
     for name in expected:
         assert expected[name].abs().max() > 0, name  # the comparison is not vacuous
         assert _relative_error(actual[name], expected[name]) < RELATIVE_TOLERANCE, name
@@ -110,7 +123,9 @@ def _tied_models() -> dict[str, MalConvNet]:
     models = {}
     for variant in ("malconv", "malconv2"):
         torch.manual_seed(0)
-        model = MalConvNet(ModelSpec(variant, 2, num_filters=2, window_size=2, stride=2, fp_slice_size=2, fp2_slice_size=2)).double()
+        model = MalConvNet(
+            ModelSpec(variant, 2, num_filters=2, window_size=2, stride=2, fp_slice_size=2, fp2_slice_size=2)
+        ).double()
         with torch.no_grad():
             model.embed.weight.zero_()
             model.embed.weight[1:5, 0] = torch.tensor([1.0, 2.0, 0.0, 3.0], dtype=torch.float64)
@@ -130,6 +145,8 @@ def test_malconv2_resolves_exact_ties_like_dense_malconv():
     labels = torch.tensor([1])
     expected = _gradients(models["malconv"], tokens, labels, freeze_embedding=False)
     actual = _gradients(models["malconv2"], tokens, labels, freeze_embedding=False)
-    assert expected["embed.weight"][1:3, 0].abs().min() > 0  # filter 1's tie went to window A in the dense model
+    assert (
+        expected["embed.weight"][1:3, 0].abs().min() > 0
+    )  # filter 1's tie went to window A in the dense model
     for name in expected:
         assert torch.equal(actual[name], expected[name]), name

@@ -31,14 +31,24 @@ TRAIN = TrainSpec(epochs=1, batch_size=8, max_len=1024, memory_probe_steps=1)
     ],
 )
 def test_bad_model_settings_name_the_key(changes, key):
-    settings = {"variant": "hotconv", "num_classes": 2, "num_filters": 4, "window_size": 16, "stride": 16,
-                "fp_slice_size": 64, "fp2_slice_size": 16, **changes}
+    settings = {
+        "variant": "hotconv",
+        "num_classes": 2,
+        "num_filters": 4,
+        "window_size": 16,
+        "stride": 16,
+        "fp_slice_size": 64,
+        "fp2_slice_size": 16,
+        **changes,
+    }
     with pytest.raises(InputError) as error:
         ModelSpec(**settings)
     assert error.value.where == f"key '{key}'"
 
 
-@pytest.mark.parametrize("changes, key", [({"epochs": 0}, "epochs"), ({"learning_rate": 0.0}, "learning_rate")])
+@pytest.mark.parametrize(
+    "changes, key", [({"epochs": 0}, "epochs"), ({"learning_rate": 0.0}, "learning_rate")]
+)
 def test_bad_training_settings_name_the_key(changes, key):
     with pytest.raises(InputError) as error:
         TrainSpec(**changes)
@@ -98,19 +108,54 @@ def test_checkpoint_of_other_settings_is_replaced_and_a_corrupt_one_rejected(tin
 
 def test_command_line_reports_bad_input_in_one_line(fold_copy, tmp_path, capsys):
     _rewrite_row(fold_copy.val, 0, "Label", "Class")
-    code = main([
-        "hotconv", "train", "--variant", "hotconv", "--train", fold_copy.train, "--val", fold_copy.val,
-        "--test", fold_copy.test, "--classes", fold_copy.classes, "--binaries", fold_copy.binaries,
-        "--dataset", "tiny", "--fold", "1", "--outdir", str(tmp_path / "job"), "--device", "cpu",
-    ])
+    code = main(
+        [
+            "hotconv",
+            "train",
+            "--variant",
+            "hotconv",
+            "--train",
+            fold_copy.train,
+            "--val",
+            fold_copy.val,
+            "--test",
+            fold_copy.test,
+            "--classes",
+            fold_copy.classes,
+            "--binaries",
+            fold_copy.binaries,
+            "--dataset",
+            "tiny",
+            "--fold",
+            "1",
+            "--outdir",
+            str(tmp_path / "job"),
+            "--device",
+            "cpu",
+        ]
+    )
     message = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(message) == 1
-    assert message[0].startswith("membench hotconv: error:") and fold_copy.val in message[0] and "Label" in message[0]
+    assert (
+        message[0].startswith("membench hotconv: error:")
+        and fold_copy.val in message[0]
+        and "Label" in message[0]
+    )
 
 
 def test_bench_rejects_a_bad_point_and_model_before_measuring(tmp_path, capsys):
-    point = ["hotconv", "bench", "--variant", "hotconv", "--max-len", "4096", "--device", "cpu",
-             "--outdir", str(tmp_path / "point")]
+    point = [
+        "hotconv",
+        "bench",
+        "--variant",
+        "hotconv",
+        "--max-len",
+        "4096",
+        "--device",
+        "cpu",
+        "--outdir",
+        str(tmp_path / "point"),
+    ]
     with pytest.raises(SystemExit) as exit_:
         main([*point, "--batch-size", "0"])
     assert exit_.value.code == 2

@@ -1,8 +1,8 @@
 """HotConv's figures: step memory from the sweep, steady-state epoch time, no empty panels."""
 
+import figures
 import pandas as pd
 
-import figures
 from membench.hotconv import plots
 from membench.hotconv.plots import largest_sweep_point, plot_sweep, plot_variants
 
@@ -10,25 +10,49 @@ VARIANTS = ("malconv", "malconv2", "hotconv", "hotconv_eco")
 
 
 def _timing(n, reliable=True):
-    return {"time_median_s": [1.0] * n, "time_min_s": [0.9] * n, "time_max_s": [1.2] * n,
-            "timing_reliable": [reliable] * n, "timing_flag": ["" if reliable else "1 sample"] * n}
+    return {
+        "time_median_s": [1.0] * n,
+        "time_min_s": [0.9] * n,
+        "time_max_s": [1.2] * n,
+        "timing_reliable": [reliable] * n,
+        "timing_flag": ["" if reliable else "1 sample"] * n,
+    }
 
 
 def _sweep(lengths=(131072,)):
     rows = []
     for max_len in lengths:
         for i, variant in enumerate(VARIANTS):
-            rows.append({"variant": variant, "status": "ok", "max_len": max_len, "batch_size": 16,
-                         "step_alloc_peak_mib": 400.0 / 10**i, "activation_mib": 96.0 / 10**i, "time_median_s": 1.0,
-                         "time_min_s": 0.9, "time_max_s": 1.1, "timing_reliable": i % 2 == 0,
-                         "timing_flag": "" if i % 2 == 0 else "1 sample"})
+            rows.append(
+                {
+                    "variant": variant,
+                    "status": "ok",
+                    "max_len": max_len,
+                    "batch_size": 16,
+                    "step_alloc_peak_mib": 400.0 / 10**i,
+                    "activation_mib": 96.0 / 10**i,
+                    "time_median_s": 1.0,
+                    "time_min_s": 0.9,
+                    "time_max_s": 1.1,
+                    "timing_reliable": i % 2 == 0,
+                    "timing_flag": "" if i % 2 == 0 else "1 sample",
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def test_variants_figure_compares_step_memory_not_the_job_peak(tmp_path, monkeypatch):
     drawn = figures.capture(monkeypatch, plots)
-    table = pd.DataFrame({"variant": list(VARIANTS), "test_accuracy": [0.9] * 4, "majority_accuracy": [0.6] * 4,
-                          "alloc_peak_mib": [6.166] * 4, "co2e_g": [None] * 4, **_timing(4, reliable=False)})
+    table = pd.DataFrame(
+        {
+            "variant": list(VARIANTS),
+            "test_accuracy": [0.9] * 4,
+            "majority_accuracy": [0.6] * 4,
+            "alloc_peak_mib": [6.166] * 4,
+            "co2e_g": [None] * 4,
+            **_timing(4, reliable=False),
+        }
+    )
     plot_variants(table, _sweep(), tmp_path / "variants.png")
     figures.assert_readable(drawn, tmp_path / "variants.png")
     memory = drawn[0].axes[0]

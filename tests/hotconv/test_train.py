@@ -20,15 +20,33 @@ CPU = torch.device("cpu")
 
 
 def _specs(variant="hotconv_eco", epochs=2, patience=3):
-    model = ModelSpec(variant, 2, num_filters=8, window_size=16, stride=16, fp_slice_size=256, fp2_slice_size=32)
-    return model, TrainSpec(epochs=epochs, batch_size=8, max_len=4096, learning_rate=0.01,
-                            early_stopping_patience=patience, memory_probe_steps=1, seed=0)
+    model = ModelSpec(
+        variant, 2, num_filters=8, window_size=16, stride=16, fp_slice_size=256, fp2_slice_size=32
+    )
+    return model, TrainSpec(
+        epochs=epochs,
+        batch_size=8,
+        max_len=4096,
+        learning_rate=0.01,
+        early_stopping_patience=patience,
+        memory_probe_steps=1,
+        seed=0,
+    )
 
 
 def test_tiny_training_run_writes_a_valid_metrics_file(tiny_fold, tmp_path):
     model_spec, train_spec = _specs("hotconv")
-    path = train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path, CPU,
-                     sample_interval_s=0.0, trace_live_tensors=True)
+    path = train_job(
+        tiny_fold,
+        model_spec,
+        train_spec,
+        "tiny",
+        1,
+        tmp_path,
+        CPU,
+        sample_interval_s=0.0,
+        trace_live_tensors=True,
+    )
     record = read_metrics(path)
     assert record["system"] == "hotconv" and record["variant"] == "hotconv" and record["fold"] == 1
     assert record["epochs_run"] == 2 and len(json.loads(record["val_loss_per_epoch"])) == 2
@@ -48,14 +66,20 @@ def test_variants_follow_the_same_trajectory(tiny_fold, tmp_path):
     losses = {}
     for variant in ("malconv", "hotconv_eco"):
         model_spec, train_spec = _specs(variant)
-        record = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / variant, CPU, sample_interval_s=0.0))
+        record = read_metrics(
+            train_job(
+                tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / variant, CPU, sample_interval_s=0.0
+            )
+        )
         losses[variant] = json.loads(record["train_loss_per_epoch"])
     np.testing.assert_allclose(losses["hotconv_eco"], losses["malconv"], rtol=1e-4)
 
 
 def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch):
     model_spec, train_spec = _specs(epochs=3)
-    uninterrupted = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "a", CPU, sample_interval_s=0.0))
+    uninterrupted = read_metrics(
+        train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "a", CPU, sample_interval_s=0.0)
+    )
 
     real_save = train_module.save_checkpoint
 
@@ -69,22 +93,32 @@ def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch)
         train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0)
     assert not (tmp_path / "b" / "metrics.json").exists()
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    resumed = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0))
+    resumed = read_metrics(
+        train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path / "b", CPU, sample_interval_s=0.0)
+    )
     assert resumed["resumed_from_epoch"] == 2 and uninterrupted["resumed_from_epoch"] == 0
     assert resumed["train_loss_per_epoch"] == uninterrupted["train_loss_per_epoch"]
-    assert resumed["test_accuracy"] == uninterrupted["test_accuracy"] and resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"])
+    assert resumed["test_accuracy"] == uninterrupted["test_accuracy"] and resumed[
+        "test_loss"
+    ] == pytest.approx(uninterrupted["test_loss"])
 
 
 def test_a_rerun_on_changed_data_trains_anew_instead_of_resuming(fold_copy, tmp_path, caplog):
     model_spec, train_spec = _specs(epochs=2)
-    first = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
-    same = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
+    first = read_metrics(
+        train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
+    )
+    same = read_metrics(
+        train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
+    )
     assert same["resumed_from_epoch"] == 2 and same["test_accuracy"] == first["test_accuracy"]
     with open(fold_copy.train) as handle:
         lines = handle.readlines()
     with open(fold_copy.train, "w") as handle:  # the fold re-split: one training file fewer
         handle.writelines(lines[:-1])
-    changed = read_metrics(train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0))
+    changed = read_metrics(
+        train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
+    )
     assert changed["resumed_from_epoch"] == 0 and changed["epochs_run"] == 2
     assert changed["train_samples"] == first["train_samples"] - 1
     assert f"input files changed: {os.path.basename(fold_copy.train)}" in caplog.text
@@ -93,7 +127,9 @@ def test_a_rerun_on_changed_data_trains_anew_instead_of_resuming(fold_copy, tmp_
 def test_early_stopping_keeps_the_best_model(tiny_fold, tmp_path):
     model_spec, train_spec = _specs(epochs=30, patience=1)
     train_spec = TrainSpec(**{**train_spec.__dict__, "learning_rate": 0.05})
-    record = read_metrics(train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0))
+    record = read_metrics(
+        train_job(tiny_fold, model_spec, train_spec, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)
+    )
     val_losses = json.loads(record["val_loss_per_epoch"])
     assert record["stopped_early"] and record["epochs_run"] < 30
     assert record["best_val_loss"] == min(val_losses) == val_losses[record["best_epoch"] - 1]

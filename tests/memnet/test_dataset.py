@@ -11,9 +11,11 @@ import pytest
 from membench.core.errors import InputError
 from membench.memnet.dataset import DEFAULT_BINS, filename_tokens, load_jobs
 
-HEADER = ("Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
-          "Batch Size,Max GPU Memory (MiB)\n")
-GOOD_ROW = 'input:4_output:2_arch:uniform.out,2,"[(\'linear\', 3, 15), (\'ReLU\', 3, 0), (\'linear\', 2, 8)]",ReLU,8,23,16,1500\n'
+HEADER = (
+    "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+    "Batch Size,Max GPU Memory (MiB)\n"
+)
+GOOD_ROW = "input:4_output:2_arch:uniform.out,2,\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\",ReLU,8,23,16,1500\n"
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -45,7 +47,11 @@ def test_good_row_and_filename_tokens(tmp_path):
     row = jobs.frame.iloc[0]
     assert row["batch_size"] == 16 and row["memory_mib"] == 1500 and row["input_elements"] == 4
     assert row["group"] == "uniform" and not row["oom"]
-    assert filename_tokens("a:1_arch:inverted_pyramid_b:x.out") == {"a": "1", "arch": "inverted_pyramid", "b": "x"}
+    assert filename_tokens("a:1_arch:inverted_pyramid_b:x.out") == {
+        "a": "1",
+        "arch": "inverted_pyramid",
+        "b": "x",
+    }
 
 
 def test_missing_column_is_named(tmp_path):
@@ -55,13 +61,15 @@ def test_missing_column_is_named(tmp_path):
 
 
 def test_non_literal_layer_list_names_line_and_column(tmp_path):
-    bad = GOOD_ROW.replace("[(\'linear\', 3, 15)", "[__import__(\'os\').getcwd()")
-    with pytest.raises(InputError, match=r"jobs.csv, line 3, column Activations-Params: not a Python literal"):
+    bad = GOOD_ROW.replace("[('linear', 3, 15)", "[__import__('os').getcwd()")
+    with pytest.raises(
+        InputError, match=r"jobs.csv, line 3, column Activations-Params: not a Python literal"
+    ):
         load_jobs(_write(tmp_path, HEADER + GOOD_ROW + bad), "mlp")
 
 
 def test_layer_list_of_wrong_shape_is_refused(tmp_path):
-    bad = GOOD_ROW.replace("(\'linear\', 2, 8)", "(\'linear\', -2, 8)")
+    bad = GOOD_ROW.replace("('linear', 2, 8)", "('linear', -2, 8)")
     with pytest.raises(InputError, match=r"line 2, column Activations-Params: expected a list of"):
         load_jobs(_write(tmp_path, HEADER + bad), "mlp")
 
@@ -82,16 +90,27 @@ def test_non_integer_batch_and_unknown_status_are_named(tmp_path):
 
 def test_oom_rows_are_kept_and_zero_mib_successes_dropped(tmp_path):
     header = HEADER.replace("\n", ",Status\n")
-    rows = [GOOD_ROW.replace("\n", ",SUCCESSFUL\n"), GOOD_ROW.replace(",1500", ",0").replace("\n", ",OOM_CRASH\n"),
-            GOOD_ROW.replace(",1500", ",0").replace("\n", ",SUCCESSFUL\n")]
+    rows = [
+        GOOD_ROW.replace("\n", ",SUCCESSFUL\n"),
+        GOOD_ROW.replace(",1500", ",0").replace("\n", ",OOM_CRASH\n"),
+        GOOD_ROW.replace(",1500", ",0").replace("\n", ",SUCCESSFUL\n"),
+    ]
     jobs = load_jobs(_write(tmp_path, header + "".join(rows)), "mlp")
     assert len(jobs) == 2 and jobs.dropped_failed == 1
     assert jobs.frame["oom"].tolist() == [False, True]
 
 
 def test_transformer_file_without_its_columns_fails_clearly(tmp_path):
-    frame = pd.DataFrame({"Batch Size": [4], "Depth": [2], "Total Activations": [10], "Total Parameters": [5],
-                          "Max GPU Memory (MiB)": [100], "Status": ["SUCCESSFUL"]})
+    frame = pd.DataFrame(
+        {
+            "Batch Size": [4],
+            "Depth": [2],
+            "Total Activations": [10],
+            "Total Parameters": [5],
+            "Max GPU Memory (MiB)": [100],
+            "Status": ["SUCCESSFUL"],
+        }
+    )
     frame.to_csv(tmp_path / "t.csv", index=False)
     with pytest.raises(InputError, match="missing column.*Seq Length"):
         load_jobs(tmp_path / "t.csv", "transformer")
@@ -101,7 +120,10 @@ def test_transformer_file_without_its_columns_fails_clearly(tmp_path):
 def test_a_pipe_or_directory_given_as_the_csv_is_named_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "pipe.csv")
     (tmp_path / "dir.csv").mkdir()
-    for name, problem in (("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"), ("dir.csv", "is a directory")):
+    for name, problem in (
+        ("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"),
+        ("dir.csv", "is a directory"),
+    ):
         with pytest.raises(InputError, match=f"^{re.escape(str(tmp_path / name))}: {problem}$"):
             load_jobs(tmp_path / name, "mlp")
 
@@ -111,27 +133,38 @@ def test_extra_columns_are_kept_out_of_the_way(tmp_path):
     assert len(load_jobs(path, "mlp")) == 1
 
 
-@pytest.mark.parametrize("column,value,problem", [
-    ("Batch Size", "inf", r"column Batch Size: 'inf' is not an integer"),
-    ("Batch Size", str(2**63), rf"column Batch Size: {2**63} is out of range \(expected 1 to {2**20}\)"),
-    ("Batch Size", "2000000", rf"column Batch Size: 2000000 is above the maximum {2**20}"),
-    ("Total Parameters", "1e30", rf"column Total Parameters: 1e30 is out of range \(expected 0 to {2**40}\)"),
-    ("Max GPU Memory (MiB)", "inf", r", column Max GPU Memory \(MiB\): 'inf' is not a number of MiB"),
-    ("Max GPU Memory (MiB)", "1e300", r", column Max GPU Memory \(MiB\): 1e300 MiB is out of range"),
-])
+@pytest.mark.parametrize(
+    "column,value,problem",
+    [
+        ("Batch Size", "inf", r"column Batch Size: 'inf' is not an integer"),
+        ("Batch Size", str(2**63), rf"column Batch Size: {2**63} is out of range \(expected 1 to {2**20}\)"),
+        ("Batch Size", "2000000", rf"column Batch Size: 2000000 is above the maximum {2**20}"),
+        (
+            "Total Parameters",
+            "1e30",
+            rf"column Total Parameters: 1e30 is out of range \(expected 0 to {2**40}\)",
+        ),
+        ("Max GPU Memory (MiB)", "inf", r", column Max GPU Memory \(MiB\): 'inf' is not a number of MiB"),
+        ("Max GPU Memory (MiB)", "1e300", r", column Max GPU Memory \(MiB\): 1e300 MiB is out of range"),
+    ],
+)
 def test_numbers_must_be_finite_and_in_range_naming_line_and_column(tmp_path, column, value, problem):
     frame = pd.read_csv(_write(tmp_path, HEADER + GOOD_ROW), dtype=str)
     frame.loc[len(frame)] = frame.loc[0]
     frame.loc[1, column] = value
     frame.to_csv(tmp_path / "jobs.csv", index=False)
-    with pytest.raises(InputError, match=f"jobs.csv, line 3{problem}" if problem.startswith(",") else
-                       f"jobs.csv, line 3: {problem}"):
+    with pytest.raises(
+        InputError,
+        match=f"jobs.csv, line 3{problem}" if problem.startswith(",") else f"jobs.csv, line 3: {problem}",
+    ):
         load_jobs(tmp_path / "jobs.csv", "mlp")
 
 
 def test_layer_counts_beyond_their_bound_are_refused(tmp_path):
-    bad = GOOD_ROW.replace("(\'linear\', 2, 8)", f"(\'linear\', {10**30}, 8)")
-    with pytest.raises(InputError, match=r"line 2, column Activations-Params: .*integer counts from 0 to 2\*\*40"):
+    bad = GOOD_ROW.replace("('linear', 2, 8)", f"('linear', {10**30}, 8)")
+    with pytest.raises(
+        InputError, match=r"line 2, column Activations-Params: .*integer counts from 0 to 2\*\*40"
+    ):
         load_jobs(_write(tmp_path, HEADER + bad), "mlp")
 
 
@@ -139,7 +172,10 @@ def test_layer_counts_beyond_their_bound_are_refused(tmp_path):
 def test_a_long_layer_list_is_refused_before_it_is_parsed(tmp_path):
     # Parsing takes about 150 bytes of syntax tree per character: 15 MB of list took 4.4 GB.
     layers = "[" + ", ".join(["('ReLU', 3, 0)"] * 2_000_000) + "]"
-    bad = GOOD_ROW.replace("[(\'linear\', 3, 15), (\'ReLU\', 3, 0), (\'linear\', 2, 8)]", layers)
-    with pytest.raises(InputError, match=rf"line 2, column Activations-Params: a layer list of {len(layers)} "
-                                         "characters; at most 100000 are read$"):
+    bad = GOOD_ROW.replace("[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]", layers)
+    with pytest.raises(
+        InputError,
+        match=rf"line 2, column Activations-Params: a layer list of {len(layers)} "
+        "characters; at most 100000 are read$",
+    ):
         load_jobs(_write(tmp_path, HEADER + bad), "mlp")

@@ -16,7 +16,9 @@ from membench.memnet.evaluate import evaluate
 def test_horus_on_a_hand_computed_case():
     # A = 1000 activations per sample, P = 10_000 parameters, B = 32:
     # 4 * ((1000*32 + 10000) + 32*10000) bytes = 4 * 362000 = 1_448_000 bytes = 1.380920... MiB
-    assert horus_mib(np.array([1000.0]), np.array([10_000.0]), np.array([32.0]))[0] == pytest.approx(1_448_000 / 2**20)
+    assert horus_mib(np.array([1000.0]), np.array([10_000.0]), np.array([32.0]))[0] == pytest.approx(
+        1_448_000 / 2**20
+    )
     frame = pd.DataFrame({"total_activations": [1000], "total_parameters": [10_000], "batch_size": [32]})
     bins, mib = Horus(Bins(0.0, 1.0, 4)).predict(Jobs("mlp", frame, "x"))
     assert bins[0] == 1 and mib[0] == pytest.approx(1.3809204)
@@ -28,7 +30,9 @@ def _small_model():
 
 def test_faketensor_equals_saved_activation_parameter_gradient_optimizer_bytes():
     batch = 8
-    counted = faketensor.step_bytes(_small_model, lambda: (torch.empty(batch, 12), torch.zeros(batch, dtype=torch.long)))
+    counted = faketensor.step_bytes(
+        _small_model, lambda: (torch.empty(batch, 12), torch.zeros(batch, dtype=torch.long))
+    )
     model = _small_model()
     x, y = torch.randn(batch, 12), torch.zeros(batch, dtype=torch.long)
     with SavedActivationCounter(exclude=list(model.parameters())) as saved:
@@ -61,9 +65,21 @@ def test_every_fold_trains_fresh_estimators(toy_jobs):
         estimator.fit = counting_fit
         return estimator
 
-    options = {"gpumemnet_mlp": {"epochs": 5, "members": 1}, "gpumemnet_transformer": {"epochs": 2, "members": 1}}
-    table, predictions = evaluate(toy_jobs(), Bins(1000, 1000, 5), folds=3, seed=0, options=options,
-                                  faketensor_rows=0, timing_rows=1, factory=factory, estimators=ESTIMATORS[:3] + ("membench",))
+    options = {
+        "gpumemnet_mlp": {"epochs": 5, "members": 1},
+        "gpumemnet_transformer": {"epochs": 2, "members": 1},
+    }
+    table, predictions = evaluate(
+        toy_jobs(),
+        Bins(1000, 1000, 5),
+        folds=3,
+        seed=0,
+        options=options,
+        faketensor_rows=0,
+        timing_rows=1,
+        factory=factory,
+        estimators=ESTIMATORS[:3] + ("membench",),
+    )
     splits = 3 + 3  # k-fold, then 3 architecture groups
     assert len(made) == 4 * splits
     assert len({id(e) for e in made}) == len(made) and all(e.fits == 1 for e in made)
@@ -86,27 +102,37 @@ def test_faketensor_rebuilds_published_mlp_rows(shared_data):
     assert mib[0] >= 16 * row["total_parameters"] / 2**20 and (bins >= 0).all()
 
 
-@pytest.mark.parametrize("layers", [
-    [("linear", 0, 15)],  # no outputs
-    [("linear", 30, 15)],  # fewer parameters than outputs
-    [("linear", 3, 15), ("batch_normalization", 0, 0)],  # does not take the 3 outputs
-    [("ReLU", 3, 0), ("linear", 2, 8)],  # nothing before the activation
-    [("linear", 2**40, 2**40), ("linear", 2**40, 2**40)],  # in range, but no MLP
-])
+@pytest.mark.parametrize(
+    "layers",
+    [
+        [("linear", 0, 15)],  # no outputs
+        [("linear", 30, 15)],  # fewer parameters than outputs
+        [("linear", 3, 15), ("batch_normalization", 0, 0)],  # does not take the 3 outputs
+        [("ReLU", 3, 0), ("linear", 2, 8)],  # nothing before the activation
+        [("linear", 2**40, 2**40), ("linear", 2**40, 2**40)],  # in range, but no MLP
+    ],
+)
 def test_faketensor_answers_nan_for_a_layer_list_that_is_no_mlp(layers):
-    frame = pd.DataFrame({"filename": ["x.out"], "layers": [layers], "batch_size": [4], "input_elements": [4]})
+    frame = pd.DataFrame(
+        {"filename": ["x.out"], "layers": [layers], "batch_size": [4], "input_elements": [4]}
+    )
     bins, mib = new_estimator("faketensor", Bins(0, 100, 3)).predict(Jobs("mlp", frame, "x.csv"))
     assert bins.tolist() == [-1] and np.isnan(mib).all()
 
 
 def test_faketensor_counts_the_largest_mlp_the_reader_accepts_and_refuses_what_int64_cannot_size():
     # 2**20 samples of 2**40 - 1 inputs: 2**62 bytes, countable.
-    big = faketensor.step_bytes(lambda: torch.nn.Linear(2**40 - 1, 1),
-                                lambda: (torch.empty(2**20, 2**40 - 1), torch.zeros(2**20, dtype=torch.long)))
+    big = faketensor.step_bytes(
+        lambda: torch.nn.Linear(2**40 - 1, 1),
+        lambda: (torch.empty(2**20, 2**40 - 1), torch.zeros(2**20, dtype=torch.long)),
+    )
     assert big.total_bytes > 2**62
     with pytest.raises(InputError, match="would hold 2\\*\\*63 bytes or more"):
-        faketensor.step_bytes(lambda: torch.nn.Linear(2**31, 2**31),
-                              lambda: (torch.empty(2, 2**31), torch.zeros(2, dtype=torch.long)))
+        faketensor.step_bytes(
+            lambda: torch.nn.Linear(2**31, 2**31),
+            lambda: (torch.empty(2, 2**31), torch.zeros(2, dtype=torch.long)),
+        )
     with pytest.raises(InputError, match="would hold 2\\*\\*63 bytes or more"):
-        faketensor.step_bytes(lambda: torch.nn.Linear(4, 10**30),
-                              lambda: (torch.empty(2, 4), torch.zeros(2, dtype=torch.long)))
+        faketensor.step_bytes(
+            lambda: torch.nn.Linear(4, 10**30), lambda: (torch.empty(2, 4), torch.zeros(2, dtype=torch.long))
+        )

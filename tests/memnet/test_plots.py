@@ -1,8 +1,8 @@
 """memnet figures: estimator colours from the one mapping, inference time with flags, a grid of matrices."""
 
+import figures
 import pandas as pd
 
-import figures
 from membench.memnet import plots
 from membench.memnet.plots import plot_comparison, plot_confusions
 
@@ -10,13 +10,32 @@ ESTIMATORS = ("gpumemnet_mlp", "horus", "membench")
 
 
 def test_comparison_and_confusions(tmp_path, monkeypatch):
-    table = pd.DataFrame([{"dataset": d, "estimator": e, "accuracy": 0.5, "under_rate": 0.1, "inference_ms": 1.0,
-                           "time_median_s": 0.001 * (i + 1), "time_min_s": 0.0009, "time_max_s": 0.004,
-                           "timing_reliable": True, "timing_flag": ""}
-                          for d in ("measured_mlp", "measured_cnn") for i, e in enumerate(ESTIMATORS)])
-    predictions = pd.DataFrame([{"dataset": d, "estimator": e, "split": "kfold", "true_bin": t, "pred_bin": p}
-                                for d in ("measured_mlp", "measured_cnn") for e in ESTIMATORS
-                                for t, p in ((0, 0), (1, 0), (1, 1))])
+    table = pd.DataFrame(
+        [
+            {
+                "dataset": d,
+                "estimator": e,
+                "accuracy": 0.5,
+                "under_rate": 0.1,
+                "inference_ms": 1.0,
+                "time_median_s": 0.001 * (i + 1),
+                "time_min_s": 0.0009,
+                "time_max_s": 0.004,
+                "timing_reliable": True,
+                "timing_flag": "",
+            }
+            for d in ("measured_mlp", "measured_cnn")
+            for i, e in enumerate(ESTIMATORS)
+        ]
+    )
+    predictions = pd.DataFrame(
+        [
+            {"dataset": d, "estimator": e, "split": "kfold", "true_bin": t, "pred_bin": p}
+            for d in ("measured_mlp", "measured_cnn")
+            for e in ESTIMATORS
+            for t, p in ((0, 0), (1, 0), (1, 1))
+        ]
+    )
     drawn = figures.capture(monkeypatch, plots)
     plot_comparison(table, tmp_path / "comparison.png")
     plot_confusions(predictions, tmp_path / "confusion.png")

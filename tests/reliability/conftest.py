@@ -19,10 +19,25 @@ from membench.data.images.generate import DigitsSpec, generate_digits_folder
 @pytest.fixture(scope="session")
 def bodmas_fold(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bodmas")
-    generate_synthetic(root, SyntheticSpec(samples=48, families=2, min_bytes=256, median_bytes=1024, max_bytes=4096, seed=1))
-    train, val, test = make_fold(root / "metadata.csv", root / "binaries", "tiny", 1, root / "folds", FoldSpec(folds=2, val_fraction=0.2))
+    generate_synthetic(
+        root, SyntheticSpec(samples=48, families=2, min_bytes=256, median_bytes=1024, max_bytes=4096, seed=1)
+    )
+    train, val, test = make_fold(
+        root / "metadata.csv",
+        root / "binaries",
+        "tiny",
+        1,
+        root / "folds",
+        FoldSpec(folds=2, val_fraction=0.2),
+    )
     write_classes(root / "metadata.csv", root / "folds" / "classes.csv", "binary", 10)
-    return {"train": train, "val": val, "test": test, "classes": root / "folds" / "classes.csv", "binaries": root / "binaries"}
+    return {
+        "train": train,
+        "val": val,
+        "test": test,
+        "classes": root / "folds" / "classes.csv",
+        "binaries": root / "binaries",
+    }
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +45,9 @@ def digits(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("digits")
     spec = DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14, images_per_class=12)
     generate_digits_folder(root / "folder", spec)
-    lmdbs = {split: folder_to_lmdb(root / "folder", split, root / f"{split}.lmdb") for split in ("train", "val")}
+    lmdbs = {
+        split: folder_to_lmdb(root / "folder", split, root / f"{split}.lmdb") for split in ("train", "val")
+    }
     return {"folder": root / "folder", **lmdbs}
 
 
@@ -47,10 +64,43 @@ def graphs(tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("graphs")
     data = [root / "data.v", root / "data.e"]
     pattern = [root / "pattern.v", root / "pattern.e"]
-    assert main(["appclass", "generate-rmat", "--scale", "7", "--edge-factor", "4", "--seed", "0",
-                 "--vertices", str(data[0]), "--edges", str(data[1])]) == 0
-    assert main(["appclass", "generate-pattern", *map(str, data), "--max-pattern-nodes", "5", "--seed", "0",
-                 "--vertices", str(pattern[0]), "--edges", str(pattern[1])]) == 0
+    assert (
+        main(
+            [
+                "appclass",
+                "generate-rmat",
+                "--scale",
+                "7",
+                "--edge-factor",
+                "4",
+                "--seed",
+                "0",
+                "--vertices",
+                str(data[0]),
+                "--edges",
+                str(data[1]),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "appclass",
+                "generate-pattern",
+                *map(str, data),
+                "--max-pattern-nodes",
+                "5",
+                "--seed",
+                "0",
+                "--vertices",
+                str(pattern[0]),
+                "--edges",
+                str(pattern[1]),
+            ]
+        )
+        == 0
+    )
     return data + pattern
 
 

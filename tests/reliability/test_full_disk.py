@@ -32,8 +32,11 @@ def small_disk(tmp_path):
     mountpoint = tmp_path / f"tmpfs-{uuid.uuid4().hex[:8]}"
     mountpoint.mkdir()
     try:
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DEVICE_BYTES}", "tmpfs", str(mountpoint)],
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DEVICE_BYTES}", "tmpfs", str(mountpoint)],
+            capture_output=True,
+            text=True,
+        )
     except OSError as exc:  # no mount command
         pytest.skip(f"cannot mount a tmpfs here ({exc})")
     if result.returncode != 0:
@@ -82,7 +85,9 @@ def test_table_command_on_a_full_disk_is_one_line_and_exit_2(small_disk, tmp_pat
     _fill(small_disk, spare_bytes=16 * 2**10)
     code = main(["table", "metrics", "--out", str(small_disk / "t.csv"), *map(str, metrics)])
     err = capsys.readouterr().err
-    assert code == 2 and "no space left" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert (
+        code == 2 and "no space left" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    )
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
 
 
@@ -94,7 +99,10 @@ def test_metrics_write_on_a_full_disk_keeps_the_previous_metrics(small_disk):
     _fill(small_disk)
     record["padding"] = "z" * (2 * SPARE_BYTES)
     _expect_full(lambda: write_job_outputs(small_disk / "job", record), small_disk / "job" / "metrics.json")
-    assert _snapshot(small_disk / "job") == before and read_metrics(small_disk / "job" / "metrics.json")["wall_s"] == 1.0
+    assert (
+        _snapshot(small_disk / "job") == before
+        and read_metrics(small_disk / "job" / "metrics.json")["wall_s"] == 1.0
+    )
 
 
 def test_checkpoint_write_on_a_full_disk_keeps_the_previous_checkpoint(small_disk):
@@ -110,14 +118,17 @@ def test_checkpoint_write_on_a_full_disk_keeps_the_previous_checkpoint(small_dis
 def test_lmdb_build_on_a_full_disk_keeps_the_previous_lmdb(small_disk, tmp_path):
     from membench.data.images.generate import DigitsSpec, generate_digits_folder
 
-    generate_digits_folder(tmp_path / "folder", DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14,
-                                                           images_per_class=4))
+    generate_digits_folder(
+        tmp_path / "folder",
+        DigitsSpec(image_size=16, min_digit_size=10, max_digit_size=14, images_per_class=4),
+    )
     out = small_disk / "train.lmdb"
     folder_to_lmdb(tmp_path / "folder", "train", out)
     count = read_metadata(out)[0]
     for index in range(200):  # a bigger folder than the space left
         (tmp_path / "folder" / "train" / "0" / f"big{index}.png").write_bytes(
-            (tmp_path / "folder" / "train" / "0").glob("*.png").__next__().read_bytes() + bytes(4096))
+            (tmp_path / "folder" / "train" / "0").glob("*.png").__next__().read_bytes() + bytes(4096)
+        )
     _fill(small_disk, spare_bytes=256 * 2**10)
     _expect_full(lambda: folder_to_lmdb(tmp_path / "folder", "train", out, verify=False), out)
     assert read_metadata(out)[0] == count and check_lmdb(out) == count

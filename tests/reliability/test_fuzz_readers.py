@@ -29,13 +29,25 @@ from membench.data.bodmas.folds import read_fold, read_metadata
 from membench.data.bodmas.stats import read_class_names
 from membench.data.graphs import read_graph
 from membench.data.images.cifar import cifar_to_lmdb, load_cifar_batch
-from membench.data.images.lmdb_store import FORMAT, ImageLMDB, encode_record, read_metadata as read_lmdb_metadata
+from membench.data.images.lmdb_store import (
+    FORMAT,
+    ImageLMDB,
+    encode_record,
+)
+from membench.data.images.lmdb_store import (
+    read_metadata as read_lmdb_metadata,
+)
 from membench.data.images.transforms import decode_image
 from membench.memnet.dataset import FAMILIES, load_jobs
 
 EXAMPLES = int(os.environ.get("MEMBENCH_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 REPO = Path(__file__).resolve().parents[2]
 TRIED: dict[str, int] = {}
 
@@ -105,7 +117,9 @@ def test_graph_reader(vertices, edges):
 
 
 # -- BODMAS metadata, fold CSVs and classes ---------------------------------------------------
-_METADATA = b"sha,timestamp,family\naaa,2020-01-01 10:00:00,\nbbb,2020-02-03,wacatac\nccc,2021-05-06T07:08:09Z,x\n"
+_METADATA = (
+    b"sha,timestamp,family\naaa,2020-01-01 10:00:00,\nbbb,2020-02-03,wacatac\nccc,2021-05-06T07:08:09Z,x\n"
+)
 _FOLD = b"FileName,Label,File_Size\naaa.exe,0,10\nbbb.exe,1,3\nccc.exe,1,4\n"
 _CLASSES = b"Label,Name,Count\n0,benign,1\n1,malware,2\n"
 
@@ -135,8 +149,11 @@ def damaged_gzip(draw) -> bytes:
     return bytes(data) + draw(mutated(gzip.compress(draw(st.binary(max_size=16)), mtime=0)))
 
 
-_BINARY = st.one_of(st.binary(max_size=40), damaged_gzip(),
-                    mutated(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03KLJ\x06\x00\xc2A$5\x03\x00\x00\x00"))
+_BINARY = st.one_of(
+    st.binary(max_size=40),
+    damaged_gzip(),
+    mutated(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03KLJ\x06\x00\xc2A$5\x03\x00\x00\x00"),
+)
 
 
 def _content_length(content: bytes) -> int:
@@ -159,7 +176,9 @@ def test_bodmas_metadata_reader(metadata, contents):
 
 
 @FUZZ
-@given(fold=_file_bytes(_FOLD), classes=_file_bytes(_CLASSES), contents=st.lists(_BINARY, min_size=3, max_size=3))
+@given(
+    fold=_file_bytes(_FOLD), classes=_file_bytes(_CLASSES), contents=st.lists(_BINARY, min_size=3, max_size=3)
+)
 def test_fold_and_classes_readers(fold, classes, contents):
     with tempfile.TemporaryDirectory() as directory:
         fold_path, classes_path = Path(directory, "train_x_fold_0.csv"), Path(directory, "classes.csv")
@@ -168,7 +187,9 @@ def test_fold_and_classes_readers(fold, classes, contents):
         binaries = _binaries(Path(directory), contents)
         frame = _only_input_errors(lambda: read_fold(fold_path, binaries, num_classes=2), "BODMAS fold CSV")
         if frame is not None:
-            assert frame["Label"].between(0, 1).all() and all(Path(p).parent == binaries for p in frame["path"])
+            assert frame["Label"].between(0, 1).all() and all(
+                Path(p).parent == binaries for p in frame["path"]
+            )
         _only_input_errors(lambda: read_class_names(classes_path), "BODMAS classes.csv")
 
 
@@ -179,25 +200,35 @@ def _encoded(fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-_IMAGES = st.one_of(*(mutated(_encoded(fmt)) for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF")), st.binary(max_size=200))
+_IMAGES = st.one_of(
+    *(mutated(_encoded(fmt)) for fmt in ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF")),
+    st.binary(max_size=200),
+)
 
 
 @FUZZ
 @given(image=_IMAGES)
 def test_image_decoder(image):
-    decoded = _only_input_errors(lambda: decode_image(image, "image.png", "file"), "image files (PNG, JPEG, BMP, GIF, WebP, TIFF)")
+    decoded = _only_input_errors(
+        lambda: decode_image(image, "image.png", "file"), "image files (PNG, JPEG, BMP, GIF, WebP, TIFF)"
+    )
     if decoded is not None:
         assert decoded.mode == "RGB"
 
 
-_METADATA_VALUES = st.one_of(st.binary(max_size=30), st.sampled_from([b"true", b"-1", b"1e9", b"null", b"[]", b'"x"', b"2"]))
+_METADATA_VALUES = st.one_of(
+    st.binary(max_size=30), st.sampled_from([b"true", b"-1", b"1e9", b"null", b"[]", b'"x"', b"2"])
+)
 
 
 @FUZZ
-@given(records=st.lists(st.one_of(_IMAGES, st.binary(max_size=12)), min_size=1, max_size=3),
-       labels=st.lists(st.integers(-2, 3), min_size=3, max_size=3),
-       length=_METADATA_VALUES, classes=st.one_of(_METADATA_VALUES, st.just(b'["a", "b"]')),
-       raw_record=st.booleans())
+@given(
+    records=st.lists(st.one_of(_IMAGES, st.binary(max_size=12)), min_size=1, max_size=3),
+    labels=st.lists(st.integers(-2, 3), min_size=3, max_size=3),
+    length=_METADATA_VALUES,
+    classes=st.one_of(_METADATA_VALUES, st.just(b'["a", "b"]')),
+    raw_record=st.booleans(),
+)
 def test_lmdb_reader(records, labels, length, classes, raw_record):
     with tempfile.TemporaryDirectory() as directory:
         with lmdb.open(directory, map_size=2**22) as env, env.begin(write=True) as txn:
@@ -225,15 +256,24 @@ def _batch(data, labels) -> bytes:
 _META = pickle.dumps({b"label_names": [f"c{i}".encode() for i in range(10)]}, protocol=2)
 _GOOD_BATCH = _batch(np.zeros((2, 3072), np.uint8), [0, 9])
 _ARRAYS = st.one_of(
-    st.builds(lambda n, k, t: np.zeros((n, k), t), st.integers(0, 3), st.sampled_from([3072, 3071, 0]),
-              st.sampled_from([np.uint8, np.float32, np.int64])),
-    st.just("not an array"), st.none())
-_LABELS = st.one_of(st.lists(st.one_of(st.integers(-3, 12), st.text(max_size=2), st.none()), max_size=3), st.integers())
+    st.builds(
+        lambda n, k, t: np.zeros((n, k), t),
+        st.integers(0, 3),
+        st.sampled_from([3072, 3071, 0]),
+        st.sampled_from([np.uint8, np.float32, np.int64]),
+    ),
+    st.just("not an array"),
+    st.none(),
+)
+_LABELS = st.one_of(
+    st.lists(st.one_of(st.integers(-3, 12), st.text(max_size=2), st.none()), max_size=3), st.integers()
+)
 
 
 @FUZZ
-@given(meta=_file_bytes(_META),
-       batch=st.one_of(_file_bytes(_GOOD_BATCH), st.builds(_batch, _ARRAYS, _LABELS)))
+@given(
+    meta=_file_bytes(_META), batch=st.one_of(_file_bytes(_GOOD_BATCH), st.builds(_batch, _ARRAYS, _LABELS))
+)
 def test_cifar_reader(meta, batch):
     with tempfile.TemporaryDirectory() as directory:
         batches = Path(directory, "cifar")
@@ -241,25 +281,33 @@ def test_cifar_reader(meta, batch):
         (batches / "batches.meta").write_bytes(meta)
         (batches / "test_batch").write_bytes(batch)
         _only_input_errors(lambda: load_cifar_batch(batches / "test_batch"), "CIFAR python batches")
-        _only_input_errors(lambda: cifar_to_lmdb(batches, "cifar10", "test", Path(directory, "out")), "CIFAR python batches")
+        _only_input_errors(
+            lambda: cifar_to_lmdb(batches, "cifar10", "test", Path(directory, "out")), "CIFAR python batches"
+        )
 
 
 # -- GPUMemNet CSVs ------------------------------------------------------------------------------
 _GPUMEMNET = {
-    "mlp": (b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
-            b"Batch Size,Max GPU Memory (MiB)\n"
-            b"input:4_output:2_arch:uniform.out,2,\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\","
-            b"ReLU,8,23,16,1500\n"
-            b"input:6_output:3_arch:pyramid.out,1,\"[('linear', 3, 21)]\",Tanh,3,21,4,0\n"),
-    "cnn": (b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,Batch Size,"
-            b"Conv2d Count,BatchNorm2d Count,Dropout Count,AdaptiveAvgPool2d Count,Linear Count,"
-            b"Max GPU Memory (MiB),Status\n"
-            b"input:32_channels:3_arch:plain.out,2,\"[('conv2d', 3072, 84), ('linear', 10, 30730)]\",ReLU,3082,"
-            b"30814,8,1,0,0,0,1,2100.5,SUCCESSFUL\n"
-            b"input:64_arch:plain.out,2,\"[('conv2d', 12288, 84)]\",GELU,12288,84,512,1,1,0,1,1,9000,OOM_CRASH\n"),
-    "transformer": (b"Batch Size,Seq Length,Embedding Size,Num Layers,Num Heads,Depth,Total Activations,"
-                    b"Total Parameters,Max GPU Memory (MiB),Status\n"
-                    b"8,128,64,2,4,2,50000,120000,3000,SUCCESSFUL\n16,256,64,2,8,2,90000,120000,7000,OOM_CRASH\n"),
+    "mlp": (
+        b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
+        b"Batch Size,Max GPU Memory (MiB)\n"
+        b"input:4_output:2_arch:uniform.out,2,\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\","
+        b"ReLU,8,23,16,1500\n"
+        b"input:6_output:3_arch:pyramid.out,1,\"[('linear', 3, 21)]\",Tanh,3,21,4,0\n"
+    ),
+    "cnn": (
+        b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,Batch Size,"
+        b"Conv2d Count,BatchNorm2d Count,Dropout Count,AdaptiveAvgPool2d Count,Linear Count,"
+        b"Max GPU Memory (MiB),Status\n"
+        b"input:32_channels:3_arch:plain.out,2,\"[('conv2d', 3072, 84), ('linear', 10, 30730)]\",ReLU,3082,"
+        b"30814,8,1,0,0,0,1,2100.5,SUCCESSFUL\n"
+        b"input:64_arch:plain.out,2,\"[('conv2d', 12288, 84)]\",GELU,12288,84,512,1,1,0,1,1,9000,OOM_CRASH\n"
+    ),
+    "transformer": (
+        b"Batch Size,Seq Length,Embedding Size,Num Layers,Num Heads,Depth,Total Activations,"
+        b"Total Parameters,Max GPU Memory (MiB),Status\n"
+        b"8,128,64,2,4,2,50000,120000,3000,SUCCESSFUL\n16,256,64,2,8,2,90000,120000,7000,OOM_CRASH\n"
+    ),
 }
 
 
@@ -281,9 +329,13 @@ def test_gpumemnet_reader(family, data):
 # -- the config ----------------------------------------------------------------------------------
 _CONFIG = yaml.safe_load((REPO / "tests" / "workflow" / "config.yaml").read_text())
 _SCHEMA = load_schema(REPO / "config" / "schema.yaml")
-_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
-                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                       max_leaves=6)
+_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _paths(node, prefix=()):
@@ -297,8 +349,12 @@ _CONFIG_PATHS = [p for p in _paths(_CONFIG) if p]
 
 
 @FUZZ
-@given(path=st.sampled_from(_CONFIG_PATHS), value=_VALUES, as_string=st.booleans(),
-       text=st.one_of(st.none(), st.text(max_size=60)))
+@given(
+    path=st.sampled_from(_CONFIG_PATHS),
+    value=_VALUES,
+    as_string=st.booleans(),
+    text=st.one_of(st.none(), st.text(max_size=60)),
+)
 def test_config_checker(path, value, as_string, text):
     """A fuzzed config (one value replaced, also by a string as ``--config`` passes it, or free text
     read as YAML) is accepted or refused with one InputError naming the key; nothing else escapes."""

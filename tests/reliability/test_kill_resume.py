@@ -9,45 +9,155 @@ import json
 import faults
 import lmdb
 import pandas as pd
+import pytest
 
 from membench.core.metrics import read_metrics
 from membench.data.images.lmdb_store import check_lmdb, read_metadata
 from membench.memnet.generate import generate
-import pytest
 
 pytestmark = pytest.mark.slow
 
-JOB_FILES = ("metrics.json", "memlog.csv", "checkpoint.pt", "history.csv", "summary.csv", "beliefs.npy", "summary.parquet",
-             "staleness.csv")
+JOB_FILES = (
+    "metrics.json",
+    "memlog.csv",
+    "checkpoint.pt",
+    "history.csv",
+    "summary.csv",
+    "beliefs.npy",
+    "summary.parquet",
+    "staleness.csv",
+)
 
 
 def _hotconv_train(fold, outdir):
     return faults.membench(
-        "hotconv", "train", "--variant", "hotconv_eco", "--dataset", "tiny", "--fold", "1",
-        "--train", fold["train"], "--val", fold["val"], "--test", fold["test"], "--classes", fold["classes"],
-        "--binaries", fold["binaries"], "--outdir", outdir, "--epochs", "4", "--batch-size", "8", "--max-len", "4096",
-        "--learning-rate", "0.01", "--early-stopping-patience", "10", "--memory-probe-steps", "1",
-        "--num-filters", "8", "--window-size", "16", "--stride", "16", "--fp-slice-size", "256", "--fp2-slice-size", "32",
-        "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")
+        "hotconv",
+        "train",
+        "--variant",
+        "hotconv_eco",
+        "--dataset",
+        "tiny",
+        "--fold",
+        "1",
+        "--train",
+        fold["train"],
+        "--val",
+        fold["val"],
+        "--test",
+        fold["test"],
+        "--classes",
+        fold["classes"],
+        "--binaries",
+        fold["binaries"],
+        "--outdir",
+        outdir,
+        "--epochs",
+        "4",
+        "--batch-size",
+        "8",
+        "--max-len",
+        "4096",
+        "--learning-rate",
+        "0.01",
+        "--early-stopping-patience",
+        "10",
+        "--memory-probe-steps",
+        "1",
+        "--num-filters",
+        "8",
+        "--window-size",
+        "16",
+        "--stride",
+        "16",
+        "--fp-slice-size",
+        "256",
+        "--fp2-slice-size",
+        "32",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+        "--seed",
+        "0",
+    )
 
 
 def _division_train(digits, outdir):
     return faults.membench(
-        "division", "train", "--outdir", outdir, "--variant", "division", "--width", "4", "--image-size", "16",
-        "--train-lmdb", digits["train"], "--val-lmdb", digits["val"], "--dataset", "digits", "--epochs", "2",
-        "--batch-size", "16", "--num-workers", "0", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
+        "division",
+        "train",
+        "--outdir",
+        outdir,
+        "--variant",
+        "division",
+        "--width",
+        "4",
+        "--image-size",
+        "16",
+        "--train-lmdb",
+        digits["train"],
+        "--val-lmdb",
+        digits["val"],
+        "--dataset",
+        "digits",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--num-workers",
+        "0",
+        "--kernels",
+        "torch",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+    )
 
 
 def _division_point(outdir):
     return faults.membench(
-        "division", "memory", "--outdir", outdir, "--variant", "division", "--width", "4", "--batch-size", "4",
-        "--image-size", "16", "--kernels", "torch", "--device", "cpu", "--sample-interval-s", "0")
+        "division",
+        "memory",
+        "--outdir",
+        outdir,
+        "--variant",
+        "division",
+        "--width",
+        "4",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "16",
+        "--kernels",
+        "torch",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+    )
 
 
 def _appclass_bench(graphs, outdir):
     return faults.membench(
-        "appclass", "bench", *graphs, "--dataset", "rmat7/induced5", "--outdir", outdir, "--implementation", "torch",
-        "--threads", "1", "--repeats", "1", "--device", "cpu", "--sample-interval-s", "0")
+        "appclass",
+        "bench",
+        *graphs,
+        "--dataset",
+        "rmat7/induced5",
+        "--outdir",
+        outdir,
+        "--implementation",
+        "torch",
+        "--threads",
+        "1",
+        "--repeats",
+        "1",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+    )
 
 
 def _kill_job_and_compare(tmp_path, make_command, job, seed, started_file=None):
@@ -70,14 +180,20 @@ def _kill_job_and_compare(tmp_path, make_command, job, seed, started_file=None):
 
 
 def test_hotconv_train_resumes_after_kill_9(bodmas_fold, tmp_path):
-    record = _kill_job_and_compare(tmp_path, lambda out: _hotconv_train(bodmas_fold, out), "hotconv train", 11,
-                                   started_file="checkpoint.pt")
+    record = _kill_job_and_compare(
+        tmp_path,
+        lambda out: _hotconv_train(bodmas_fold, out),
+        "hotconv train",
+        11,
+        started_file="checkpoint.pt",
+    )
     assert record["epochs_run"] == 4
 
 
 def test_division_train_resumes_after_kill_9(digits, tmp_path):
-    _kill_job_and_compare(tmp_path, lambda out: _division_train(digits, out), "division train", 12,
-                          started_file="checkpoint.pt")
+    _kill_job_and_compare(
+        tmp_path, lambda out: _division_train(digits, out), "division train", 12, started_file="checkpoint.pt"
+    )
 
 
 def test_division_sweep_point_restarts_after_kill_9(tmp_path):
@@ -94,7 +210,9 @@ def _records(path):
 
 
 def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, tmp_path):
-    command = lambda out: faults.membench("images", "lmdb", "--root", all_digits_folder, "--split", "train", "--outdir", out)  # noqa: E731
+    command = lambda out: faults.membench(
+        "images", "lmdb", "--root", all_digits_folder, "--split", "train", "--outdir", out
+    )  # noqa: E731
     reference = faults.run(command(tmp_path / "clean"))
     outdir = tmp_path / "killed"
 
@@ -102,7 +220,10 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, t
         if outdir.exists():  # only ever the complete LMDB
             assert read_metadata(outdir)[0] == read_metadata(tmp_path / "clean")[0]
             assert check_lmdb(outdir) == read_metadata(outdir)[0]
-        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) in (["clean"], ["clean", "killed"])
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) in (
+            ["clean"],
+            ["clean", "killed"],
+        )
 
     # Kill while the LMDB is being written (its hidden temporary exists), at a seeded random point.
     writing = lambda: any(p.name.startswith(".killed.") for p in tmp_path.iterdir())  # noqa: E731
@@ -110,30 +231,82 @@ def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, t
     outcome = faults.kill_and_rerun(command(outdir), delays, after_kill, started=writing, job="images lmdb")
     assert outcome.kills_injected >= 1
     assert _records(outdir) == _records(tmp_path / "clean")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "killed"]  # the killed builds' temporaries removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "clean",
+        "killed",
+    ]  # the killed builds' temporaries removed
     faults.record_survived()
 
 
 def _robust_train(outdir):
     return faults.membench(
-        "robust", "train", "--outdir", outdir, "--mode", "sequential", "--dataset", "digits", "--epochs", "3",
-        "--train-limit", "256", "--test-limit", "64", "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32",
-        "--eval-attack-steps", "3", "--eval-restarts", "1", "--guard-attack-steps", "2", "--guard-samples", "32",
-        "--device", "cpu", "--sample-interval-s", "0", "--seed", "0")
+        "robust",
+        "train",
+        "--outdir",
+        outdir,
+        "--mode",
+        "sequential",
+        "--dataset",
+        "digits",
+        "--epochs",
+        "3",
+        "--train-limit",
+        "256",
+        "--test-limit",
+        "64",
+        "--hidden-units",
+        "32",
+        "--attack-steps",
+        "2",
+        "--batch-size",
+        "32",
+        "--eval-attack-steps",
+        "3",
+        "--eval-restarts",
+        "1",
+        "--guard-attack-steps",
+        "2",
+        "--guard-samples",
+        "32",
+        "--device",
+        "cpu",
+        "--sample-interval-s",
+        "0",
+        "--seed",
+        "0",
+    )
 
 
 def test_robust_train_resumes_after_kill_9(tmp_path):
     record = _kill_job_and_compare(tmp_path, _robust_train, "robust train", 16, started_file="checkpoint.pt")
     assert record["epochs_done"] == 3
     for name in ("history.csv", "staleness.csv"):
-        assert faults.comparable_table(tmp_path / "killed" / name).equals(faults.comparable_table(tmp_path / "clean" / name))
+        assert faults.comparable_table(tmp_path / "killed" / name).equals(
+            faults.comparable_table(tmp_path / "clean" / name)
+        )
 
 
 def _memnet_measure(configs, run_dir):
     return faults.membench(
-        "memnet", "measure", "--configs", configs, "--family", "mlp", "--records-dir", run_dir / "records",
-        "--out", run_dir / "measurements.csv", "--device", "cpu", "--train-steps", "1", "--threads", "1",
-        "--sample-interval-s", "0")
+        "memnet",
+        "measure",
+        "--configs",
+        configs,
+        "--family",
+        "mlp",
+        "--records-dir",
+        run_dir / "records",
+        "--out",
+        run_dir / "measurements.csv",
+        "--device",
+        "cpu",
+        "--train-steps",
+        "1",
+        "--threads",
+        "1",
+        "--sample-interval-s",
+        "0",
+    )
 
 
 def test_memnet_measure_resumes_after_kill_9(tmp_path):
@@ -155,8 +328,9 @@ def test_memnet_measure_resumes_after_kill_9(tmp_path):
     # The kill window opens when the records directory exists (the configurations are read).
     started = lambda: (run_dir / "records").exists()  # noqa: E731
     delays = faults.kill_delays(17, faults.KILLS_PER_JOB, reference.wall_s * 0.5, low=0.0)
-    outcome = faults.kill_and_rerun(_memnet_measure(configs, run_dir), delays, after_kill, started=started,
-                                    job="memnet measure")
+    outcome = faults.kill_and_rerun(
+        _memnet_measure(configs, run_dir), delays, after_kill, started=started, job="memnet measure"
+    )
     assert outcome.kills_injected >= 1, "no kill landed while the job ran"
     killed, clean = run_dir / "measurements.csv", tmp_path / "clean" / "measurements.csv"
     assert faults.comparable_table(killed).equals(faults.comparable_table(clean))

@@ -21,8 +21,20 @@ TABLES = ("results/tables/datasets.csv", "results/tables/appclass.csv")
 
 
 def _snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-            "--configfile", str(configfile), "--cores", "2", *args]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
+    ]
 
 
 def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
@@ -49,8 +61,13 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
             if (killed / table).exists():
                 faults.comparable_table(killed / table)  # a table present is a whole one
 
-    outcome = faults.kill_and_rerun(_snakemake(killed, *TABLES, configfile=configfile), delays, after_kill, started=first_output.exists,
-                                    job="snakemake (whole workflow)")
+    outcome = faults.kill_and_rerun(
+        _snakemake(killed, *TABLES, configfile=configfile),
+        delays,
+        after_kill,
+        started=first_output.exists,
+        job="snakemake (whole workflow)",
+    )
     assert outcome.kills_injected >= 1 and any(locks_left), "no kill left Snakemake's lock behind"
     if locks_left[-1]:
         assert "removed the lock" in outcome.final.output
@@ -94,7 +111,9 @@ def test_appclass_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, ke
         variant["kernels"] = kernels
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    dry = faults.run(_snakemake(tmp_path / "work", "-n", "-p", "results/tables/appclass.csv", configfile=configfile))
+    dry = faults.run(
+        _snakemake(tmp_path / "work", "-n", "-p", "results/tables/appclass.csv", configfile=configfile)
+    )
     assert ("appclass_build" in dry.output) == builds
     assert ("--build-manifest" in dry.output) == builds
     assert "appclass_bench" in dry.output

@@ -12,16 +12,31 @@ def _summary(tmp_path, *tables):
     provenance = tmp_path / "provenance.json"
     provenance.write_text(json.dumps({"command": "snakemake", "commit": "", "config_differences": []}))
     words = [word for table in tables for word in ("--table", str(table))]
-    return main(["report", "summary", *words, "--published", str(default_published_path()),
-                 "--provenance", str(provenance), "--out-html", str(tmp_path / "summary.html"),
-                 "--out-fragment", str(tmp_path / "fragment.html"), "--out-csv", str(tmp_path / "summary.csv")])
+    return main(
+        [
+            "report",
+            "summary",
+            *words,
+            "--published",
+            str(default_published_path()),
+            "--provenance",
+            str(provenance),
+            "--out-html",
+            str(tmp_path / "summary.html"),
+            "--out-fragment",
+            str(tmp_path / "fragment.html"),
+            "--out-csv",
+            str(tmp_path / "summary.csv"),
+        ]
+    )
 
 
 def test_summary_reads_the_tables_it_is_given_and_no_other(tmp_path, write_hotconv):
     write_hotconv(tmp_path)
     # A table of an earlier run beside them: the summary leaves it out.
-    pd.DataFrame({"variant": ["vanilla", "division"], "batch_size": [8, 8], "activation_mib": [50.0, 5.0]}).to_csv(
-        tmp_path / "division_memory.csv", index=False)
+    pd.DataFrame(
+        {"variant": ["vanilla", "division"], "batch_size": [8, 8], "activation_mib": [50.0, 5.0]}
+    ).to_csv(tmp_path / "division_memory.csv", index=False)
     assert _summary(tmp_path, tmp_path / "hotconv.csv", tmp_path / "hotconv_sweep.csv") == 0
     assert set(pd.read_csv(tmp_path / "summary.csv")["system"]) == {"hotconv"}
     assert _summary(tmp_path, tmp_path / "hotconv.csv", tmp_path / "division_memory.csv") == 0

@@ -40,8 +40,14 @@ def test_only_existing_curated_columns_are_shown():
 
 
 def test_table_page_shows_curated_columns_and_embeds_the_full_tables(tmp_path):
-    frame = pd.DataFrame({"variant": ["hotconv", "malconv"], "test_accuracy": [0.9, 0.8],
-                          "train_alloc_peak_mib": [1.0, 50.0], "hidden_column": [1, 2]})
+    frame = pd.DataFrame(
+        {
+            "variant": ["hotconv", "malconv"],
+            "test_accuracy": [0.9, 0.8],
+            "train_alloc_peak_mib": [1.0, 50.0],
+            "hidden_column": [1, 2],
+        }
+    )
     csv = tmp_path / "hotconv.csv"
     write_table(frame, csv, tmp_path / "hotconv.parquet")
     text = table_page("hotconv", csv, tmp_path / "hotconv.parquet")
@@ -72,5 +78,9 @@ def test_a_pipe_as_a_table_is_named_without_blocking(tmp_path):
 
 def test_every_aggregated_table_of_the_rules_has_a_page():
     rules = Path(__file__).resolve().parents[2] / "rules"
-    tables = {name for path in rules.glob("*.smk") for name in re.findall(r"results/tables/(\w+)\.csv", path.read_text())}
+    tables = {
+        name
+        for path in rules.glob("*.smk")
+        for name in re.findall(r"results/tables/(\w+)\.csv", path.read_text())
+    }
     assert tables and tables <= set(TABLE_VIEWS), sorted(tables - set(TABLE_VIEWS))

@@ -12,7 +12,11 @@ from membench.cli import main
 from membench.core.errors import InputError
 from membench.report.pages import summary_fragment
 from membench.report.provenance import (
-    config_differences, git_commit, machine_from_tables, read_provenance, timing_load,
+    config_differences,
+    git_commit,
+    machine_from_tables,
+    read_provenance,
+    timing_load,
 )
 from membench.report.published import default_published_path, load_published
 from membench.report.summary import headline_table
@@ -42,21 +46,40 @@ def test_commit_of_a_checkout_and_outside_one(tmp_path):
 
 def test_machine_and_load_from_the_tables():
     tables = {
-        "hotconv": pd.DataFrame({"device": ["cpu", "cpu"], "torch_version": ["2.13.0+cpu"] * 2,
-                                 "load_1m_max": [1.5, 3.25]}),
+        "hotconv": pd.DataFrame(
+            {"device": ["cpu", "cpu"], "torch_version": ["2.13.0+cpu"] * 2, "load_1m_max": [1.5, 3.25]}
+        ),
         "robust": pd.DataFrame({"device": ["cuda"], "device_name": ["NVIDIA H100"]}),
     }
-    assert machine_from_tables(tables) == {"device": "cpu, cuda", "device_name": "NVIDIA H100",
-                                           "torch_version": "2.13.0+cpu"}
+    assert machine_from_tables(tables) == {
+        "device": "cpu, cuda",
+        "device_name": "NVIDIA H100",
+        "torch_version": "2.13.0+cpu",
+    }
     assert timing_load(tables) == {"hotconv": 3.25}
 
 
 def test_provenance_command_writes_the_default_config_differences(tmp_path):
     out = tmp_path / "provenance.json"
     config = {"device": "cpu"}
-    code = main(["report", "provenance", "--command", "snakemake --cores 2", "--config-json", json.dumps(config),
-                 "--default-config", str(REPO / "config" / "config.yaml"), "--schema",
-                 str(REPO / "config" / "schema.yaml"), "--checkout", str(tmp_path), "--out", str(out)])
+    code = main(
+        [
+            "report",
+            "provenance",
+            "--command",
+            "snakemake --cores 2",
+            "--config-json",
+            json.dumps(config),
+            "--default-config",
+            str(REPO / "config" / "config.yaml"),
+            "--schema",
+            str(REPO / "config" / "schema.yaml"),
+            "--checkout",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     record = read_provenance(out)
     assert record["command"] == "snakemake --cores 2" and record["commit"] == "not a git checkout"
@@ -73,18 +96,41 @@ def test_bad_provenance_inputs(tmp_path, capsys):
     (tmp_path / "p.json").write_text("{}")
     with pytest.raises(InputError, match="expected an object with command, commit"):
         read_provenance(tmp_path / "p.json")
-    assert main(["report", "provenance", "--command", "x", "--config-json", "{", "--default-config", "a",
-                 "--schema", "b", "--checkout", ".", "--out", str(tmp_path / "o.json")]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "provenance",
+                "--command",
+                "x",
+                "--config-json",
+                "{",
+                "--default-config",
+                "a",
+                "--schema",
+                "b",
+                "--checkout",
+                ".",
+                "--out",
+                str(tmp_path / "o.json"),
+            ]
+        )
+        == 2
+    )
     assert "--config-json is not valid JSON" in capsys.readouterr().err
 
 
 def test_summary_fragment_has_one_row_per_method_and_the_provenance(tmp_path, write_hotconv):
     write_hotconv(tmp_path, device="cpu", reliable=False)
     headline = headline_table(tmp_path, load_published(default_published_path()))
-    provenance = {"command": "snakemake <b>", "commit": "not a git checkout", "config_differences": ["seed: 0 -> 1"]}
+    provenance = {
+        "command": "snakemake <b>",
+        "commit": "not a git checkout",
+        "config_differences": ["seed: 0 -> 1"],
+    }
     text = summary_fragment(headline, "Measured on CPU.", provenance, {"device": "cpu"}, {"hotconv": 2.5})
     assert "snakemake &lt;b&gt;" in text and "the default with 1 key(s) changed" in text
     assert "<li><code>seed: 0 -&gt; 1</code></li>" in text
     assert "hotconv 2.50" in text and "spread 80% over 3 epochs: hotconv_eco" in text
-    system_table = text[text.index("<h4>"):text.index("Timing flags")]
+    system_table = text[text.index("<h4>") : text.index("Timing flags")]
     assert system_table.count("<tr>") == len(headline) + 1

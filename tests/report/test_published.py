@@ -8,13 +8,15 @@ import yaml
 from membench.core.errors import InputError
 from membench.report.published import METRICS, SYSTEMS, default_published_path, load_published
 
-
 # The works the shipped figures come from, by the names a reader can look up; a reference point of
 # membench's own is labelled as such, never as a paper's.
 SOURCES = (
-    "the HotConv README", "DIVISION: Memory Efficient Training via Dual Activation Precision",
-    "Gunrock's Application Classification report", "GPUMemNet (github.com/itu-rad/GPUMemNet)",
-    "Fast is better than free: Revisiting adversarial training", "Parallel Training of Robust Neural Networks",
+    "the HotConv README",
+    "DIVISION: Memory Efficient Training via Dual Activation Precision",
+    "Gunrock's Application Classification report",
+    "GPUMemNet (github.com/itu-rad/GPUMemNet)",
+    "Fast is better than free: Revisiting adversarial training",
+    "Parallel Training of Robust Neural Networks",
     "membench's own reference point, not a paper's",
 )
 
@@ -50,12 +52,15 @@ def test_a_figure_without_a_source_is_refused_naming_it(tmp_path):
         load_published(figures_file(tmp_path, [figure]))
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("metric", "memory", "'metric' is 'memory', expected one of"),
-    ("value", "about 2", "'value' must be a number"),
-    ("tolerance", -1, "'tolerance' must not be negative"),
-    ("requires", {}, "'requires' must be a non-empty mapping"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("metric", "memory", "'metric' is 'memory', expected one of"),
+        ("value", "about 2", "'value' must be a number"),
+        ("tolerance", -1, "'tolerance' must not be negative"),
+        ("requires", {}, "'requires' must be a non-empty mapping"),
+    ],
+)
 def test_malformed_fields_are_refused(tmp_path, field, value, message):
     figure = dict(load_published(default_published_path())[0]) | {field: value}
     with pytest.raises(InputError, match=message):

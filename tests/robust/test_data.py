@@ -20,7 +20,10 @@ def _write_mnist(root, train_n=20, test_n=10, gz=False, labels_fn=None):
     for split, n in (("train", train_n), ("t10k", test_n)):
         images = rng.integers(0, 256, (n, 28, 28))
         labels = rng.integers(0, 10, n) if labels_fn is None else labels_fn(n)
-        for name, data in ((f"{split}-images-idx3-ubyte", _idx(images)), (f"{split}-labels-idx1-ubyte", _idx(labels))):
+        for name, data in (
+            (f"{split}-images-idx3-ubyte", _idx(images)),
+            (f"{split}-labels-idx1-ubyte", _idx(labels)),
+        ):
             if gz:
                 (root / f"{name}.gz").write_bytes(gzip.compress(data))
             else:
@@ -41,14 +44,20 @@ def test_mnist_idx_files_load(tmp_path, gz):
     assert 0 <= data.x_train.min() and data.x_train.max() <= 1
 
 
-@pytest.mark.parametrize("corrupt, message", [
-    (lambda raw: b"\x01" + raw[1:], "not an idx file"),
-    (lambda raw: raw[:2] + b"\x0d" + raw[3:], "type code 0x0d is not unsigned byte"),
-    (lambda raw: raw[:-5], "header announces shape"),
-    (lambda raw: raw[:6], "file ends inside the header"),
-    # 2**31 x 2**31 x 4 bytes, which a 64-bit product takes for 0, in a file with no data
-    (lambda raw: raw[:4] + (2**31).to_bytes(4, "big") * 2 + (4).to_bytes(4, "big"), "header announces shape"),
-])
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda raw: b"\x01" + raw[1:], "not an idx file"),
+        (lambda raw: raw[:2] + b"\x0d" + raw[3:], "type code 0x0d is not unsigned byte"),
+        (lambda raw: raw[:-5], "header announces shape"),
+        (lambda raw: raw[:6], "file ends inside the header"),
+        # 2**31 x 2**31 x 4 bytes, which a 64-bit product takes for 0, in a file with no data
+        (
+            lambda raw: raw[:4] + (2**31).to_bytes(4, "big") * 2 + (4).to_bytes(4, "big"),
+            "header announces shape",
+        ),
+    ],
+)
 def test_bad_mnist_image_file_is_named(tmp_path, corrupt, message):
     _write_mnist(tmp_path)
     path = tmp_path / "train-images-idx3-ubyte"
@@ -81,7 +90,10 @@ def _write_cifar(root, n=4):
     rng = np.random.default_rng(0)
     (root / "batches.meta").write_bytes(pickle.dumps({b"label_names": [f"c{i}".encode() for i in range(10)]}))
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        batch = {b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"labels": [int(v) for v in rng.integers(0, 10, n)]}
+        batch = {
+            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            b"labels": [int(v) for v in rng.integers(0, 10, n)],
+        }
         (root / name).write_bytes(pickle.dumps(batch))
 
 
@@ -99,7 +111,9 @@ def test_cifar10_batches_load_as_chw_images(tmp_path):
 def test_tampered_cifar_batch_is_refused_without_running_code(tmp_path, capsys):
     _write_cifar(tmp_path)
     (tmp_path / "data_batch_3").write_bytes(pickle.dumps({b"data": _Exploit(), b"labels": []}))
-    with pytest.raises(InputError, match=r"data_batch_3: not a plain CIFAR python batch .*builtins.print is not allowed"):
+    with pytest.raises(
+        InputError, match=r"data_batch_3: not a plain CIFAR python batch .*builtins.print is not allowed"
+    ):
         load_dataset("cifar10", tmp_path)
     assert "pwned" not in capsys.readouterr().out
 

@@ -11,17 +11,45 @@ import sys
 import time
 
 import pandas as pd
+import pytest
 
 from membench.cli import main
 from membench.core.distributed import Ranks, launched_ranks
-import pytest
 
 pytestmark = pytest.mark.slow
 
-OPTIONS = ["--mode", "parallel", "--producers", "2", "--train-limit", "192", "--test-limit", "64",
-           "--hidden-units", "32", "--attack-steps", "2", "--batch-size", "32", "--eval-attack-steps", "3", "--eval-restarts", "1",
-           "--guard-attack-steps", "2", "--guard-samples", "32", "--sample-interval-s", "0", "--device", "cpu",
-           "--max-staleness", "3", "--timeout-s", "60"]
+OPTIONS = [
+    "--mode",
+    "parallel",
+    "--producers",
+    "2",
+    "--train-limit",
+    "192",
+    "--test-limit",
+    "64",
+    "--hidden-units",
+    "32",
+    "--attack-steps",
+    "2",
+    "--batch-size",
+    "32",
+    "--eval-attack-steps",
+    "3",
+    "--eval-restarts",
+    "1",
+    "--guard-attack-steps",
+    "2",
+    "--guard-samples",
+    "32",
+    "--sample-interval-s",
+    "0",
+    "--device",
+    "cpu",
+    "--max-staleness",
+    "3",
+    "--timeout-s",
+    "60",
+]
 
 
 def _free_port() -> int:
@@ -35,19 +63,61 @@ def _ranks(outdir, *extra: str, producers: int = 2) -> list[subprocess.Popen]:
     port = _free_port()
     processes = []
     for rank in range(producers + 1):
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(producers + 1), "LOCAL_RANK": str(rank)}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "membench.cli", "robust", "train", "--outdir", str(outdir), *OPTIONS,
-             "--transport", "distributed", "--producers", str(producers), *extra],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(producers + 1),
+            "LOCAL_RANK": str(rank),
+        }
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "membench.cli",
+                    "robust",
+                    "train",
+                    "--outdir",
+                    str(outdir),
+                    *OPTIONS,
+                    "--transport",
+                    "distributed",
+                    "--producers",
+                    str(producers),
+                    *extra,
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return processes
 
 
 def _shared_memory_run(outdir) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.Popen([sys.executable, "-m", "membench.cli", "robust", "train", "--outdir", str(outdir), *OPTIONS,
-                             "--epochs", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "membench.cli",
+            "robust",
+            "train",
+            "--outdir",
+            str(outdir),
+            *OPTIONS,
+            "--epochs",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_distributed_run_trains_every_batch_once_like_a_shared_memory_run(tmp_path):
@@ -88,8 +158,10 @@ def test_a_killed_producer_rank_ends_the_run_with_a_clear_error(tmp_path):
 def test_distributed_transport_needs_one_process_per_rank(tmp_path, capsys):
     code = main(["robust", "train", "--outdir", str(tmp_path), *OPTIONS, "--transport", "distributed"])
     assert code == 2
-    assert "option --transport: the distributed transport runs one process per rank, trainer and 2 producers: " \
-           "start 3 (torchrun --nproc-per-node or srun --ntasks), got 1" in capsys.readouterr().err
+    assert (
+        "option --transport: the distributed transport runs one process per rank, trainer and 2 producers: "
+        "start 3 (torchrun --nproc-per-node or srun --ntasks), got 1" in capsys.readouterr().err
+    )
 
 
 def test_srun_tasks_give_their_ranks_and_torchrun_wins(monkeypatch):

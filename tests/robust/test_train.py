@@ -8,15 +8,32 @@ from membench.robust import train as train_module
 from membench.robust.models import build_model
 from membench.robust.train import SequentialSource, TrainSettings, epoch_batches, train
 
-SETTINGS = TrainSettings(attack="pgd", eps=0.1, steps=2, alpha=0.05, epochs=2, batch_size=32,
-                         learning_rate=0.01, guard_steps=2, guard_samples=64)
+SETTINGS = TrainSettings(
+    attack="pgd",
+    eps=0.1,
+    steps=2,
+    alpha=0.05,
+    epochs=2,
+    batch_size=32,
+    learning_rate=0.01,
+    guard_steps=2,
+    guard_samples=64,
+)
 
 
 def _run(digits, tmp_path, settings=SETTINGS, name="ckpt.pt"):
     x, y = digits.x_train[:200], digits.y_train[:200]
     model = build_model("mlp", digits.input_shape, 10, 32, seed=settings.seed)
-    result = train(model, x, y, settings, SequentialSource(x, y, settings, torch.device("cpu")),
-                   tmp_path / name, torch.device("cpu"), run_identity(settings.__dict__))
+    result = train(
+        model,
+        x,
+        y,
+        settings,
+        SequentialSource(x, y, settings, torch.device("cpu")),
+        tmp_path / name,
+        torch.device("cpu"),
+        run_identity(settings.__dict__),
+    )
     return model, result
 
 
@@ -33,7 +50,9 @@ def test_sequential_training_repeats_under_a_fixed_seed(digits, tmp_path):
     second, second_result = _run(digits, tmp_path, name="b.pt")
     for a, b in zip(first.state_dict().values(), second.state_dict().values()):
         assert torch.equal(a, b)
-    assert [row["train_loss"] for row in first_result.history] == [row["train_loss"] for row in second_result.history]
+    assert [row["train_loss"] for row in first_result.history] == [
+        row["train_loss"] for row in second_result.history
+    ]
     assert first_result.staleness == [0] * (2 * 7)
 
 
@@ -47,8 +66,16 @@ def test_a_batch_arriving_twice_is_an_error(digits, tmp_path):
     x, y = digits.x_train[:64], digits.y_train[:64]
     model = build_model("mlp", digits.input_shape, 10, 16, seed=0)
     with pytest.raises(RuntimeError, match="batch 0 arrived twice"):
-        train(model, x, y, SETTINGS, _DuplicatingSource(x, y, SETTINGS, torch.device("cpu")), tmp_path / "c.pt",
-              torch.device("cpu"), run_identity({}))
+        train(
+            model,
+            x,
+            y,
+            SETTINGS,
+            _DuplicatingSource(x, y, SETTINGS, torch.device("cpu")),
+            tmp_path / "c.pt",
+            torch.device("cpu"),
+            run_identity({}),
+        )
 
 
 @pytest.mark.parametrize("action", ["shrink", "stop"])
@@ -58,9 +85,14 @@ def test_guard_restores_weights_and_shrinks_alpha_or_stops(digits, tmp_path, mon
     monkeypatch.setattr(train_module, "evaluate", lambda *args, **kwargs: (1.0, next(guard_accuracies)))
     snapshots = []
     original_save = train_module.save_checkpoint
-    monkeypatch.setattr(train_module, "save_checkpoint",
-                        lambda path, state, identity: (snapshots.append({k: v.clone() for k, v in state["model"].items()}),
-                                                       original_save(path, state, identity)))
+    monkeypatch.setattr(
+        train_module,
+        "save_checkpoint",
+        lambda path, state, identity: (
+            snapshots.append({k: v.clone() for k, v in state["model"].items()}),
+            original_save(path, state, identity),
+        ),
+    )
     settings = TrainSettings(**{**SETTINGS.__dict__, "epochs": 3, "guard_action": action})
     model, result = _run(digits, tmp_path, settings)
     assert result.guard_events == 1

@@ -16,8 +16,17 @@ def parse_dry_run(output: str) -> list[dict]:
     for line in output.splitlines():
         header = re.match(r"^(?:local)?rule (\w+):$", line)
         if header:
-            jobs.append({"rule": header.group(1), "threads": 1,
-                         "resources": {}, "input": [], "output": [], "log": [], "shell": ""})
+            jobs.append(
+                {
+                    "rule": header.group(1),
+                    "threads": 1,
+                    "resources": {},
+                    "input": [],
+                    "output": [],
+                    "log": [],
+                    "shell": "",
+                }
+            )
             continue
         if not jobs:
             continue
@@ -28,7 +37,9 @@ def parse_dry_run(output: str) -> list[dict]:
             if key == "threads":
                 job["threads"] = int(text)
             elif key == "resources":
-                job["resources"] = {k: _value(v) for k, v in (item.split("=", 1) for item in text.split(", "))}
+                job["resources"] = {
+                    k: _value(v) for k, v in (item.split("=", 1) for item in text.split(", "))
+                }
             elif key in ("input", "output", "log"):
                 job[key] = text.split(", ")
         elif line.startswith("Shell command: "):

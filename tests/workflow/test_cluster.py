@@ -11,13 +11,12 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
-
 from workflow.dry_run import parse_dry_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +41,19 @@ def _env() -> dict[str, str]:
 
 
 def snakemake(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env or _env(), timeout=600, cwd=workdir)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *args,
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, env=env or _env(), timeout=600, cwd=workdir
+    )
 
 
 class _Resources(dict):
@@ -65,8 +75,14 @@ class _Job:
 def sbatch_line(listed: dict) -> str:
     """What snakemake-executor-plugin-slurm submits for a job of the dry-run listing (its submit
     command, then its GPU options, as the executor puts them together)."""
-    params = {"run_uuid": "run", "slurm_logfile": "job.log", "comment_str": f"rule_{listed['rule']}",
-              "account": "", "partition": "", "workdir": "."}
+    params = {
+        "run_uuid": "run",
+        "slurm_logfile": "job.log",
+        "comment_str": f"rule_{listed['rule']}",
+        "account": "",
+        "partition": "",
+        "workdir": ".",
+    }
     job = _Job(listed)
     return get_submit_command(job, params) + set_gres_string(job)
 
@@ -87,8 +103,13 @@ with SnakemakeApi(OutputSettings()) as api:
 
 
 def local_rules(workdir: Path) -> set[str]:
-    result = subprocess.run([sys.executable, "-c", LOCAL_RULES_SCRIPT, str(REPO / "Snakefile"), str(TEST_CONFIG),
-                             str(workdir)], capture_output=True, text=True, env=_env(), timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", LOCAL_RULES_SCRIPT, str(REPO / "Snakefile"), str(TEST_CONFIG), str(workdir)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return set(json.loads(result.stdout.splitlines()[-1]))
 
@@ -105,11 +126,15 @@ def cluster_dry_run(workdir: Path, device: str = "auto", **changes: dict) -> lis
     config["device"] = device
     for section, values in changes.items():
         for key, value in values.items():
-            config[section][key] = {**config[section].get(key, {}), **value} if isinstance(value, dict) else value
+            config[section][key] = (
+                {**config[section].get(key, {}), **value} if isinstance(value, dict) else value
+            )
     configfile = workdir / "cluster.yaml"
     configfile.write_text(yaml.safe_dump(config))
     # A dry run caps threads at --cores (1 unless given); a cluster run caps them at nothing.
-    result = snakemake(workdir, "-n", "--cores", "1024", "--profile", str(SLURM_PROFILE), "--configfile", str(configfile))
+    result = snakemake(
+        workdir, "-n", "--cores", "1024", "--profile", str(SLURM_PROFILE), "--configfile", str(configfile)
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     jobs = parse_dry_run(result.stdout)
     assert jobs, result.stdout[-3000:]
@@ -150,12 +175,16 @@ def test_workflow_profile_sets_nothing_the_cluster_profile_does_not_share():
     shared = yaml.safe_load((WORKFLOW_PROFILE / "config.yaml").read_text())
     cluster = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())
     for key, value in shared.items():
-        assert cluster.get(key) == value, f"profiles/default sets {key}: {value!r}, which would override the cluster's"
+        assert cluster.get(key) == value, (
+            f"profiles/default sets {key}: {value!r}, which would override the cluster's"
+        )
 
 
 def readme_profile_install_line() -> str:
     readme = (REPO / "README.md").read_text()
-    lines = [line for line in readme.splitlines() if "~/.config/snakemake" in line and line.startswith("mkdir")]
+    lines = [
+        line for line in readme.splitlines() if "~/.config/snakemake" in line and line.startswith("mkdir")
+    ]
     assert len(lines) == 1, "README gives one command that installs the profile"
     return lines[0]
 
@@ -165,15 +194,21 @@ def test_readme_install_makes_profile_slurm_resolve(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    subprocess.run(["bash", "-euo", "pipefail", "-c", readme_profile_install_line()], cwd=REPO, check=True, timeout=60)
-    assert (home / ".config" / "snakemake" / "slurm" / "config.yaml").read_text() == (SLURM_PROFILE / "config.yaml").read_text()
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_profile_install_line()], cwd=REPO, check=True, timeout=60
+    )
+    assert (home / ".config" / "snakemake" / "slurm" / "config.yaml").read_text() == (
+        SLURM_PROFILE / "config.yaml"
+    ).read_text()
     monkeypatch.chdir(tmp_path)
     args = effective_args("--profile", "slurm")
     assert args.executor == "slurm" and str(args.latency_wait) == "60"
     # Installing again keeps the user's edited copy.
     edited = home / ".config" / "snakemake" / "slurm" / "config.yaml"
     edited.write_text(edited.read_text() + "# site settings\n")
-    subprocess.run(["bash", "-euo", "pipefail", "-c", readme_profile_install_line()], cwd=REPO, check=True, timeout=60)
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_profile_install_line()], cwd=REPO, check=True, timeout=60
+    )
     assert edited.read_text().endswith("# site settings\n")
 
 
@@ -225,9 +260,14 @@ def test_cpu_config_requests_no_gpu(tmp_path):
 
 
 def test_tables_and_figures_run_on_the_submit_host(cluster_jobs):
-    report_jobs = [job for job in cluster_jobs
-                   if job["shell"] not in ("", "None") and job["input"] and all(path.startswith("results/") and not path.startswith(DATA_DIR) for path in job["input"])
-                   and all(path.startswith(REPORT_DIRS) for path in job["output"])]
+    report_jobs = [
+        job
+        for job in cluster_jobs
+        if job["shell"] not in ("", "None")
+        and job["input"]
+        and all(path.startswith("results/") and not path.startswith(DATA_DIR) for path in job["input"])
+        and all(path.startswith(REPORT_DIRS) for path in job["output"])
+    ]
     assert len(report_jobs) >= 5
     for job in report_jobs:
         assert job["local"], f"{job['rule']} only aggregates or plots: make it a localrule"
@@ -257,7 +297,15 @@ def test_multi_node_training_is_a_multi_task_job(tmp_path):
         assert job["resources"]["mpi"] == "srun"
         words = shlex.split(job["shell"])
         assert words[: words.index("torchrun")] == [
-            "srun", "--nodes", "3", "--ntasks", "3", "--ntasks-per-node", "1", "--cpus-per-task", str(job["threads"]),
+            "srun",
+            "--nodes",
+            "3",
+            "--ntasks",
+            "3",
+            "--ntasks-per-node",
+            "1",
+            "--cpus-per-task",
+            str(job["threads"]),
         ]
         assert words[words.index("--nnodes") + 1] == "3" and words[words.index("--nproc-per-node") + 1] == "2"
 
@@ -268,16 +316,28 @@ def test_one_node_multi_gpu_training_asks_for_its_gpus(tmp_path):
         line = sbatch_line(job).split()
         assert "--gpus=2" in line
         assert "mpi" not in job["resources"]
-        assert job["shell"].startswith("torchrun --standalone --nproc-per-node 2 -m membench.cli division train")
+        assert job["shell"].startswith(
+            "torchrun --standalone --nproc-per-node 2 -m membench.cli division train"
+        )
 
 
 # -- local runs ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("visible", "extra", "slots"), [("", [], 1), ("0,1", [], 2), ("0,1", ["--resources", "gpu=5"], 5)])
+@pytest.mark.parametrize(
+    ("visible", "extra", "slots"), [("", [], 1), ("0,1", [], 2), ("0,1", ["--resources", "gpu=5"], 5)]
+)
 def test_local_run_gives_gpu_jobs_one_slot_per_gpu(tmp_path, visible, extra, slots):
-    result = snakemake(tmp_path, "results/data/bodmas/tiny/metadata.csv", "--cores", "1", *extra,
-                       "--configfile", str(TEST_CONFIG), env={**_env(), "CUDA_VISIBLE_DEVICES": visible})
+    result = snakemake(
+        tmp_path,
+        "results/data/bodmas/tiny/metadata.csv",
+        "--cores",
+        "1",
+        *extra,
+        "--configfile",
+        str(TEST_CONFIG),
+        env={**_env(), "CUDA_VISIBLE_DEVICES": visible},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     provided = re.search(r"Provided resources: (.*)", result.stdout + result.stderr)
     assert provided and re.search(rf"\bgpu\D*{slots}\b", provided.group(1)), provided
@@ -293,19 +353,26 @@ def test_conda_env_matches_pyproject_and_installs_from_the_checkout():
     assert {"pip", "ninja", "cxx-compiler"} <= {re.split(r"[=<>]", d)[0] for d in conda}
     pinned = {Requirement(line).name.lower(): Requirement(line) for line in pip_section}
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    wanted = {Requirement(line).name.lower(): Requirement(line) for line in pyproject["project"]["dependencies"]}
+    wanted = {
+        Requirement(line).name.lower(): Requirement(line) for line in pyproject["project"]["dependencies"]
+    }
     assert pinned.keys() == wanted.keys()
     for name, requirement in wanted.items():
         if name == "torch":
             # the version CI tests with (README's install command), within pyproject's range
             (version,) = [s.version for s in pinned[name].specifier if s.operator == "=="]
-            assert requirement.specifier.contains(version) and f"torch=={version}" in (REPO / "README.md").read_text()
+            assert (
+                requirement.specifier.contains(version)
+                and f"torch=={version}" in (REPO / "README.md").read_text()
+            )
         else:
             assert pinned[name].specifier == requirement.specifier, name
     # No path in the pip section: Snakemake builds the environment from a copy under .snakemake/.
     deploy = REPO / "envs" / "membench.post-deploy.sh"
     assert os.access(deploy, os.X_OK)
-    assert re.search(r'pip install --no-deps -e "\$\(cd "\$\(dirname "\$0"\)/\.\." && pwd\)"', deploy.read_text())
+    assert re.search(
+        r'pip install --no-deps -e "\$\(cd "\$\(dirname "\$0"\)/\.\." && pwd\)"', deploy.read_text()
+    )
     assert (deploy.parent.parent / "pyproject.toml").is_file()
 
 
@@ -319,22 +386,35 @@ def test_workflow_runs_as_a_module_of_another(tmp_path):
     readme = (REPO / "README.md").read_text()
     snippet = re.search(r"```python\n(# Snakefile of your workflow.*?)```", readme, re.S).group(1)
     (outer / "Snakefile").write_text(snippet.replace("path/to/membench", str(REPO)))
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2"], cwd=outer, capture_output=True,
-                            text=True, env=_env(), timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "2"],
+        cwd=outer,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     jobs = parse_dry_run(result.stdout)
     rules = {job["rule"] for job in jobs}
     assert {"membench_meter_check", "membench_division_build", "membench_hotconv_table"} <= rules
     (build,) = [job for job in jobs if job["rule"] == "membench_division_build"]
-    assert all(Path(outer, path.removesuffix(" (cached)")).resolve().is_relative_to(REPO) for path in build["input"])
+    assert all(
+        Path(outer, path.removesuffix(" (cached)")).resolve().is_relative_to(REPO) for path in build["input"]
+    )
 
 
 # -- formatting ---------------------------------------------------------------------------------------------
 
 
 def test_rules_are_snakefmt_clean():
-    result = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "rules", "Snakefile"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "rules", "Snakefile"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -346,13 +426,22 @@ def test_robust_runs_across_nodes_are_multi_task_jobs_of_one_srun_task_per_rank(
         ranks = 1 + int(re.search(r"--producers (\d+)", job["shell"]).group(1))
         line = sbatch_line(job).split()
         # One CPU and, on GPUs, one GPU per rank; Slurm puts up to ceil(ranks / 2) ranks on a node.
-        assert {"--nodes=2", f"--ntasks={ranks}", "--cpus-per-task=1", f"--gres=gpu:{-(-ranks // 2)}"} <= set(line)
+        assert {"--nodes=2", f"--ntasks={ranks}", "--cpus-per-task=1", f"--gres=gpu:{-(-ranks // 2)}"} <= set(
+            line
+        )
         assert not any(word.startswith(("--gpus", "--ntasks-per-gpu")) for word in line)
         assert job["resources"]["mpi"] == "srun"
         words = shlex.split(job["shell"])
         assert words[:9] == [
-            "MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)", "MASTER_PORT=29500",
-            "srun", "--nodes", "2", "--ntasks", str(ranks), "--cpus-per-task", "1",
+            "MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)",
+            "MASTER_PORT=29500",
+            "srun",
+            "--nodes",
+            "2",
+            "--ntasks",
+            str(ranks),
+            "--cpus-per-task",
+            "1",
         ]
         assert words[9:12] == ["membench", "robust", "train"]
         assert words[words.index("--transport") + 1] == "distributed"

@@ -16,7 +16,6 @@ import lmdb
 import pandas as pd
 import pytest
 import yaml
-
 from workflow.dry_run import parse_dry_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +38,18 @@ def _env() -> dict[str, str]:
 
 
 def snakemake(checkout: Path, workdir: Path, configfile: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(checkout / "Snakefile"), "--directory",
-               str(workdir), "--configfile", str(configfile), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(checkout / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=_env(), timeout=600, cwd=workdir)
 
 
@@ -60,24 +69,74 @@ def test_workflow_runs_on_data_at_paths_the_shell_would_break(tmp_path):
     data.mkdir(parents=True)
     membench = [sys.executable, "-m", "membench.cli"]
     makers = [
-        [*membench, "bodmas", "synthetic", "--outdir", str(data / "bodmas"), "--samples", "20", "--families", "2",
-         "--max-bytes", "4096", "--seed", "0"],
-        [*membench, "images", "digits", "--outdir", str(data / "images"), "--image-size", "16",
-         "--min-digit-size", "10", "--max-digit-size", "14", "--images-per-class", "4", "--seed", "0"],
-        [*membench, "appclass", "generate-rmat", "--vertices", str(data / "g.Vertex.csv"),
-         "--edges", str(data / "g.Edges.csv"), "--scale", "5", "--edge-factor", "4", "--seed", "0"],
+        [
+            *membench,
+            "bodmas",
+            "synthetic",
+            "--outdir",
+            str(data / "bodmas"),
+            "--samples",
+            "20",
+            "--families",
+            "2",
+            "--max-bytes",
+            "4096",
+            "--seed",
+            "0",
+        ],
+        [
+            *membench,
+            "images",
+            "digits",
+            "--outdir",
+            str(data / "images"),
+            "--image-size",
+            "16",
+            "--min-digit-size",
+            "10",
+            "--max-digit-size",
+            "14",
+            "--images-per-class",
+            "4",
+            "--seed",
+            "0",
+        ],
+        [
+            *membench,
+            "appclass",
+            "generate-rmat",
+            "--vertices",
+            str(data / "g.Vertex.csv"),
+            "--edges",
+            str(data / "g.Edges.csv"),
+            "--scale",
+            "5",
+            "--edge-factor",
+            "4",
+            "--seed",
+            "0",
+        ],
     ]
-    for maker in [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                  for argv in makers]:
+    for maker in [
+        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for argv in makers
+    ]:
         _, errors = maker.communicate(timeout=120)
         assert maker.returncode == 0, errors
     config = yaml.safe_load(TEST_CONFIG.read_text())
-    config["bodmas"]["datasets"] = {"own": {"source": "directory", "metadata": str(data / "bodmas" / "metadata.csv"),
-                                            "binaries": str(data / "bodmas" / "binaries"), "folds": 2}}
+    config["bodmas"]["datasets"] = {
+        "own": {
+            "source": "directory",
+            "metadata": str(data / "bodmas" / "metadata.csv"),
+            "binaries": str(data / "bodmas" / "binaries"),
+            "folds": 2,
+        }
+    }
     config["hotconv"]["datasets"] = []
     config["images"]["datasets"]["own"] = {"source": "folder", "root": str(data / "images")}
-    config["appclass"]["graphs"] = {"own": {"source": "files", "vertices": str(data / "g.Vertex.csv"),
-                                            "edges": str(data / "g.Edges.csv")}}
+    config["appclass"]["graphs"] = {
+        "own": {"source": "files", "vertices": str(data / "g.Vertex.csv"), "edges": str(data / "g.Edges.csv")}
+    }
     config["appclass"]["benchmark_pairs"] = ["own/induced4"]
     configfile = data / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
@@ -85,17 +144,29 @@ def test_workflow_runs_on_data_at_paths_the_shell_would_break(tmp_path):
     workdir.mkdir()
     checkout = hostile_checkout(data)
 
-    result = snakemake(checkout, workdir, configfile, "--cores", "2", "results/tables/datasets.csv",
-                       "results/data/images/own/lmdb/train", "results/tables/appclass_graphs.csv",
-                       "results/report/provenance.json")
+    result = snakemake(
+        checkout,
+        workdir,
+        configfile,
+        "--cores",
+        "2",
+        "results/tables/datasets.csv",
+        "results/data/images/own/lmdb/train",
+        "results/tables/appclass_graphs.csv",
+        "results/report/provenance.json",
+    )
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not sentinel.exists(), "a path in the config ran a command"
     datasets = pd.read_csv(workdir / "results" / "tables" / "datasets.csv")
     assert set(datasets["dataset"]) == {"own"} and set(datasets["fold"]) == {0, 1, 2}
     assert datasets.groupby("fold")["samples"].sum().eq(20).all()
-    with lmdb.open(str(workdir / "results" / "data" / "images" / "own" / "lmdb" / "train"), readonly=True,
-                   lock=False) as images, images.begin() as records:
+    with (
+        lmdb.open(
+            str(workdir / "results" / "data" / "images" / "own" / "lmdb" / "train"), readonly=True, lock=False
+        ) as images,
+        images.begin() as records,
+    ):
         stored = json.loads(records.get(b"__len__"))
     assert stored == sum(path.is_file() for path in (data / "images" / "train").rglob("*")) > 0
     graphs = pd.read_csv(workdir / "results" / "tables" / "appclass_graphs.csv").set_index("role")
@@ -108,7 +179,7 @@ def test_workflow_runs_on_data_at_paths_the_shell_would_break(tmp_path):
 # -- every command of the default and paper configs, run by bash with stand-ins for the programs ---------
 
 # Stand-ins for the programs the commands start: each records its name and arguments, NUL-separated.
-RECORDER = "#!/bin/sh\nprintf '%s\\0' \"${0##*/}\" \"$@\" >> \"$ARGV_LOG\"\n"
+RECORDER = '#!/bin/sh\nprintf \'%s\\0\' "${0##*/}" "$@" >> "$ARGV_LOG"\n'
 LAUNCHED = ("membench", "torchrun", "srun")
 # Config keys of user data (config/schema.yaml): files, and directories.
 FILE_KEYS = {"metadata", "vertices", "edges", "path"}
@@ -142,11 +213,22 @@ def place_user_data(node, data: Path, placed: list[str]) -> None:
 def with_every_kind_of_user_data(config: dict) -> tuple[dict, list[str]]:
     """The default config with data of each user source besides its own, multi-node training, and the
     largest-batch search; and the targets that add the jobs the default target leaves out."""
-    config["bodmas"]["datasets"]["own"] = {"source": "directory", "metadata": "bodmas_metadata.csv",
-                                           "binaries": "binaries"}
+    config["bodmas"]["datasets"]["own"] = {
+        "source": "directory",
+        "metadata": "bodmas_metadata.csv",
+        "binaries": "binaries",
+    }
     config["hotconv"]["datasets"].append("own")
-    config["appclass"]["graphs"]["own"] = {"source": "files", "vertices": "g.Vertex.csv", "edges": "g.Edges.csv"}
-    config["appclass"]["patterns"]["own"] = {"source": "files", "vertices": "p.Vertex.csv", "edges": "p.Edges.csv"}
+    config["appclass"]["graphs"]["own"] = {
+        "source": "files",
+        "vertices": "g.Vertex.csv",
+        "edges": "g.Edges.csv",
+    }
+    config["appclass"]["patterns"]["own"] = {
+        "source": "files",
+        "vertices": "p.Vertex.csv",
+        "edges": "p.Edges.csv",
+    }
     config["appclass"]["benchmark_pairs"].append("own/own")
     config["images"]["datasets"]["own"] = {"source": "folder", "root": "images"}
     config["images"]["datasets"]["cifar"] = {"source": "cifar10", "root": "cifar-10-batches-py"}
@@ -154,13 +236,20 @@ def with_every_kind_of_user_data(config: dict) -> tuple[dict, list[str]]:
     config["robust"] |= {"dataset": "mnist", "root": "mnist", "transport": "distributed", "nodes": 2}
     config["division"]["accuracy"] |= {"gpus": 2, "nodes": 3}
     config["division"]["max_batch"]["enabled"] = True
-    return config, ["all", "hotconv_bench", "results/data/images/own/lmdb/train",
-                    "results/data/images/cifar/lmdb/train"]
+    return config, [
+        "all",
+        "hotconv_bench",
+        "results/data/images/own/lmdb/train",
+        "results/data/images/cifar/lmdb/train",
+    ]
 
 
 def workflow_rules() -> set[str]:
-    return {name for path in [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
-            for name in re.findall(r"^rule (\w+):", path.read_text(), re.M)}
+    return {
+        name
+        for path in [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
+        for name in re.findall(r"^rule (\w+):", path.read_text(), re.M)
+    }
 
 
 def run_with_stand_ins(job: dict, scratch: Path, stand_ins: Path) -> list[str]:
@@ -170,10 +259,21 @@ def run_with_stand_ins(job: dict, scratch: Path, stand_ins: Path) -> list[str]:
         (scratch / log).parent.mkdir(parents=True, exist_ok=True)
     argv_log = scratch / "argv"
     argv_log.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}", "ARGV_LOG": str(argv_log),
-           "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "node[1-3]"}
-    result = subprocess.run(["bash", "-c", f"set -euo pipefail; {job['shell']}"], cwd=scratch, env=env,
-                            capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}",
+        "ARGV_LOG": str(argv_log),
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_NODELIST": "node[1-3]",
+    }
+    result = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; {job['shell']}"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, f"{job['rule']}: {job['shell']}\n{result.stderr}"
     return argv_log.read_text().split("\0")[:-1]
 
@@ -216,7 +316,9 @@ def test_every_command_passes_paths_as_whole_arguments(base_config, tmp_path):
     for job in jobs:
         for argument in run_with_stand_ins(job, scratch, stand_ins):
             if MARKER in argument:
-                assert any(form in argument for form in whole), f"{job['rule']} split or expanded {argument!r}"
+                assert any(form in argument for form in whole), (
+                    f"{job['rule']} split or expanded {argument!r}"
+                )
             arguments.add(argument)
     assert not sentinel.exists(), "a path in the config ran a command"
     assert set(placed) <= arguments

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from workflow.dry_run import parse_dry_run
 
 from membench.core.metrics import read_metrics
 from membench.core.timing import TIMING_FIELDS
-from workflow.dry_run import parse_dry_run
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_CONFIG = Path(__file__).with_name("config.yaml")
@@ -25,8 +25,18 @@ pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 def snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--configfile", str(configfile), "--cores", "2", *args,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
 
@@ -62,23 +72,59 @@ def test_default_target_writes_tables_and_figures(finished_run):
     assert robust["robust_accuracy"].between(0, 1).all() and robust["speedup"].notna().all()
     memnet = pd.read_csv(tables / "memnet.csv")
     assert set(memnet["dataset"]) == {"measured_mlp"}
-    assert set(memnet["estimator"]) == {"gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench"}
+    assert set(memnet["estimator"]) == {
+        "gpumemnet_mlp",
+        "gpumemnet_transformer",
+        "horus",
+        "faketensor",
+        "membench",
+    }
     assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
-    for table in ("hotconv", "hotconv_sweep", "appclass", "division_speed", "division_accuracy", "robust", "memnet",
-                  "meter"):
+    for table in (
+        "hotconv",
+        "hotconv_sweep",
+        "appclass",
+        "division_speed",
+        "division_accuracy",
+        "robust",
+        "memnet",
+        "meter",
+    ):
         columns = set(pd.read_csv(tables / f"{table}.csv", nrows=0).columns)
         assert set(TIMING_FIELDS) <= columns, f"{table}: {set(TIMING_FIELDS) - columns}"
-    figures = ("bodmas_sizes.png", "meter_memlog.png", "hotconv_variants.png", "hotconv_sweep.png",
-               "appclass_runtime.png", "appclass_speedup.png", "division_memory.png", "division_speed.png",
-               "robust_scaling.png", "robust_staleness.png", "memnet_confusion.png", "memnet_comparison.png")
+    figures = (
+        "bodmas_sizes.png",
+        "meter_memlog.png",
+        "hotconv_variants.png",
+        "hotconv_sweep.png",
+        "appclass_runtime.png",
+        "appclass_speedup.png",
+        "division_memory.png",
+        "division_speed.png",
+        "robust_scaling.png",
+        "robust_staleness.png",
+        "memnet_confusion.png",
+        "memnet_comparison.png",
+    )
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"
     assert (finished_run / "results" / "logs" / "meter_check" / "all.log").exists()
     assert (finished_run / "results" / "benchmarks" / "bodmas_fold" / "tiny" / "1.tsv").exists()
 
 
-AGGREGATED_TABLES = ("hotconv", "hotconv_sweep", "division_memory", "division_speed", "division_accuracy", "appclass",
-                     "appclass_graphs", "memnet", "robust", "meter", "datasets")
+AGGREGATED_TABLES = (
+    "hotconv",
+    "hotconv_sweep",
+    "division_memory",
+    "division_speed",
+    "division_accuracy",
+    "appclass",
+    "appclass_graphs",
+    "memnet",
+    "robust",
+    "meter",
+    "datasets",
+)
 
 
 def test_summary_provenance_and_table_pages_are_written(finished_run):
@@ -141,7 +187,7 @@ def test_report_is_built(finished_run):
     html = (finished_run / "results" / "report.html").read_text(errors="replace")
     assert "datasets.csv" in html and "meter_memlog.png" in html
     # The landing text opens on the summary; every table has a page of its own.
-    description = html[html.index("var workflow_desc"):]
+    description = html[html.index("var workflow_desc") :]
     assert description.index("membench-summary") < description.index("membench measures what")
     assert all(f"{table}.html" in html for table in AGGREGATED_TABLES)
 
@@ -189,7 +235,10 @@ def test_division_accuracy_variants_choose_the_training_runs(tmp_path):
     assert trainings and trainings[0].split()[-1] == "1", trainings
     bad = snakemake(tmp_path, "-n", "--config", "division={accuracy: {variants: [checkpoint]}}")
     assert bad.returncode != 0
-    assert "key 'division.accuracy.variants': checkpoint not in division.variants (vanilla, division)" in bad.stdout + bad.stderr
+    assert (
+        "key 'division.accuracy.variants': checkpoint not in division.variants (vanilla, division)"
+        in bad.stdout + bad.stderr
+    )
 
 
 def test_forcerun_with_the_target_first_runs_only_that_rule(finished_run):
@@ -204,7 +253,12 @@ def test_forcerun_with_the_target_first_runs_only_that_rule(finished_run):
 def test_lint_is_clean():
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "snakemake", "--lint"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -227,8 +281,12 @@ def test_missing_user_dataset_is_listed_before_any_job(tmp_path):
 
 def test_readme_own_data_config_trains_on_the_user_dataset(tmp_path):
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Using your own data"):]
-    config = yaml.safe_load(section[section.index("```yaml") + len("```yaml"):section.index("```", section.index("```yaml") + 7)])
+    section = readme[readme.index("## Using your own data") :]
+    config = yaml.safe_load(
+        section[
+            section.index("```yaml") + len("```yaml") : section.index("```", section.index("```yaml") + 7)
+        ]
+    )
     planned = snakemake(tmp_path, "-n", configfile=_with_data_in(tmp_path, config))
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
     trainings = [line for line in planned.stdout.splitlines() if line.startswith("hotconv_train ")]
@@ -242,7 +300,15 @@ def _dataset_paths(node, found):
     """Every string value under a key that names user data (metadata, binaries, vertices, ...)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in {"metadata", "binaries", "vertices", "edges", "root", "lmdb_root", "image_root"} and isinstance(value, str):
+            if key in {
+                "metadata",
+                "binaries",
+                "vertices",
+                "edges",
+                "root",
+                "lmdb_root",
+                "image_root",
+            } and isinstance(value, str):
                 found.append((node, key))
             else:
                 _dataset_paths(value, found)
@@ -269,7 +335,9 @@ def test_paper_config_lists_missing_data_then_plans_with_it(paper_config, tmp_pa
     result = snakemake(tmp_path, "-n", configfile=paper_config)
     assert result.returncode != 0
     assert "dataset path(s) named in the config do not exist" in result.stdout + result.stderr
-    planned = snakemake(tmp_path, "-n", configfile=_with_data_in(tmp_path, yaml.safe_load(paper_config.read_text())))
+    planned = snakemake(
+        tmp_path, "-n", configfile=_with_data_in(tmp_path, yaml.safe_load(paper_config.read_text()))
+    )
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
 
 
@@ -283,7 +351,9 @@ def _planned_sweep_points(result: subprocess.CompletedProcess) -> set[str]:
 
 
 def test_sweep_killed_half_way_resumes_with_only_the_missing_points(tmp_path):
-    points = [f"results/hotconv/sweeps/sweep/{variant}/b2_l2048/metrics.json" for variant in ("malconv", "hotconv")]
+    points = [
+        f"results/hotconv/sweeps/sweep/{variant}/b2_l2048/metrics.json" for variant in ("malconv", "hotconv")
+    ]
     first = snakemake(tmp_path, *points)  # the run stopped after these two points
     assert first.returncode == 0, first.stderr[-4000:]
     written = {p: (tmp_path / p).stat().st_mtime_ns for p in points}
@@ -295,7 +365,9 @@ def test_sweep_killed_half_way_resumes_with_only_the_missing_points(tmp_path):
 
 def test_missing_published_memnet_csv_is_listed_before_any_job(tmp_path):
     config = yaml.safe_load(TEST_CONFIG.read_text())
-    config["memnet"]["published"] = {"gpumemnet_mlp": {"path": str(tmp_path / "nowhere.csv"), "family": "mlp"}}
+    config["memnet"]["published"] = {
+        "gpumemnet_mlp": {"path": str(tmp_path / "nowhere.csv"), "family": "mlp"}
+    }
     missing = tmp_path / "missing.yaml"
     missing.write_text(yaml.safe_dump(config))
     result = snakemake(tmp_path, "-n", configfile=missing)

@@ -16,14 +16,38 @@ GROUPS: dict[str, tuple[str, str]] = {
     "meter": ("membench.core.commands.meter", "what this machine lets the meter read, and its overhead"),
     "table": ("membench.core.commands.table", "aggregate job metrics into results tables"),
     "bodmas": ("membench.data.bodmas.commands", "BODMAS-shaped datasets: generate, collect, fold, describe"),
-    "appclass": ("membench.appclass.commands", "graph matching by belief propagation: graphs, run, benchmark"),
-    "hotconv": ("membench.hotconv.commands", "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots"),
-    "images": ("membench.data.images.commands", "image datasets: generated digits, ImageFolder and CIFAR to LMDB"),
-    "division": ("membench.division.commands", "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy"),
-    "robust": ("membench.robust.commands", "adversarial training with parallel adversary generation: train, table, plots"),
-    "memnet": ("membench.memnet.commands", "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict"),
-    "report": ("membench.report.commands", "the report's pages: landing summary, provenance, one page per table"),
-    "summary": ("membench.report.terminal", "the headline table (memory, time, quality vs published) in a terminal"),
+    "appclass": (
+        "membench.appclass.commands",
+        "graph matching by belief propagation: graphs, run, benchmark",
+    ),
+    "hotconv": (
+        "membench.hotconv.commands",
+        "MalConv, MalConv2, HotConv, HotConv-Eco: train, memory sweep, plots",
+    ),
+    "images": (
+        "membench.data.images.commands",
+        "image datasets: generated digits, ImageFolder and CIFAR to LMDB",
+    ),
+    "division": (
+        "membench.division.commands",
+        "DIVISION vs vanilla, ActNN 2-bit, checkpointing: build, memory, speed, accuracy",
+    ),
+    "robust": (
+        "membench.robust.commands",
+        "adversarial training with parallel adversary generation: train, table, plots",
+    ),
+    "memnet": (
+        "membench.memnet.commands",
+        "GPUMemNet: generate jobs, measure, clean, evaluate and train estimators, predict",
+    ),
+    "report": (
+        "membench.report.commands",
+        "the report's pages: landing summary, provenance, one page per table",
+    ),
+    "summary": (
+        "membench.report.terminal",
+        "the headline table (memory, time, quality vs published) in a terminal",
+    ),
 }
 
 # group -> environment its command needs, set (where the environment does not already set it) before

@@ -80,12 +80,35 @@ def trace_allocator_option(meter: Mapping[str, Any]) -> list[str]:
 
 # -- data sets ---------------------------------------------------------------------------------------
 
-BODMAS_FOLD_KEYS = ("folds", "label_mode", "top_families", "val_fraction", "time_split_quantile",
-                    "time_split_date", "sort_by_size")
-BODMAS_SYNTHETIC_KEYS = ("samples", "families", "benign_fraction", "min_bytes", "median_bytes", "max_bytes",
-                         "gzip_fraction")
-DIGITS_KEYS = ("image_size", "min_digit_size", "max_digit_size", "max_shift", "background_max", "foreground_min",
-               "noise_std", "val_fraction", "images_per_class")
+BODMAS_FOLD_KEYS = (
+    "folds",
+    "label_mode",
+    "top_families",
+    "val_fraction",
+    "time_split_quantile",
+    "time_split_date",
+    "sort_by_size",
+)
+BODMAS_SYNTHETIC_KEYS = (
+    "samples",
+    "families",
+    "benign_fraction",
+    "min_bytes",
+    "median_bytes",
+    "max_bytes",
+    "gzip_fraction",
+)
+DIGITS_KEYS = (
+    "image_size",
+    "min_digit_size",
+    "max_digit_size",
+    "max_shift",
+    "background_max",
+    "foreground_min",
+    "noise_std",
+    "val_fraction",
+    "images_per_class",
+)
 
 
 def bodmas_fold_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
@@ -100,8 +123,14 @@ def bodmas_synthetic_options(dataset: Mapping[str, Any], seed: int) -> list[str]
 
 def bodmas_elf_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
     """Options of ``membench bodmas elf`` for a data set collected from this machine's programs."""
-    return cli_options({"search_dir": dataset["search_dirs"], "max_files": dataset["max_files"],
-                        "max_file_bytes": dataset["max_file_bytes"], "seed": seed})
+    return cli_options(
+        {
+            "search_dir": dataset["search_dirs"],
+            "max_files": dataset["max_files"],
+            "max_file_bytes": dataset["max_file_bytes"],
+            "seed": seed,
+        }
+    )
 
 
 def digits_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
@@ -116,7 +145,7 @@ def digits_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
 def appclass_variant_name(variant: Mapping[str, Any]) -> str:
     """The name bench jobs record for a configured variant (``membench.appclass.bench.BenchSpec.variant``
     with the default options): ``<implementation>-<device>-t<threads>-<precision>``."""
-    return f'{variant["implementation"]}-{variant["device"]}-t{variant["threads"]}-{variant["precision"]}'
+    return f"{variant['implementation']}-{variant['device']}-t{variant['threads']}-{variant['precision']}"
 
 
 def appclass_variants(configured: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -136,22 +165,31 @@ def appclass_uses_build(variant: Mapping[str, Any]) -> bool:
 
 def appclass_rmat_options(graph: Mapping[str, Any], appclass: Mapping[str, Any], seed: int) -> list[str]:
     """Options of ``membench appclass generate-rmat`` for a generated graph (``appclass.graphs.<name>``)."""
-    return cli_options({key: graph[key] for key in ("scale", "edge_factor", "feature_max")}
-                       | {key: appclass[key] for key in ("node_feature_dim", "edge_feature_dim")} | {"seed": seed})
+    return cli_options(
+        {key: graph[key] for key in ("scale", "edge_factor", "feature_max")}
+        | {key: appclass[key] for key in ("node_feature_dim", "edge_feature_dim")}
+        | {"seed": seed}
+    )
 
 
-def appclass_bench_options(variant: Mapping[str, Any], appclass: Mapping[str, Any], build_manifest: str | None,
-                           meter: Mapping[str, Any]) -> list[str]:
+def appclass_bench_options(
+    variant: Mapping[str, Any],
+    appclass: Mapping[str, Any],
+    build_manifest: str | None,
+    meter: Mapping[str, Any],
+) -> list[str]:
     """Options of ``membench appclass bench`` for a variant; ``build_manifest`` where its jobs load
     the C++ kernels (:func:`appclass_uses_build`)."""
     torch = variant["implementation"] == "torch"
-    options = cli_options({
-        **{key: variant[key] for key in ("implementation", "device", "threads", "precision")},
-        "kernels": variant.get("kernels", "auto"),
-        "build_manifest": build_manifest,
-        "repeats": appclass["repeats"],
-        "trace_live_tensors": appclass["trace_live_tensors"] and torch,
-    })
+    options = cli_options(
+        {
+            **{key: variant[key] for key in ("implementation", "device", "threads", "precision")},
+            "kernels": variant.get("kernels", "auto"),
+            "build_manifest": build_manifest,
+            "repeats": appclass["repeats"],
+            "trace_live_tensors": appclass["trace_live_tensors"] and torch,
+        }
+    )
     return options + meter_options(meter) + trace_allocator_option(meter)
 
 
@@ -186,24 +224,56 @@ def appclass_mem_mb(graph: Mapping[str, Any], pattern: Mapping[str, Any]) -> int
 
 # -- hotconv -----------------------------------------------------------------------------------------
 
-HOTCONV_TRAIN_KEYS = ("epochs", "max_len", "batch_size", "num_filters", "window_size", "stride", "fp_slice_size",
-                      "fp2_slice_size", "learning_rate", "early_stopping_patience", "num_workers",
-                      "memory_probe_steps", "sort_by_size")
-HOTCONV_SWEEP_KEYS = ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size", "train_steps")
+HOTCONV_TRAIN_KEYS = (
+    "epochs",
+    "max_len",
+    "batch_size",
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "learning_rate",
+    "early_stopping_patience",
+    "num_workers",
+    "memory_probe_steps",
+    "sort_by_size",
+)
+HOTCONV_SWEEP_KEYS = (
+    "num_filters",
+    "window_size",
+    "stride",
+    "fp_slice_size",
+    "fp2_slice_size",
+    "train_steps",
+)
 
 
-def hotconv_train_options(hotconv: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+def hotconv_train_options(
+    hotconv: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int
+) -> list[str]:
     """Options of ``membench hotconv train`` (config ``hotconv``) beside the job's data and names."""
-    tracers = {key: meter[key] for key in ("trace_live_tensors", "trace_saved_activations", "trace_allocator")}
-    return (cli_options({key: hotconv[key] for key in HOTCONV_TRAIN_KEYS})
-            + cli_options(tracers | {"device": device, "seed": seed}) + meter_options(meter))
+    tracers = {
+        key: meter[key] for key in ("trace_live_tensors", "trace_saved_activations", "trace_allocator")
+    }
+    return (
+        cli_options({key: hotconv[key] for key in HOTCONV_TRAIN_KEYS})
+        + cli_options(tracers | {"device": device, "seed": seed})
+        + meter_options(meter)
+    )
 
 
-def hotconv_sweep_options(sweep: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+def hotconv_sweep_options(
+    sweep: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int
+) -> list[str]:
     """Options of ``membench hotconv bench`` for a point of a sweep (``hotconv.sweep`` or
     ``hotconv.bench``) beside the point's variant, batch size and length."""
-    return (cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS}) + cli_options({"device": device, "seed": seed})
-            + trace_allocator_option(meter) + meter_options(meter))
+    return (
+        cli_options({key: sweep[key] for key in HOTCONV_SWEEP_KEYS})
+        + cli_options({"device": device, "seed": seed})
+        + trace_allocator_option(meter)
+        + meter_options(meter)
+    )
 
 
 def hotconv_sweep_point_mem_mb(sweep_name: str) -> int:
@@ -239,31 +309,57 @@ def hotconv_train_runtime_min(hotconv: Mapping[str, Any]) -> int:
 # -- division ----------------------------------------------------------------------------------------
 
 
-def division_method_options(division: Mapping[str, Any], build_manifest: str | None, device: str,
-                            seed: int) -> list[str]:
+def division_method_options(
+    division: Mapping[str, Any], build_manifest: str | None, device: str, seed: int
+) -> list[str]:
     """Method settings and kernel choice every division job takes (config ``division``);
     ``build_manifest`` where the jobs load the built kernels."""
-    return cli_options({key: division[key] for key in ("block_size", "hfc_bits", "group_size", "amp", "kernels")}
-                       | {"build_manifest": build_manifest, "device": device, "seed": seed})
+    return cli_options(
+        {key: division[key] for key in ("block_size", "hfc_bits", "group_size", "amp", "kernels")}
+        | {"build_manifest": build_manifest, "device": device, "seed": seed}
+    )
 
 
-def division_job_options(division: Mapping[str, Any], section: str, build_manifest: str | None,
-                         meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+def division_job_options(
+    division: Mapping[str, Any],
+    section: str,
+    build_manifest: str | None,
+    meter: Mapping[str, Any],
+    device: str,
+    seed: int,
+) -> list[str]:
     """Model options of a benchmark section (``memory``, ``speed``, ``max_batch``), then the method's
     and the meter's."""
     spec = division[section]
-    return (cli_options({key: spec.get(key) for key in ("width", "stem", "image_size", "num_classes")})
-            + division_method_options(division, build_manifest, device, seed) + meter_options(meter))
+    return (
+        cli_options({key: spec.get(key) for key in ("width", "stem", "image_size", "num_classes")})
+        + division_method_options(division, build_manifest, device, seed)
+        + meter_options(meter)
+    )
 
 
-def division_train_options(division: Mapping[str, Any], build_manifest: str | None, meter: Mapping[str, Any],
-                           device: str, seed: int) -> list[str]:
+def division_train_options(
+    division: Mapping[str, Any], build_manifest: str | None, meter: Mapping[str, Any], device: str, seed: int
+) -> list[str]:
     """Options of ``membench division train`` (``division.accuracy``), then the method's and the meter's."""
-    keys = ("width", "stem", "image_size", "epochs", "batch_size", "learning_rate", "momentum", "weight_decay",
-            "num_workers", "flip")
+    keys = (
+        "width",
+        "stem",
+        "image_size",
+        "epochs",
+        "batch_size",
+        "learning_rate",
+        "momentum",
+        "weight_decay",
+        "num_workers",
+        "flip",
+    )
     spec = division["accuracy"]
-    return (cli_options({key: spec.get(key) for key in keys})
-            + division_method_options(division, build_manifest, device, seed) + meter_options(meter))
+    return (
+        cli_options({key: spec.get(key) for key in keys})
+        + division_method_options(division, build_manifest, device, seed)
+        + meter_options(meter)
+    )
 
 
 def division_job_mem_mb(image_size: int, batch_size: int, on_gpu: bool) -> int:
@@ -300,7 +396,9 @@ def division_train_launcher(gpus: int, nodes: int, threads: int) -> str:
         return "membench"
     if nodes == 1:
         return _words("torchrun", "--standalone", "--nproc-per-node", gpus, "-m", "membench.cli")
-    srun = _words("srun", "--nodes", nodes, "--ntasks", nodes, "--ntasks-per-node", 1, "--cpus-per-task", threads)
+    srun = _words(
+        "srun", "--nodes", nodes, "--ntasks", nodes, "--ntasks-per-node", 1, "--cpus-per-task", threads
+    )
     torchrun = _words("torchrun", "--nnodes", nodes, "--nproc-per-node", gpus, "--rdzv-backend", "c10d")
     return (
         f'{srun} {torchrun} --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint {_FIRST_NODE}:{RENDEZVOUS_PORT}'
@@ -340,11 +438,15 @@ def robust_train_launcher(options: Mapping[str, Any], nodes: int) -> str:
     ranks = options["producers"] + 1
     if nodes == 1:
         return _words("torchrun", "--standalone", "--nproc-per-node", ranks, "-m", "membench.cli")
-    srun = _words("srun", "--nodes", nodes, "--ntasks", ranks, "--cpus-per-task", options["threads"], "membench")
+    srun = _words(
+        "srun", "--nodes", nodes, "--ntasks", ranks, "--cpus-per-task", options["threads"], "membench"
+    )
     return f"MASTER_ADDR={_FIRST_NODE} MASTER_PORT={RENDEZVOUS_PORT} {srun}"
 
 
-def robust_train_options(options: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int) -> list[str]:
+def robust_train_options(
+    options: Mapping[str, Any], meter: Mapping[str, Any], device: str, seed: int
+) -> list[str]:
     """Options of ``membench robust train`` for a planned run (:func:`membench.robust.plan.plan_runs`)."""
     return cli_options({**options, "device": device, "seed": seed}) + meter_options(meter)
 
@@ -382,8 +484,11 @@ def memnet_measured_families(memnet: Mapping[str, Any]) -> list[str]:
 
 def memnet_generate_options(family: Mapping[str, Any], seed: int) -> list[str]:
     """Options of ``membench memnet generate`` for a family (``memnet.families.<name>``)."""
-    ranges = [word for key, (low, high) in family.get("ranges", {}).items()
-              for word in ("--range", key, str(low), str(high))]
+    ranges = [
+        word
+        for key, (low, high) in family.get("ranges", {}).items()
+        for word in ("--range", key, str(low), str(high))
+    ]
     return ["--count", str(family["count"]), "--seed", str(seed), *ranges]
 
 
@@ -399,8 +504,9 @@ def memnet_measure_runtime_min(memnet: Mapping[str, Any]) -> int:
     return 10 + int(max(counts, default=0) * memnet["timeout_s"] / 60)
 
 
-def memnet_estimator_options(memnet: Mapping[str, Any], family: str, bins: Mapping[str, Any] | None, seed: int,
-                             evaluate: bool) -> list[str]:
+def memnet_estimator_options(
+    memnet: Mapping[str, Any], family: str, bins: Mapping[str, Any] | None, seed: int, evaluate: bool
+) -> list[str]:
     """Options of ``membench memnet evaluate`` (``evaluate``) or ``train`` for a data set of ``family``:
     its memory classes (``bins``: ``start_mib``, ``width_mib``, ``count``; None or empty: the
     command's GPUMemNet defaults), the estimators' settings and, to evaluate, the folds and rows."""

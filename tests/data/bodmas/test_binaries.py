@@ -55,7 +55,9 @@ def test_damaged_gzip_is_named_when_the_fold_is_made(tiny_dataset, tmp_path, nam
     data, reason = DAMAGED[name]
     (binaries_dir / file_name).write_bytes(data)
     message = _fold_error(metadata, binaries_dir, tmp_path / "folds")
-    assert message.startswith(f"{metadata}, line 2: binary {binaries_dir.resolve() / file_name} is a damaged gzip file (")
+    assert message.startswith(
+        f"{metadata}, line 2: binary {binaries_dir.resolve() / file_name} is a damaged gzip file ("
+    )
     assert re.search(reason, message)
     assert not (tmp_path / "folds").exists()
 
@@ -65,7 +67,9 @@ def test_gzip_of_nothing_is_refused_like_an_empty_file(tiny_dataset, tmp_path):
     _, file_name = _first_binary(metadata)
     (binaries_dir / file_name).write_bytes(gzip.compress(b"", mtime=0))
     message = _fold_error(metadata, binaries_dir, tmp_path / "folds")
-    assert message.endswith(f"binary {binaries_dir.resolve() / file_name} is empty once decompressed (a gzip of no bytes)")
+    assert message.endswith(
+        f"binary {binaries_dir.resolve() / file_name} is empty once decompressed (a gzip of no bytes)"
+    )
 
 
 def test_file_size_is_the_decompressed_size_not_the_trailer(tiny_dataset, tmp_path):
@@ -75,7 +79,9 @@ def test_file_size_is_the_decompressed_size_not_the_trailer(tiny_dataset, tmp_pa
     frame = read_metadata(metadata, binaries_dir).set_index("sha")
     assert frame.loc[sha, "File_Size"] == len(CONTENT)
     make_fold(metadata, binaries_dir, "tiny", 0, tmp_path, FoldSpec(folds=2))
-    folds = pd.concat(pd.read_csv(tmp_path / f"{split}_tiny_fold_0.csv") for split in ("train", "val", "test"))
+    folds = pd.concat(
+        pd.read_csv(tmp_path / f"{split}_tiny_fold_0.csv") for split in ("train", "val", "test")
+    )
     assert folds.set_index("FileName").loc[file_name, "File_Size"] == len(CONTENT)
 
 
@@ -90,7 +96,10 @@ def test_decompressed_size_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(binaries, "MAX_CONTENT_BYTES", 3 * 2**20)
     path = tmp_path / "bomb.exe"
     path.write_bytes(gzip.compress(bytes(4 * 2**20), mtime=0))
-    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}: decompresses to more than {3 * 2**20} bytes, the limit of a binary$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{re.escape(str(path))}: decompresses to more than {3 * 2**20} bytes, the limit of a binary$",
+    ):
         content_size(path)
 
 
@@ -111,7 +120,9 @@ def test_a_pipe_named_like_a_binary_does_not_block(tiny_dataset, tmp_path):
         (binaries_dir / pipe_name).unlink()
         os.mkfifo(binaries_dir / pipe_name)
     message = _fold_error(metadata, binaries_dir, tmp_path / "folds")
-    assert message.endswith(f"binary {binaries_dir.resolve() / file_name} is a named pipe (FIFO), not a regular file")
+    assert message.endswith(
+        f"binary {binaries_dir.resolve() / file_name} is a named pipe (FIFO), not a regular file"
+    )
     with pytest.raises(InputError, match=r"line 2: binary .* is a named pipe \(FIFO\), not a regular file$"):
         read_fold(train, binaries_dir)
 
@@ -121,10 +132,16 @@ def test_pipes_and_directories_as_tables_do_not_block(tiny_dataset, tmp_path):
     _, binaries_dir = tiny_dataset
     os.mkfifo(tmp_path / "pipe.csv")
     (tmp_path / "dir.csv").mkdir()
-    for name, problem in (("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"), ("dir.csv", "is a directory")):
+    for name, problem in (
+        ("pipe.csv", r"is a named pipe \(FIFO\), not a regular file"),
+        ("dir.csv", "is a directory"),
+    ):
         path = tmp_path / name
-        for read in (lambda: read_metadata(path, binaries_dir), lambda: read_fold(path, binaries_dir),
-                     lambda: read_class_names(path)):
+        for read in (
+            lambda: read_metadata(path, binaries_dir),
+            lambda: read_fold(path, binaries_dir),
+            lambda: read_class_names(path),
+        ):
             with pytest.raises(InputError, match=f"^{re.escape(str(path))}: {problem}$"):
                 read()
 
@@ -140,8 +157,24 @@ def test_bodmas_fold_command_names_the_binary_in_one_line(tiny_dataset, tmp_path
         os.mkfifo(binary)
     else:
         binary.write_bytes(DAMAGED["truncated"][0])
-    code = main(["bodmas", "fold", "--metadata", str(metadata), "--binaries", str(binaries_dir), "--dataset", "tiny",
-                 "--fold", "0", "--outdir", str(tmp_path / "folds")])
+    code = main(
+        [
+            "bodmas",
+            "fold",
+            "--metadata",
+            str(metadata),
+            "--binaries",
+            str(binaries_dir),
+            "--dataset",
+            "tiny",
+            "--fold",
+            "0",
+            "--outdir",
+            str(tmp_path / "folds"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert err.splitlines()[-1].startswith(f"membench bodmas: error: {metadata}, line 2: binary {binary.resolve()} is a")
+    assert err.splitlines()[-1].startswith(
+        f"membench bodmas: error: {metadata}, line 2: binary {binary.resolve()} is a"
+    )

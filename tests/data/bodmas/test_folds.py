@@ -27,7 +27,9 @@ def test_no_sample_in_two_splits_and_every_sample_used(tiny_dataset, tmp_path):
     everyone = set(pd.read_csv(metadata)["sha"] + ".exe")
     for fold in range(spec.folds + 1):
         names = [set(folds[fold, split]["FileName"]) for split in SPLITS]
-        assert names[0].isdisjoint(names[1]) and names[0].isdisjoint(names[2]) and names[1].isdisjoint(names[2])
+        assert (
+            names[0].isdisjoint(names[1]) and names[0].isdisjoint(names[2]) and names[1].isdisjoint(names[2])
+        )
         assert set().union(*names) == everyone
         assert list(folds[fold, "train"].columns) == ["FileName", "Label", "File_Size"]
     tests = [set(folds[f, "test"]["FileName"]) for f in range(1, spec.folds + 1)]
@@ -36,7 +38,9 @@ def test_no_sample_in_two_splits_and_every_sample_used(tiny_dataset, tmp_path):
 
 def test_time_split_trains_on_the_past(tiny_dataset, tmp_path):
     metadata_path, binaries = tiny_dataset
-    folds = _write_all(metadata_path, binaries, tmp_path / "folds", FoldSpec(folds=2, time_split_quantile=0.75))
+    folds = _write_all(
+        metadata_path, binaries, tmp_path / "folds", FoldSpec(folds=2, time_split_quantile=0.75)
+    )
     metadata = read_metadata(metadata_path, binaries).set_index("FileName")
     before = pd.concat([folds[0, "train"], folds[0, "val"]])["FileName"]
     after = folds[0, "test"]["FileName"]
@@ -73,7 +77,11 @@ def test_family_labels_and_size_order(tiny_dataset, tmp_path):
     assert list(classes["Name"]) == ["family_01", "family_02", "other"]
     labels = pd.concat([folds[1, s] for s in SPLITS])["Label"]
     assert set(labels) == {0, 1, 2}
-    assert len(labels) == classes["Count"].sum() == (pd.read_csv(metadata, keep_default_na=False)["family"] != "").sum()
+    assert (
+        len(labels)
+        == classes["Count"].sum()
+        == (pd.read_csv(metadata, keep_default_na=False)["family"] != "").sum()
+    )
     sizes = folds[1, "train"]["File_Size"]
     assert sizes.is_monotonic_decreasing
 
@@ -136,6 +144,7 @@ def test_unknown_and_missing_columns_are_named(tiny_dataset):
     _edit_metadata(metadata, lambda f: f.__setitem__("extra", "x"))
     with pytest.raises(InputError, match=r"line 1: unknown column\(s\) extra"):
         read_metadata(metadata, binaries)
+
     def drop_timestamp(frame):
         del frame["extra"], frame["timestamp"]
 

@@ -30,11 +30,15 @@ def test_statistics_rows_match_the_fold_files(tiny_dataset, tmp_path):
 def test_statistics_reject_a_malformed_fold_file(tmp_path):
     bad = tmp_path / "train_x_fold_1.csv"
     bad.write_text("FileName,Label,File_Size\na.exe,0,-5\n")
-    with pytest.raises(Exception, match=r"train_x_fold_1.csv, line 2: column File_Size: -5 is below the minimum 1"):
+    with pytest.raises(
+        Exception, match=r"train_x_fold_1.csv, line 2: column File_Size: -5 is below the minimum 1"
+    ):
         dataset_statistics([bad])
 
 
-@pytest.mark.parametrize("name", ["fold.csv", "train_fold_1.csv", "holdout_d_fold_1.csv", "train_d_fold_x.csv"])
+@pytest.mark.parametrize(
+    "name", ["fold.csv", "train_fold_1.csv", "holdout_d_fold_1.csv", "train_d_fold_x.csv"]
+)
 def test_a_fold_file_of_another_name_is_a_one_line_error(name):
     with pytest.raises(InputError, match="name must be <train|val|test>_<dataset>_fold_<i>.csv"):
         parse_fold_path(f"x/{name}")

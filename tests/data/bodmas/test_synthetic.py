@@ -46,7 +46,9 @@ def test_shape_sizes_classes_and_gzip(tmp_path, tiny_spec):
 
 def test_classes_carry_their_motifs(tmp_path, tiny_spec):
     metadata = generate_synthetic(tmp_path, dataclasses.replace(tiny_spec, gzip_fraction=0.0))
-    contents = {row.sha: (tmp_path / "binaries" / f"{row.sha}.exe").read_bytes() for row in metadata.itertuples()}
+    contents = {
+        row.sha: (tmp_path / "binaries" / f"{row.sha}.exe").read_bytes() for row in metadata.itertuples()
+    }
     benign = [contents[s] for s, f in zip(metadata["sha"], metadata["family"]) if f == ""]
     malware = [contents[s] for s, f in zip(metadata["sha"], metadata["family"]) if f == "family_01"]
     # A 16-byte window common to every benign file but absent from every family_01 file.
@@ -54,6 +56,7 @@ def test_classes_carry_their_motifs(tmp_path, tiny_spec):
     shared = [
         probe[i : i + 16]
         for i in range(16, len(probe) - 16, 4)
-        if all(probe[i : i + 16] in other for other in benign[1:]) and not any(probe[i : i + 16] in m for m in malware)
+        if all(probe[i : i + 16] in other for other in benign[1:])
+        and not any(probe[i : i + 16] in m for m in malware)
     ]
     assert shared

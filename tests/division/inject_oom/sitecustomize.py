@@ -18,9 +18,11 @@ if _ABOVE:
     def _failing_training_step(model, optimizer, inputs, targets, *args, **kwargs):
         batch = inputs.shape[0]
         if batch > int(_ABOVE):
-            kinds = (torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {batch} MiB (injected)"),
-                     RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
-                     RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"))
+            kinds = (
+                torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {batch} MiB (injected)"),
+                RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+                RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"),
+            )
             raise kinds[batch % len(kinds)]
         return _training_step(model, optimizer, inputs, targets, *args, **kwargs)
 

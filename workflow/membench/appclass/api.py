@@ -45,14 +45,22 @@ def classify(
     Returns float64, shape (data.num_nodes, pattern.num_nodes); each column's exponentials sum to 1.
     """
     if implementation not in IMPLEMENTATIONS:
-        raise InputError(None, f"implementation {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}", "key 'implementation'")
+        raise InputError(
+            None,
+            f"implementation {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}",
+            "key 'implementation'",
+        )
     if precision not in PRECISIONS:
-        raise InputError(None, f"precision {precision!r} is not one of {', '.join(PRECISIONS)}", "key 'precision'")
+        raise InputError(
+            None, f"precision {precision!r} is not one of {', '.join(PRECISIONS)}", "key 'precision'"
+        )
     if implementation == "reference":
         from membench.appclass import reference as module
 
         if precision != "float64" or torch.device(device).type != "cpu":
-            raise InputError(None, "the reference implementation runs on the CPU in float64 only", "key 'implementation'")
+            raise InputError(
+                None, "the reference implementation runs on the CPU in float64 only", "key 'implementation'"
+            )
         with phase("init"):
             state = module.initialise(data, pattern, options)
         with phase("iterations"):
@@ -65,7 +73,9 @@ def classify(
         from membench.appclass import native as module
 
         with phase("init"):
-            state = module.initialise(data, pattern, options, dtype, kernels, threads or torch.get_num_threads())
+            state = module.initialise(
+                data, pattern, options, dtype, kernels, threads or torch.get_num_threads()
+            )
     else:
         from membench.appclass import fast as module
 

@@ -35,13 +35,30 @@ AGREEMENT_RTOL = {"float64": 1e-9, "float32": 1e-3}
 # Log-beliefs at (or a rounding away from) 0 cannot agree relatively; this much absolute slack.
 AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
 COMPARE_COLUMNS = (
-    "round", "variant", "kernels_used", "run_s", "prints_first_variant_bytes", "read_ms", "init_ms",
-    "iterations_ms", "total_ms", "edge_copy_ms", "iteration_vs_copy", "algorithm_rss_mib", "peak_rss_mib",
-    "alloc_peak_mib", "peak_tensor_mib", "formula_mib", "reference_max_rel_diff", "agrees_with_reference",
+    "round",
+    "variant",
+    "kernels_used",
+    "run_s",
+    "prints_first_variant_bytes",
+    "read_ms",
+    "init_ms",
+    "iterations_ms",
+    "total_ms",
+    "edge_copy_ms",
+    "iteration_vs_copy",
+    "algorithm_rss_mib",
+    "peak_rss_mib",
+    "alloc_peak_mib",
+    "peak_tensor_mib",
+    "formula_mib",
+    "reference_max_rel_diff",
+    "agrees_with_reference",
 )
 COPY_REPEATS = 3
-REFERENCE_ALLOC_NOTE = ("the NumPy reference allocates outside torch's allocator, so no allocator-level peak is "
-                        "recorded; algorithm_rss_mib is its memory")
+REFERENCE_ALLOC_NOTE = (
+    "the NumPy reference allocates outside torch's allocator, so no allocator-level peak is "
+    "recorded; algorithm_rss_mib is its memory"
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +94,11 @@ def agreement(beliefs: np.ndarray, reference: np.ndarray, precision: str) -> dic
     infinities in the same places.
     """
     if beliefs.shape != reference.shape:
-        return {"reference_max_rel_diff": None, "reference_max_abs_diff": None, "agrees_with_reference": False}
+        return {
+            "reference_max_rel_diff": None,
+            "reference_max_abs_diff": None,
+            "agrees_with_reference": False,
+        }
     finite = np.isfinite(beliefs) & np.isfinite(reference)
     same_special = np.array_equal(beliefs[~finite], reference[~finite], equal_nan=True)
     diff = np.abs(beliefs[finite] - reference[finite])
@@ -95,7 +116,9 @@ def agreement(beliefs: np.ndarray, reference: np.ndarray, precision: str) -> dic
 def read_reference_beliefs(path: str | os.PathLike) -> np.ndarray:
     """The beliefs another run saved with ``out_npy`` (a floating-point ``.npy`` array, no pickles);
     raise :class:`InputError` naming ``path`` when it is missing, not a regular file or not such an array."""
-    with open_regular(path, missing="reference beliefs not found (run the reference variant with --out-npy first)") as handle:
+    with open_regular(
+        path, missing="reference beliefs not found (run the reference variant with --out-npy first)"
+    ) as handle:
         try:
             reference = np.load(handle, allow_pickle=False)
         except (ValueError, EOFError, OSError) as exc:
@@ -151,8 +174,14 @@ def run_bench_job(
     kernels = _kernels(spec, device, build_manifest)
     record = job_record("appclass", spec.variant, dataset, device, 0, None)
     fields, beliefs, memlog = measure_bench(
-        graph_paths, dataset, spec, device, kernels, sample_interval_s=sample_interval_s,
-        trace_live_tensors=trace_live_tensors, trace_allocator=trace_allocator,
+        graph_paths,
+        dataset,
+        spec,
+        device,
+        kernels,
+        sample_interval_s=sample_interval_s,
+        trace_live_tensors=trace_live_tensors,
+        trace_allocator=trace_allocator,
         grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
     )
     record.update(fields)
@@ -169,7 +198,11 @@ def _kernels(spec: BenchSpec, device: torch.device, build_manifest: str | os.Pat
     """The C++ kernels of ``build_manifest`` as ``spec.kernels`` asks (torch on a CPU only), else None."""
     from membench.appclass.extension import select_kernels
 
-    return select_kernels(spec.kernels, build_manifest) if spec.implementation == "torch" and device.type == "cpu" else None
+    return (
+        select_kernels(spec.kernels, build_manifest)
+        if spec.implementation == "torch" and device.type == "cpu"
+        else None
+    )
 
 
 def measure_bench(
@@ -187,9 +220,18 @@ def measure_bench(
     """The measurement of :func:`run_bench_job` (which describes the fields), with ``kernels`` from
     :func:`~membench.appclass.extension.select_kernels` or None: ``(fields, beliefs of the last
     repeat (data nodes x pattern nodes), the meter's memlog)``."""
-    run = dict(implementation=spec.implementation, options=spec.options, device=device, precision=spec.precision,
-               chunk_edges=spec.chunk_edges, kernels=kernels, threads=spec.threads)
-    repeats = _metered_repeats(graph_paths, dataset, spec, device, run, sample_interval_s, grid_intensity_g_per_kwh)
+    run = dict(
+        implementation=spec.implementation,
+        options=spec.options,
+        device=device,
+        precision=spec.precision,
+        chunk_edges=spec.chunk_edges,
+        kernels=kernels,
+        threads=spec.threads,
+    )
+    repeats = _metered_repeats(
+        graph_paths, dataset, spec, device, run, sample_interval_s, grid_intensity_g_per_kwh
+    )
     fields = {**repeats.meter.summary(), **repeats.timer.fields()}
     fields.update(_run_figures(spec, kernels, device, repeats, fields))
     fields.update(_allocator_figures(spec, device, run, repeats, trace_live_tensors, trace_allocator))
@@ -210,12 +252,21 @@ class _Repeats:
     timer: Timer
 
 
-def _metered_repeats(graph_paths, dataset: str, spec: BenchSpec, device: torch.device, run: dict,
-                     sample_interval_s: float, grid_intensity_g_per_kwh: float) -> _Repeats:
+def _metered_repeats(
+    graph_paths,
+    dataset: str,
+    spec: BenchSpec,
+    device: torch.device,
+    run: dict,
+    sample_interval_s: float,
+    grid_intensity_g_per_kwh: float,
+) -> _Repeats:
     """Read the graphs (phase ``read``), warm up, then run ``spec.repeats`` times (phases ``init`` and
     ``iterations``), all under one meter."""
     phase_ms: dict[str, list[float]] = {"read": [], "init": [], "iterations": []}
-    with Meter(device, sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
+    with Meter(
+        device, sample_interval_s=sample_interval_s, grid_intensity_g_per_kwh=grid_intensity_g_per_kwh
+    ) as meter:
 
         @contextlib.contextmanager
         def timed(name: str):
@@ -234,22 +285,34 @@ def _metered_repeats(graph_paths, dataset: str, spec: BenchSpec, device: torch.d
         for repeat in range(spec.repeats):
             with timer.sample():
                 beliefs = classify(data, pattern, **run, phase=timed)
-            log.info("%s on %s, repeat %d: init %.1f ms, iterations %.1f ms", spec.variant, dataset, repeat,
-                     phase_ms["init"][-1], phase_ms["iterations"][-1])
+            log.info(
+                "%s on %s, repeat %d: init %.1f ms, iterations %.1f ms",
+                spec.variant,
+                dataset,
+                repeat,
+                phase_ms["init"][-1],
+                phase_ms["iterations"][-1],
+            )
     return _Repeats(data, pattern, beliefs, phase_ms, rss_after_read, meter, timer)
 
 
-def _run_figures(spec: BenchSpec, kernels, device: torch.device, repeats: _Repeats, summary: dict) -> dict[str, object]:
+def _run_figures(
+    spec: BenchSpec, kernels, device: torch.device, repeats: _Repeats, summary: dict
+) -> dict[str, object]:
     """The run's settings, the graphs' sizes, the phases' median times, the streaming copy beside
     them, and the memory above the RSS after reading (from the meter's ``summary``)."""
     data, pattern, phase_ms = repeats.data, repeats.pattern, repeats.phase_ms
     algorithm_peak = max(summary["init_peak_rss_mib"], summary["iterations_peak_rss_mib"])
     itemsize = 8 if spec.precision == "float64" else 4
-    edge_copy_ms = streaming_copy_ms(data.num_edges * pattern.num_edges, getattr(torch, spec.precision), device)
+    edge_copy_ms = streaming_copy_ms(
+        data.num_edges * pattern.num_edges, getattr(torch, spec.precision), device
+    )
     iterations_ms = statistics.median(phase_ms["iterations"])
     return {
         "implementation": spec.implementation,
-        "kernels_used": "reference" if spec.implementation == "reference" else ("extension" if kernels else "torch"),
+        "kernels_used": "reference"
+        if spec.implementation == "reference"
+        else ("extension" if kernels else "torch"),
         "threads": spec.threads,
         "precision": spec.precision,
         "normalisation": spec.options.normalisation,
@@ -263,16 +326,27 @@ def _run_figures(spec: BenchSpec, kernels, device: torch.device, repeats: _Repea
         "init_ms": statistics.median(phase_ms["init"]),
         "iterations_ms": iterations_ms,
         "edge_copy_ms": edge_copy_ms,
-        "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms if edge_copy_ms > 0 else None,
+        "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms
+        if edge_copy_ms > 0
+        else None,
         "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
         "rss_after_read_mib": repeats.rss_after_read_bytes / MIB,
         "algorithm_rss_mib": max(0.0, algorithm_peak - repeats.rss_after_read_bytes / MIB),
-        "formula_mib": formula_bytes(data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize) / MIB,
+        "formula_mib": formula_bytes(
+            data.num_nodes, data.num_edges, pattern.num_nodes, pattern.num_edges, itemsize
+        )
+        / MIB,
     }
 
 
-def _allocator_figures(spec: BenchSpec, device: torch.device, run: dict, repeats: _Repeats, trace_live_tensors: bool,
-                       trace_allocator: bool) -> dict[str, object]:
+def _allocator_figures(
+    spec: BenchSpec,
+    device: torch.device,
+    run: dict,
+    repeats: _Repeats,
+    trace_live_tensors: bool,
+    trace_allocator: bool,
+) -> dict[str, object]:
     """``alloc_peak_mib`` (and ``peak_tensor_mib``) of one traced run from init to the last iteration."""
     # The timed run's allocator figures are per phase; the algorithm's peak spans init and iterations.
     fields: dict[str, object] = {"alloc_peak_mib": None}
@@ -281,16 +355,23 @@ def _allocator_figures(spec: BenchSpec, device: torch.device, run: dict, repeats
     allocator_run = spec.implementation != "reference" and (device.type == "cuda" or trace_allocator)
     if trace_live_tensors or allocator_run:
         # Tracing slows the run, so it is a run of its own, one phase from init to the last iteration.
-        with Meter(device, sample_interval_s=0, trace_live_tensors=trace_live_tensors,
-                   trace_allocator=allocator_run and device.type == "cpu") as traced:
+        with Meter(
+            device,
+            sample_interval_s=0,
+            trace_live_tensors=trace_live_tensors,
+            trace_allocator=allocator_run and device.type == "cpu",
+        ) as traced:
             with traced.phase("algorithm"):
                 classify(repeats.data, repeats.pattern, **run)
         summary = traced.summary()
         if trace_live_tensors:
             fields.update(peak_tensor_mib=summary["peak_tensor_mib"], trace_live_tensors=True)
         if allocator_run:
-            fields.update(alloc_peak_mib=summary["alloc_peak_mib"], trace_allocator=summary["trace_allocator"],
-                          allocator_available=True)
+            fields.update(
+                alloc_peak_mib=summary["alloc_peak_mib"],
+                trace_allocator=summary["trace_allocator"],
+                allocator_available=True,
+            )
     return fields
 
 
@@ -353,7 +434,12 @@ def compare(
             jobdir = outdir / f"round{round_index}" / spec.variant
             jobdir.mkdir(parents=True, exist_ok=True)
             run_command = membench_command(
-                "appclass", "run", *graph_paths, *_spec_arguments(spec, run=True), "--build-manifest", build_manifest,
+                "appclass",
+                "run",
+                *graph_paths,
+                *_spec_arguments(spec, run=True),
+                "--build-manifest",
+                build_manifest,
             )
             if position == 0 and round_index == 0:
                 with atomic.atomic_path(first_output) as printed:
@@ -364,8 +450,17 @@ def compare(
                     run_s = _timed_run(run_command, printed.name)
                     same_bytes = filecmp.cmp(printed.name, first_output, shallow=False)
             command = membench_command(
-                "appclass", "bench", *graph_paths, "--dataset", dataset, "--outdir", jobdir, *_spec_arguments(spec),
-                *extra_args, "--build-manifest", build_manifest,
+                "appclass",
+                "bench",
+                *graph_paths,
+                "--dataset",
+                dataset,
+                "--outdir",
+                jobdir,
+                *_spec_arguments(spec),
+                *extra_args,
+                "--build-manifest",
+                build_manifest,
             )
             if position == 0 and round_index == 0:
                 command += ["--out-npy", str(reference_npy)]
@@ -386,7 +481,9 @@ def summarise_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     against the first variant; ``all_print_first_variant_bytes`` over every round."""
     numeric = frame.drop(columns=["prints_first_variant_bytes", "agrees_with_reference", "kernels_used"])
     medians = numeric.groupby("variant", sort=False).median(numeric_only=True).drop(columns="round")
-    medians["all_print_first_variant_bytes"] = frame.groupby("variant", sort=False)["prints_first_variant_bytes"].all()
+    medians["all_print_first_variant_bytes"] = frame.groupby("variant", sort=False)[
+        "prints_first_variant_bytes"
+    ].all()
     first = medians.iloc[0]
     medians["run_speedup_vs_first"] = first["run_s"] / medians["run_s"]
     medians["speedup_vs_first"] = first["total_ms"] / medians["total_ms"]
@@ -396,9 +493,20 @@ def summarise_comparison(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _spec_arguments(spec: BenchSpec, run: bool = False) -> list[str]:
     words = [
-        "--implementation", spec.implementation, "--device", spec.device, "--threads", str(spec.threads),
-        "--precision", spec.precision, "--normalisation", spec.options.normalisation,
-        "--forward-message-index", spec.options.forward_message_index, "--kernels", spec.kernels,
+        "--implementation",
+        spec.implementation,
+        "--device",
+        spec.device,
+        "--threads",
+        str(spec.threads),
+        "--precision",
+        spec.precision,
+        "--normalisation",
+        spec.options.normalisation,
+        "--forward-message-index",
+        spec.options.forward_message_index,
+        "--kernels",
+        spec.kernels,
     ]
     if not run:
         words += ["--repeats", str(spec.repeats)]

@@ -11,15 +11,33 @@ import argparse
 import logging
 import sys
 
-from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
 from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES
+from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
-from membench.core.options import SEED, THREADS, InputFile, OutputDir, OutputFile, fields_action, integer, real
+from membench.core.options import (
+    SEED,
+    THREADS,
+    InputFile,
+    OutputDir,
+    OutputFile,
+    fields_action,
+    integer,
+    real,
+)
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
-PLOT_COLUMNS = ("dataset", "variant", "implementation", "data_edges", "pattern_edges", "time_median_s", "time_min_s",
-                "time_max_s", "timing_reliable")
+PLOT_COLUMNS = (
+    "dataset",
+    "variant",
+    "implementation",
+    "data_edges",
+    "pattern_edges",
+    "time_median_s",
+    "time_min_s",
+    "time_max_s",
+    "timing_reliable",
+)
 REPEATS = integer(1, 1000)
 FEATURE_DIM = integer(1, 4096)
 
@@ -32,20 +50,51 @@ def _add_graph_files(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_method_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--implementation", choices=IMPLEMENTATIONS, default="torch",
-                        help="torch: the fast implementation (default); reference: the NumPy specification")
-    parser.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
-                        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if loadable)")
-    parser.add_argument("--build-manifest", type=InputFile, default=None,
-                        help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})")
-    parser.add_argument("--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    parser.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="float64", help="torch only; the reference is float64")
-    parser.add_argument("--normalisation", choices=NORMALISATIONS, default="reference",
-                        help="reference: PNNL's log(exp(.)) (underflows past ~745); stable: log-sum-exp")
-    parser.add_argument("--forward-message-index", choices=FORWARD_MESSAGE_INDEX, default="src",
-                        help="row of the forward edge message: src as PNNL, or dst (the dst-fixed mode)")
-    parser.add_argument("--chunk-edges", type=integer(1, 2**31), default=None, help="torch: edges per chunk (default by device)")
+    parser.add_argument(
+        "--implementation",
+        choices=IMPLEMENTATIONS,
+        default="torch",
+        help="torch: the fast implementation (default); reference: the NumPy specification",
+    )
+    parser.add_argument(
+        "--kernels",
+        choices=KERNEL_CHOICES,
+        default="auto",
+        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if loadable)",
+    )
+    parser.add_argument(
+        "--build-manifest",
+        type=InputFile,
+        default=None,
+        help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})",
+    )
+    parser.add_argument(
+        "--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)"
+    )
+    parser.add_argument(
+        "--threads", type=THREADS, default=None, help="torch CPU threads (default: torch's choice)"
+    )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="float64", help="torch only; the reference is float64"
+    )
+    parser.add_argument(
+        "--normalisation",
+        choices=NORMALISATIONS,
+        default="reference",
+        help="reference: PNNL's log(exp(.)) (underflows past ~745); stable: log-sum-exp",
+    )
+    parser.add_argument(
+        "--forward-message-index",
+        choices=FORWARD_MESSAGE_INDEX,
+        default="src",
+        help="row of the forward edge message: src as PNNL, or dst (the dst-fixed mode)",
+    )
+    parser.add_argument(
+        "--chunk-edges",
+        type=integer(1, 2**31),
+        default=None,
+        help="torch: edges per chunk (default by device)",
+    )
 
 
 # Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
@@ -74,39 +123,73 @@ CONFIG_KEYS = {
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     build = steps.add_parser("build", help="compile the C++ kernels (OpenMP) and write a build manifest")
-    build.add_argument("--outdir", type=OutputDir, required=True, help="build directory; the manifest is <outdir>/manifest.json")
+    build.add_argument(
+        "--outdir",
+        type=OutputDir,
+        required=True,
+        help="build directory; the manifest is <outdir>/manifest.json",
+    )
     build.add_argument("--verbose", action="store_true", help="show the compiler's output")
 
     run = steps.add_parser("run", help="print the log-belief matrix (C %%e, row-major) on stdout")
     _add_graph_files(run)
     _add_method_options(run)
-    run.add_argument("--out-npy", type=OutputFile, help="also write the matrix (float64, data nodes x pattern nodes) as .npy")
+    run.add_argument(
+        "--out-npy",
+        type=OutputFile,
+        help="also write the matrix (float64, data nodes x pattern nodes) as .npy",
+    )
     run.add_argument("--no-stdout", action="store_true", help="do not print the matrix (with --out-npy)")
 
-    bench = steps.add_parser("bench", help="one implementation on one graph pair under the meter: metrics.json")
+    bench = steps.add_parser(
+        "bench", help="one implementation on one graph pair under the meter: metrics.json"
+    )
     _add_graph_files(bench)
     _add_method_options(bench)
     bench.add_argument("--dataset", required=True, help="name of the graph pair in the results")
-    bench.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
-    bench.add_argument("--repeats", type=REPEATS, default=1, help="runs of init + iterations (median reported)")
-    bench.add_argument("--reference-npy", type=InputFile, help="reference beliefs (.npy) to check agreement against")
+    bench.add_argument(
+        "--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv"
+    )
+    bench.add_argument(
+        "--repeats", type=REPEATS, default=1, help="runs of init + iterations (median reported)"
+    )
+    bench.add_argument(
+        "--reference-npy", type=InputFile, help="reference beliefs (.npy) to check agreement against"
+    )
     bench.add_argument("--out-npy", type=OutputFile, help="write this job's beliefs as .npy")
     add_meter_options(bench, sample_interval_s=0.02)
-    bench.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False,
-                       help="one extra traced run for peak_tensor_mib (torch tensors)")
+    bench.add_argument(
+        "--trace-live-tensors",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="one extra traced run for peak_tensor_mib (torch tensors)",
+    )
     add_allocator_option(bench)
 
-    compare = steps.add_parser("compare", help="several variants side by side (separate processes, interleaved)")
+    compare = steps.add_parser(
+        "compare", help="several variants side by side (separate processes, interleaved)"
+    )
     _add_graph_files(compare)
     compare.add_argument("--dataset", required=True)
     compare.add_argument("--outdir", type=OutputDir, required=True)
-    compare.add_argument("--variant", action="append", required=True,
-                         help="IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS], repeatable; the first is the baseline")
-    compare.add_argument("--build-manifest", type=InputFile, default=None, help=f"kernels' build manifest (default {DEFAULT_MANIFEST})")
+    compare.add_argument(
+        "--variant",
+        action="append",
+        required=True,
+        help="IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS], repeatable; the first is the baseline",
+    )
+    compare.add_argument(
+        "--build-manifest",
+        type=InputFile,
+        default=None,
+        help=f"kernels' build manifest (default {DEFAULT_MANIFEST})",
+    )
     compare.add_argument("--rounds", type=REPEATS, default=3)
     compare.add_argument("--repeats", type=REPEATS, default=1)
     compare.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
@@ -114,7 +197,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     rmat = steps.add_parser("generate-rmat", help="RMAT data graph with uniform random features")
     rmat.add_argument("--scale", type=integer(2, 26), required=True, help="2**scale + 1 nodes")
-    rmat.add_argument("--edge-factor", type=integer(1, 1024), default=8, help="edges drawn per node (before dropping loops/duplicates)")
+    rmat.add_argument(
+        "--edge-factor",
+        type=integer(1, 1024),
+        default=8,
+        help="edges drawn per node (before dropping loops/duplicates)",
+    )
     rmat.add_argument("--node-feature-dim", type=FEATURE_DIM, default=13)
     rmat.add_argument("--edge-feature-dim", type=FEATURE_DIM, default=17)
     rmat.add_argument("--feature-max", type=real(0, 1e6, exclusive_low=True), default=10.0)
@@ -131,9 +219,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     pattern.add_argument("--edges", type=OutputFile, required=True)
 
     stats = steps.add_parser("graph-stats", help="statistics table of graph pairs")
-    stats.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
-    stats.add_argument("--pair", nargs=5, action=fields_action(str, *[InputFile] * 4), required=True,
-                       metavar=("NAME", "DATA_V", "DATA_E", "PATT_V", "PATT_E"), help="repeatable")
+    stats.add_argument(
+        "--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it"
+    )
+    stats.add_argument(
+        "--pair",
+        nargs=5,
+        action=fields_action(str, *[InputFile] * 4),
+        required=True,
+        metavar=("NAME", "DATA_V", "DATA_E", "PATT_V", "PATT_E"),
+        help="repeatable",
+    )
 
     plot = steps.add_parser("plot", help="runtime and speed-up figures from the appclass table")
     plot.add_argument("--table", type=InputFile, required=True)
@@ -155,8 +251,14 @@ def _graph_paths(args: argparse.Namespace) -> tuple[str, str, str, str]:
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     handler = {
-        "build": _build, "run": _run, "bench": _bench, "compare": _compare, "generate-rmat": _generate_rmat,
-        "generate-pattern": _generate_pattern, "graph-stats": _graph_stats, "plot": _plot,
+        "build": _build,
+        "run": _run,
+        "bench": _bench,
+        "compare": _compare,
+        "generate-rmat": _generate_rmat,
+        "generate-pattern": _generate_pattern,
+        "graph-stats": _graph_stats,
+        "plot": _plot,
     }[args.step]
     handler(args)
 
@@ -206,8 +308,14 @@ def _run(args: argparse.Namespace) -> None:
             torch.set_num_threads(args.threads)
         data, pattern = graphs.result()
     beliefs = classify(
-        data, pattern, implementation=args.implementation, options=_options(args), device=resolve_device(args.device),
-        precision=args.precision, chunk_edges=args.chunk_edges, kernels=kernels,
+        data,
+        pattern,
+        implementation=args.implementation,
+        options=_options(args),
+        device=resolve_device(args.device),
+        precision=args.precision,
+        chunk_edges=args.chunk_edges,
+        kernels=kernels,
     )
     del data
     if args.out_npy:
@@ -226,8 +334,13 @@ def _bench_spec(args: argparse.Namespace):
     from membench.appclass.bench import BenchSpec
 
     return BenchSpec(
-        implementation=args.implementation, device=args.device, threads=args.threads or torch.get_num_threads(),
-        precision=args.precision, options=_options(args), repeats=args.repeats, chunk_edges=args.chunk_edges,
+        implementation=args.implementation,
+        device=args.device,
+        threads=args.threads or torch.get_num_threads(),
+        precision=args.precision,
+        options=_options(args),
+        repeats=args.repeats,
+        chunk_edges=args.chunk_edges,
         kernels=args.kernels,
     )
 
@@ -240,16 +353,27 @@ def _bench(args: argparse.Namespace) -> None:
     spec = _bench_spec(args)
     torch.set_num_threads(spec.threads)
     record = run_bench_job(
-        _graph_paths(args), args.dataset, spec, args.outdir,
-        reference_npy=args.reference_npy, out_npy=args.out_npy, sample_interval_s=args.sample_interval_s,
+        _graph_paths(args),
+        args.dataset,
+        spec,
+        args.outdir,
+        reference_npy=args.reference_npy,
+        out_npy=args.out_npy,
+        sample_interval_s=args.sample_interval_s,
         build_manifest=args.build_manifest,
-        trace_live_tensors=args.trace_live_tensors, trace_allocator=args.trace_allocator,
+        trace_live_tensors=args.trace_live_tensors,
+        trace_allocator=args.trace_allocator,
         grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info(
         "%s on %s: read %.0f ms, init %.0f ms, iterations %.0f ms, algorithm RSS %.0f MiB (formula %.0f MiB)",
-        record["variant"], args.dataset, record["read_ms"], record["init_ms"], record["iterations_ms"],
-        record["algorithm_rss_mib"], record["formula_mib"],
+        record["variant"],
+        args.dataset,
+        record["read_ms"],
+        record["init_ms"],
+        record["iterations_ms"],
+        record["algorithm_rss_mib"],
+        record["formula_mib"],
     )
 
 
@@ -258,11 +382,17 @@ def _parse_variant(text: str) -> tuple[str, str, int, str, str]:
 
     parts = text.split(":")
     if len(parts) not in (4, 5):
-        raise InputError(None, f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS]", "option --variant")
+        raise InputError(
+            None,
+            f"variant {text!r} must be IMPLEMENTATION:DEVICE:THREADS:PRECISION[:KERNELS]",
+            "option --variant",
+        )
     implementation, device, threads, precision = parts[:4]
     kernels = parts[4] if len(parts) == 5 else "auto"
     if implementation not in IMPLEMENTATIONS or precision not in PRECISIONS or kernels not in KERNEL_CHOICES:
-        raise InputError(None, f"variant {text!r}: implementation, precision or kernels unknown", "option --variant")
+        raise InputError(
+            None, f"variant {text!r}: implementation, precision or kernels unknown", "option --variant"
+        )
     try:
         return implementation, device, THREADS(threads), precision, kernels
     except argparse.ArgumentTypeError as exc:
@@ -281,8 +411,15 @@ def _compare(args: argparse.Namespace) -> None:
     ]
     extra = ["--trace-live-tensors"] if args.trace_live_tensors else []
     extra.append("--trace-allocator" if args.trace_allocator else "--no-trace-allocator")
-    frame = compare(_graph_paths(args), args.dataset, specs, args.outdir, args.rounds, extra,
-                    args.build_manifest or DEFAULT_MANIFEST)
+    frame = compare(
+        _graph_paths(args),
+        args.dataset,
+        specs,
+        args.outdir,
+        args.rounds,
+        extra,
+        args.build_manifest or DEFAULT_MANIFEST,
+    )
     summary = summarise_comparison(frame)
     write_table(summary, Path(args.outdir) / "summary.csv")
     logging.info("side-by-side medians:\n%s", summary.to_string(index=False))
@@ -291,9 +428,23 @@ def _compare(args: argparse.Namespace) -> None:
 def _generate_rmat(args: argparse.Namespace) -> None:
     from membench.data.graphs import rmat_graph, write_graph
 
-    graph = rmat_graph(args.scale, args.edge_factor, args.node_feature_dim, args.edge_feature_dim, args.seed, args.feature_max)
+    graph = rmat_graph(
+        args.scale,
+        args.edge_factor,
+        args.node_feature_dim,
+        args.edge_feature_dim,
+        args.seed,
+        args.feature_max,
+    )
     write_graph(graph, args.vertices, args.edges)
-    logging.info("RMAT scale %d: %d nodes, %d edges -> %s, %s", args.scale, graph.num_nodes, graph.num_edges, args.vertices, args.edges)
+    logging.info(
+        "RMAT scale %d: %d nodes, %d edges -> %s, %s",
+        args.scale,
+        graph.num_nodes,
+        graph.num_edges,
+        args.vertices,
+        args.edges,
+    )
 
 
 def _generate_pattern(args: argparse.Namespace) -> None:
@@ -302,7 +453,13 @@ def _generate_pattern(args: argparse.Namespace) -> None:
     data = read_graph(args.data_vertices, args.data_edges)
     pattern = induced_pattern(data, args.max_pattern_nodes, args.seed)
     write_graph(pattern, args.vertices, args.edges)
-    logging.info("pattern: %d nodes, %d edges -> %s, %s", pattern.num_nodes, pattern.num_edges, args.vertices, args.edges)
+    logging.info(
+        "pattern: %d nodes, %d edges -> %s, %s",
+        pattern.num_nodes,
+        pattern.num_edges,
+        args.vertices,
+        args.edges,
+    )
 
 
 def _graph_stats(args: argparse.Namespace) -> None:

@@ -22,7 +22,19 @@ SPEC = extension.ExtensionSpec(
     name="membench_appclass_ops",
     source_dir=Path(__file__).parent / "csrc",
     cpu_sources=("appclass_ops.cpp",),
-    kernels=("distances", "column_max", "normprob_", "group_min", "prepare_messages", "group_exp_sums", "scatter_max_", "node_exp_sums", "normalise_maxima_", "update_beliefs_", "format_e"),
+    kernels=(
+        "distances",
+        "column_max",
+        "normprob_",
+        "group_min",
+        "prepare_messages",
+        "group_exp_sums",
+        "scatter_max_",
+        "node_exp_sums",
+        "normalise_maxima_",
+        "update_beliefs_",
+        "format_e",
+    ),
     build_command="membench appclass build",
     cflags=("-O3", "-ffp-contract=off", "-fopenmp"),
     ldflags=("-fopenmp",),
@@ -41,7 +53,9 @@ def select_kernels(choice: str, manifest_path: str | os.PathLike | None) -> Modu
     ``extension`` requires a loadable build; ``auto`` falls back to pure torch (and logs why).
     """
     if choice not in KERNEL_CHOICES:
-        raise InputError(None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels")
+        raise InputError(
+            None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels"
+        )
     if choice == "torch":
         return None
     path = Path(manifest_path) if manifest_path is not None else DEFAULT_MANIFEST

@@ -63,8 +63,8 @@ def pairwise_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     out = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
     rows = max(1, DISTANCE_CHUNK_BYTES // (a.element_size() * max(1, b.shape[0] * a.shape[1])))
     for start in range(0, a.shape[0], rows):
-        diff = b.unsqueeze(0) - a[start:start + rows].unsqueeze(1)
-        torch.sum(diff.square_(), dim=2, out=out[start:start + rows]).sqrt_()
+        diff = b.unsqueeze(0) - a[start : start + rows].unsqueeze(1)
+        torch.sum(diff.square_(), dim=2, out=out[start : start + rows]).sqrt_()
     return out
 
 
@@ -77,7 +77,9 @@ def column_max(x: torch.Tensor) -> torch.Tensor:
     return col_max.clamp_min_(torch.finfo(x.dtype).min)
 
 
-def _normalise_(y: torch.Tensor, col_max: torch.Tensor, log_sum: torch.Tensor, normalisation: str) -> torch.Tensor:
+def _normalise_(
+    y: torch.Tensor, col_max: torch.Tensor, log_sum: torch.Tensor, normalisation: str
+) -> torch.Tensor:
     """Normalise, in place, values ``y`` of columns with maximum ``col_max`` and log exp-sum ``log_sum``."""
     y.sub_(col_max)
     if normalisation == "reference":
@@ -102,7 +104,7 @@ def _negated_column_stats(x: torch.Tensor, chunk_edges: int) -> tuple[torch.Tens
     col_max = (-x.amin(0)).clamp_min(torch.finfo(x.dtype).min)
     total = torch.zeros(x.shape[1], dtype=x.dtype, device=x.device)
     for start in range(0, x.shape[0], chunk_edges):
-        total += torch.exp(-x[start:start + chunk_edges] - col_max).sum(0)
+        total += torch.exp(-x[start : start + chunk_edges] - col_max).sum(0)
     return col_max, total.log_()
 
 
@@ -177,17 +179,21 @@ def initialise(
 
     # The first edge messages are FE = RE = normprob(-CE) of the raw distances.
     col_max, log_sum = _negated_column_stats(ce_by_src, chunk_edges)
-    first_rmax = _normalise_(_group_min(ce_by_src, src_by_src, data.num_nodes).neg_(), col_max, log_sum, normalisation)
-    first_fmax = _normalise_(_group_min(ce_by_dst, dst_by_dst, data.num_nodes).neg_(), col_max, log_sum, normalisation)
+    first_rmax = _normalise_(
+        _group_min(ce_by_src, src_by_src, data.num_nodes).neg_(), col_max, log_sum, normalisation
+    )
+    first_fmax = _normalise_(
+        _group_min(ce_by_dst, dst_by_dst, data.num_nodes).neg_(), col_max, log_sum, normalisation
+    )
 
     col_max = ce_by_src.amax(0).clamp_min(torch.finfo(dtype).min)
     log_sum = torch.zeros_like(col_max)
     for start in range(0, len(ce_by_src), chunk_edges):
-        log_sum += torch.exp(ce_by_src[start:start + chunk_edges] - col_max).sum(0)
+        log_sum += torch.exp(ce_by_src[start : start + chunk_edges] - col_max).sum(0)
     log_sum.log_()
     for ce in (ce_by_src, ce_by_dst):
         for start in range(0, len(ce), chunk_edges):
-            _normalise_(ce[start:start + chunk_edges], col_max, log_sum, normalisation)
+            _normalise_(ce[start : start + chunk_edges], col_max, log_sum, normalisation)
 
     pattern_src = tensor(pattern.edge_src, torch.int64)
     pattern_dst = tensor(pattern.edge_dst, torch.int64)
@@ -196,12 +202,26 @@ def initialise(
     rmax = torch.fmax(first_rmax, -cnull + column_max(mu[:, pattern_dst]), out=first_rmax)
     forward_rows = src[by_dst] if options.forward_message_index == "src" else dst_by_dst
     return FastState(
-        cv=cv, mu=mu, ce_by_src=ce_by_src, ce_by_dst=ce_by_dst, src_by_src=src_by_src, dst_by_dst=dst_by_dst,
-        forward_rows=forward_rows, fmax=fmax, rmax=rmax, cnull=cnull, pattern_src=pattern_src,
-        pattern_dst=pattern_dst, pattern_edges=list(zip(pattern.edge_src.tolist(), pattern.edge_dst.tolist())),
-        options=options, chunk_edges=chunk_edges,
-        message_buffer=torch.empty((min(chunk_edges, data.num_edges), pattern.num_edges), dtype=dtype, device=device),
-        vf=torch.empty_like(fmax), vr=torch.empty_like(fmax),
+        cv=cv,
+        mu=mu,
+        ce_by_src=ce_by_src,
+        ce_by_dst=ce_by_dst,
+        src_by_src=src_by_src,
+        dst_by_dst=dst_by_dst,
+        forward_rows=forward_rows,
+        fmax=fmax,
+        rmax=rmax,
+        cnull=cnull,
+        pattern_src=pattern_src,
+        pattern_dst=pattern_dst,
+        pattern_edges=list(zip(pattern.edge_src.tolist(), pattern.edge_dst.tolist())),
+        options=options,
+        chunk_edges=chunk_edges,
+        message_buffer=torch.empty(
+            (min(chunk_edges, data.num_edges), pattern.num_edges), dtype=dtype, device=device
+        ),
+        vf=torch.empty_like(fmax),
+        vr=torch.empty_like(fmax),
     )
 
 

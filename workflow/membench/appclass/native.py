@@ -25,7 +25,6 @@ import torch
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
 
-
 EDGE_PARTS_PER_THREAD = 4  # destination ranges per thread in the edge pass (RMAT-18: 4 and 8 alike, 1 slower)
 
 
@@ -35,7 +34,9 @@ def owner_bounds(groups: torch.Tensor, num_nodes: int, parts: int) -> torch.Tens
     edges_up_to = torch.bincount(groups, minlength=num_nodes).cumsum(0)
     targets = torch.arange(1, parts, dtype=torch.int64) * len(groups) // parts
     inner = torch.searchsorted(edges_up_to, targets, right=True)
-    return torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.full((1,), num_nodes, dtype=torch.int64)])
+    return torch.cat(
+        [torch.zeros(1, dtype=torch.int64), inner, torch.full((1,), num_nodes, dtype=torch.int64)]
+    )
 
 
 @dataclass
@@ -61,7 +62,9 @@ def edge_parts(groups: torch.Tensor, num_nodes: int, parts: int) -> EdgeParts:
     counts = torch.bincount(part_of_edge, minlength=parts)
     positions = torch.empty_like(order)
     positions[order] = torch.arange(len(order))
-    return EdgeParts(bounds, order, torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]), positions)
+    return EdgeParts(
+        bounds, order, torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)]), positions
+    )
 
 
 def nodes_with_edges(groups: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -81,7 +84,9 @@ class NativeState:
     ce: torch.Tensor  # (DE, PE) normalised edge distances, stored by destination part (edge_bounds)
     src_by_part: torch.Tensor  # (DE,) int64 the sources of ce's rows
     dst_by_part: torch.Tensor  # (DE,) int64 the destinations of ce's rows
-    bounds: torch.Tensor  # (parts + 1,) int64: part t holds the edges into the nodes bounds[t] .. bounds[t + 1]
+    bounds: (
+        torch.Tensor
+    )  # (parts + 1,) int64: part t holds the edges into the nodes bounds[t] .. bounds[t + 1]
     edge_bounds: torch.Tensor  # (parts + 1,) int64: and ce's rows edge_bounds[t] .. edge_bounds[t + 1]
     forward_from_src: bool  # forward messages read the source (PNNL), else the destination (no edge pass)
     ce_min_forward: torch.Tensor  # (DV, PE) minimum of CE over each node's edges by forward_rows
@@ -98,7 +103,9 @@ class NativeState:
     pattern_dst: torch.Tensor  # (PE,) int64
 
 
-def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: torch.dtype, ops: ModuleType, threads: int) -> NativeState:
+def initialise(
+    data: Graph, pattern: Graph, options: AppclassOptions, dtype: torch.dtype, ops: ModuleType, threads: int
+) -> NativeState:
     """PNNL ``initializeWorkArrays``: distances, their normalisations, and the first maxima."""
     stable = options.normalisation == "stable"
 
@@ -151,7 +158,15 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     torch.sub(zeros, min_src, out=reverse_raw)
     forward_diff = torch.sub(zeros, min_forward, out=vr if forward_rows is src else forward_raw)
     sums = ops.node_exp_sums(
-        forward_diff, sums_forward, first_max, listed_forward, reverse_raw, sums_src, first_max, listed_src, threads
+        forward_diff,
+        sums_forward,
+        first_max,
+        listed_forward,
+        reverse_raw,
+        sums_src,
+        first_max,
+        listed_src,
+        threads,
     )
     if forward_rows is src:
         ops.scatter_max_(forward_raw, ce, src_by_part, dst_by_part, zeros, bounds, edge_bounds, threads)
@@ -165,12 +180,29 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions, dtype: tor
     ops.normprob_(ce, stable, threads, None, positions)
     ce_min_forward, exp_sums_forward, ce_min_src, exp_sums_src = edge_statistics(ce)
     return NativeState(
-        ops=ops, threads=threads, stable=stable, cv=cv, mu=mu, ce=ce, src_by_part=src_by_part, dst_by_part=dst_by_part,
-        bounds=bounds, edge_bounds=edge_bounds, forward_from_src=forward_rows is src,
-        ce_min_forward=ce_min_forward, ce_min_src=ce_min_src, exp_sums_forward=exp_sums_forward,
-        exp_sums_src=exp_sums_src, listed_forward=listed_forward, listed_src=listed_src,
-        fmax=forward_raw, rmax=reverse_raw, vr=vr,
-        minus_cnull=minus_cnull, pattern_src=pattern_src, pattern_dst=pattern_dst,
+        ops=ops,
+        threads=threads,
+        stable=stable,
+        cv=cv,
+        mu=mu,
+        ce=ce,
+        src_by_part=src_by_part,
+        dst_by_part=dst_by_part,
+        bounds=bounds,
+        edge_bounds=edge_bounds,
+        forward_from_src=forward_rows is src,
+        ce_min_forward=ce_min_forward,
+        ce_min_src=ce_min_src,
+        exp_sums_forward=exp_sums_forward,
+        exp_sums_src=exp_sums_src,
+        listed_forward=listed_forward,
+        listed_src=listed_src,
+        fmax=forward_raw,
+        rmax=reverse_raw,
+        vr=vr,
+        minus_cnull=minus_cnull,
+        pattern_src=pattern_src,
+        pattern_dst=pattern_dst,
     )
 
 
@@ -185,13 +217,33 @@ def iterate(state: NativeState) -> None:
     )
     vf_max, vr_max, forward_max, reverse_max = maxima.unbind(0)
     sums = ops.node_exp_sums(
-        s.fmax, s.exp_sums_forward, forward_max, s.listed_forward, s.rmax, s.exp_sums_src, reverse_max, s.listed_src, threads
+        s.fmax,
+        s.exp_sums_forward,
+        forward_max,
+        s.listed_forward,
+        s.rmax,
+        s.exp_sums_src,
+        reverse_max,
+        s.listed_src,
+        threads,
     )
     if s.forward_from_src:
         ops.scatter_max_(s.fmax, s.ce, s.src_by_part, s.dst_by_part, s.vr, s.bounds, s.edge_bounds, threads)
     mu_max = ops.update_beliefs_(
-        s.mu, s.cv, s.fmax, forward_max, sums[0], s.minus_cnull + vr_max,
-        s.rmax, reverse_max, sums[1], s.minus_cnull + vf_max, s.pattern_src, s.pattern_dst, s.stable, threads,
+        s.mu,
+        s.cv,
+        s.fmax,
+        forward_max,
+        sums[0],
+        s.minus_cnull + vr_max,
+        s.rmax,
+        reverse_max,
+        sums[1],
+        s.minus_cnull + vf_max,
+        s.pattern_src,
+        s.pattern_dst,
+        s.stable,
+        threads,
     )
     ops.normprob_(s.mu, s.stable, threads, mu_max)
 

@@ -31,7 +31,11 @@ class AppclassOptions:
 
     def __post_init__(self) -> None:
         if self.normalisation not in NORMALISATIONS:
-            raise InputError(None, f"normalisation {self.normalisation!r} is not one of {', '.join(NORMALISATIONS)}", "key 'normalisation'")
+            raise InputError(
+                None,
+                f"normalisation {self.normalisation!r} is not one of {', '.join(NORMALISATIONS)}",
+                "key 'normalisation'",
+            )
         if self.forward_message_index not in FORWARD_MESSAGE_INDEX:
             raise InputError(
                 None,
@@ -44,8 +48,12 @@ class AppclassOptions:
         return self == AppclassOptions()
 
 
-def formula_bytes(data_nodes: int, data_edges: int, pattern_nodes: int, pattern_edges: int, itemsize: int = 8) -> int:
+def formula_bytes(
+    data_nodes: int, data_edges: int, pattern_nodes: int, pattern_edges: int, itemsize: int = 8
+) -> int:
     """The dominant arrays: 3 of data.edges x pattern.edges, 3 of data.nodes x pattern.edges and
     2 of data.nodes x pattern.nodes, ``itemsize`` bytes each (the memory formula of Gunrock's
     Application Classification report)."""
-    return itemsize * (3 * data_edges * pattern_edges + 3 * data_nodes * pattern_edges + 2 * data_nodes * pattern_nodes)
+    return itemsize * (
+        3 * data_edges * pattern_edges + 3 * data_nodes * pattern_edges + 2 * data_nodes * pattern_nodes
+    )

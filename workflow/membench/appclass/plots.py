@@ -12,7 +12,14 @@ import os
 import pandas as pd
 
 from membench.core.plots import (
-    figure_note, flagged_note, label_methods, method_bars, method_legend, panel_grid, save_figure, timing_by_method,
+    figure_note,
+    flagged_note,
+    label_methods,
+    method_bars,
+    method_legend,
+    panel_grid,
+    save_figure,
+    timing_by_method,
 )
 
 BASELINE_IMPLEMENTATION = "reference"
@@ -27,7 +34,9 @@ def speedups(table: pd.DataFrame) -> pd.DataFrame:
     reference_reliable = baseline.groupby("dataset")["timing_reliable"].agg(lambda v: _reliable(v).all())
     out = table.copy()
     out["speedup_vs_reference"] = out["dataset"].map(reference) / out["time_median_s"]
-    out["speedup_reliable"] = _reliable(out["timing_reliable"]) & out["dataset"].map(reference_reliable).fillna(False)
+    out["speedup_reliable"] = _reliable(out["timing_reliable"]) & out["dataset"].map(
+        reference_reliable
+    ).fillna(False)
     return out
 
 
@@ -41,7 +50,9 @@ def _pairs(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     pairs = []
     for dataset in order:
         rows = table[table["dataset"] == dataset].drop_duplicates("variant")
-        rows = rows.assign(_baseline=rows["implementation"] != BASELINE_IMPLEMENTATION).sort_values(["_baseline", "variant"])
+        rows = rows.assign(_baseline=rows["implementation"] != BASELINE_IMPLEMENTATION).sort_values(
+            ["_baseline", "variant"]
+        )
         pairs.append((dataset, rows))
     return pairs
 
@@ -60,16 +71,28 @@ def plot_runtime(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     for ax, (dataset, rows) in zip(axes, pairs):
         baseline = rows.loc[rows["implementation"] == BASELINE_IMPLEMENTATION, "variant"]
         ms = lambda column: pd.to_numeric(rows[column], errors="coerce") * 1e3  # noqa: E731
-        method_bars(ax, list(rows["variant"]), ms("time_median_s"), ylabel="ms per repeat",
-                    title=_panel_title(dataset, rows), baseline=baseline.iloc[0] if len(baseline) else None,
-                    low=ms("time_min_s"), high=ms("time_max_s"),
-                    flagged=list(~_reliable(rows["timing_reliable"])),
-                    colour_methods=list(rows["implementation"]))
+        method_bars(
+            ax,
+            list(rows["variant"]),
+            ms("time_median_s"),
+            ylabel="ms per repeat",
+            title=_panel_title(dataset, rows),
+            baseline=baseline.iloc[0] if len(baseline) else None,
+            low=ms("time_min_s"),
+            high=ms("time_max_s"),
+            flagged=list(~_reliable(rows["timing_reliable"])),
+            colour_methods=list(rows["implementation"]),
+        )
         label_methods(ax, list(rows["variant"]))
     implementations = list(dict.fromkeys(table["implementation"]))
     timing = timing_by_method(table)
-    method_legend(fig, implementations, flagged=bool(not timing.empty and timing["flagged"].any()),
-                  loc="outside upper center", ncols=len(implementations) + 1)
+    method_legend(
+        fig,
+        implementations,
+        flagged=bool(not timing.empty and timing["flagged"].any()),
+        loc="outside upper center",
+        ncols=len(implementations) + 1,
+    )
     note = flagged_note(timing, "repeat time")
     if note:
         figure_note(fig, note)
@@ -80,26 +103,45 @@ def plot_speedup(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     """One panel per graph pair: speed-up of each torch variant over the NumPy reference (reference
     repeat time / variant repeat time, x; hatched when either timing is flagged); the line at 1 is
     the reference."""
-    pairs = [(dataset, rows[rows["implementation"] != BASELINE_IMPLEMENTATION])
-             for dataset, rows in _pairs(speedups(table))]
+    pairs = [
+        (dataset, rows[rows["implementation"] != BASELINE_IMPLEMENTATION])
+        for dataset, rows in _pairs(speedups(table))
+    ]
     pairs = [(dataset, rows[rows["speedup_vs_reference"].notna()]) for dataset, rows in pairs]
     pairs = [(dataset, rows) for dataset, rows in pairs if len(rows)]
     fig, axes = panel_grid(max(len(pairs), 1), ncols=2, panel_height_in=3.6)
     for ax, (dataset, rows) in zip(axes, pairs):
         values = rows["speedup_vs_reference"].tolist()
-        method_bars(ax, list(rows["variant"]), values, ylabel="speed-up over reference (x)",
-                    title=_panel_title(dataset, rows), log=False, colour_methods=list(rows["implementation"]),
-                    flagged=list(~rows["speedup_reliable"].astype(bool)))
+        method_bars(
+            ax,
+            list(rows["variant"]),
+            values,
+            ylabel="speed-up over reference (x)",
+            title=_panel_title(dataset, rows),
+            log=False,
+            colour_methods=list(rows["implementation"]),
+            flagged=list(~rows["speedup_reliable"].astype(bool)),
+        )
         for x, value in enumerate(values):
-            ax.annotate(f"{value:.1f}x", (x, value), xytext=(0, 2), textcoords="offset points", ha="center",
-                        va="bottom", fontsize=8)
+            ax.annotate(
+                f"{value:.1f}x",
+                (x, value),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.margins(y=0.15)
         label_methods(ax, list(rows["variant"]))
     flagged = [rows for _, rows in pairs if not rows["speedup_reliable"].all()]
     if flagged:
-        figure_note(fig, "hatched: the variant's or the reference's timing is flagged as unreliable; "
-                         "see timing_flag in the table")
+        figure_note(
+            fig,
+            "hatched: the variant's or the reference's timing is flagged as unreliable; "
+            "see timing_flag in the table",
+        )
     if not pairs:
         axes[0].axis("off")
         axes[0].text(0.5, 0.5, "no graph pair has both a reference and a torch job", ha="center", va="center")

@@ -96,9 +96,19 @@ def initialise(data: Graph, pattern: Graph, options: AppclassOptions = AppclassO
         fmax = _scatter_max(fe, data.edge_dst, -cnull + column_max(vr), data.num_nodes)
         rmax = _scatter_max(re, data.edge_src, -cnull + column_max(vf), data.num_nodes)
     return ReferenceState(
-        cv=cv, mu=mu, ce=ce, fe=fe, re=re, fmax=fmax, rmax=rmax, cnull=cnull,
-        data_src=data.edge_src, data_dst=data.edge_dst,
-        pattern_src=pattern.edge_src, pattern_dst=pattern.edge_dst, options=options,
+        cv=cv,
+        mu=mu,
+        ce=ce,
+        fe=fe,
+        re=re,
+        fmax=fmax,
+        rmax=rmax,
+        cnull=cnull,
+        data_src=data.edge_src,
+        data_dst=data.edge_dst,
+        pattern_src=pattern.edge_src,
+        pattern_dst=pattern.edge_dst,
+        options=options,
     )
 
 

@@ -53,7 +53,9 @@ OUTPUT_MARKER = ".membench-output.json"
 LEDGER_NAME = ".membench-written"
 # Past this size the ledger is rewritten with one line per file that still exists.
 _LEDGER_COMPACT_BYTES = 1 << 20
-_PROTECTED_INPUTS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("protected_inputs", default=())
+_PROTECTED_INPUTS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "protected_inputs", default=()
+)
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 # Below this many free bytes a failed write is reported as a full device: writers such as
 # torch.save and liblmdb report ENOSPC as their own error types without the errno.
@@ -97,7 +99,9 @@ def _device_full_error(target: Path, exc: BaseException) -> InputError | None:
     if not full:
         return None
     kept = "the previous version is unchanged" if target.exists() else "nothing was written"
-    return InputError(target, f"cannot write: no space left on the device ({free_bytes} bytes free); {kept} ({exc})")
+    return InputError(
+        target, f"cannot write: no space left on the device ({free_bytes} bytes free); {kept} ({exc})"
+    )
 
 
 def current_umask() -> int:
@@ -151,7 +155,9 @@ def protect_inputs(inputs: Iterable[str | os.PathLike]) -> Iterator[None]:
         _PROTECTED_INPUTS.reset(token)
 
 
-def refuse_inputs(target: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), contains: bool = True) -> None:
+def refuse_inputs(
+    target: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), contains: bool = True
+) -> None:
     """Raise :class:`InputError` when ``target`` is one of ``inputs`` (or of the protected inputs) or,
     with ``contains``, a directory holding one."""
     out = Path(target)
@@ -159,9 +165,13 @@ def refuse_inputs(target: str | os.PathLike, inputs: Iterable[str | os.PathLike]
     for item in (*inputs, *_PROTECTED_INPUTS.get()):
         source = Path(item)
         if _same_file(out, source):
-            raise InputError(target, f"the output path is the input {os.fspath(item)}; choose another output path")
+            raise InputError(
+                target, f"the output path is the input {os.fspath(item)}; choose another output path"
+            )
         if contains and resolved in source.resolve().parents:
-            raise InputError(target, f"the output path contains the input {os.fspath(item)}; choose another output path")
+            raise InputError(
+                target, f"the output path contains the input {os.fspath(item)}; choose another output path"
+            )
 
 
 def _ledger_entries(directory: Path) -> dict[str, tuple[int, int]]:
@@ -209,11 +219,16 @@ def _record_written(tmp: Path, target: Path) -> None:
         ledger.flush()
         if os.fstat(ledger.fileno()).st_size > _LEDGER_COMPACT_BYTES:
             entries = _ledger_entries(target.parent)
-            kept = {name: entry for name, entry in entries.items()
-                    if name == target.name or _identity(target.parent / name) == entry}
+            kept = {
+                name: entry
+                for name, entry in entries.items()
+                if name == target.name or _identity(target.parent / name) == entry
+            }
             ledger.seek(0)
             ledger.truncate()
-            ledger.writelines(json.dumps({"name": n, "size": e[0], "mtime_ns": e[1]}) + "\n" for n, e in kept.items())
+            ledger.writelines(
+                json.dumps({"name": n, "size": e[0], "mtime_ns": e[1]}) + "\n" for n, e in kept.items()
+            )
 
 
 def check_replaceable(path: str | os.PathLike) -> None:
@@ -325,7 +340,9 @@ def _foreign_entry(target: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, kind: str, inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
+def atomic_directory(
+    path: str | os.PathLike, kind: str, inputs: Iterable[str | os.PathLike] = ()
+) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``path``; on success it replaces ``path``.
 
     The finished directory carries a marker (:data:`OUTPUT_MARKER`) recording ``kind`` and every

@@ -82,7 +82,9 @@ def _directory_fingerprint(root: Path) -> str:
         for name in sorted(filenames):
             path = Path(dirpath) / name
             info = os.stat(path)
-            digest.update(f"{path.relative_to(root).as_posix()}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+            digest.update(
+                f"{path.relative_to(root).as_posix()}\0{info.st_size}\0{info.st_mtime_ns}\n".encode()
+            )
     return digest.hexdigest()
 
 
@@ -99,7 +101,9 @@ def _input_identity(path: str | os.PathLike) -> str:
     raise InputError(path, f"is {atomic.file_kind(mode)}, not a regular file or directory")
 
 
-def run_identity(options: Mapping[str, Any], inputs: Iterable[str | os.PathLike] = (), code: str = "") -> dict:
+def run_identity(
+    options: Mapping[str, Any], inputs: Iterable[str | os.PathLike] = (), code: str = ""
+) -> dict:
     """What determines a training run's result, to store in its checkpoint and compare on resume.
 
     Parameters
@@ -116,7 +120,9 @@ def run_identity(options: Mapping[str, Any], inputs: Iterable[str | os.PathLike]
     """
     return {
         "options": json.loads(json.dumps(dict(options), sort_keys=True, default=str)),
-        "inputs": {str(os.fspath(path)): _input_identity(path) for path in inputs},  # plain str: weights_only loads it
+        "inputs": {
+            str(os.fspath(path)): _input_identity(path) for path in inputs
+        },  # plain str: weights_only loads it
         "code": code,
     }
 
@@ -136,12 +142,16 @@ def _differences(found: Any, expected: dict) -> str:
         return "it records no run identity (written by an older membench)"
     parts = []
     old_options, new_options = found.get("options") or {}, expected["options"]
-    changed = sorted(k for k in old_options.keys() | new_options.keys() if old_options.get(k) != new_options.get(k))
+    changed = sorted(
+        k for k in old_options.keys() | new_options.keys() if old_options.get(k) != new_options.get(k)
+    )
     if changed:
         parts.append("options changed: " + ", ".join(changed))
     old_inputs, new_inputs = found.get("inputs") or {}, expected["inputs"]
     if list(old_inputs.values()) != list(new_inputs.values()) or len(old_inputs) != len(new_inputs):
-        names = [Path(p).name for p in new_inputs if old_inputs.get(p) != new_inputs[p]] or ["their order or number"]
+        names = [Path(p).name for p in new_inputs if old_inputs.get(p) != new_inputs[p]] or [
+            "their order or number"
+        ]
         parts.append("input files changed: " + ", ".join(names))
     if found.get("code") != expected["code"]:
         parts.append("the code changed")
@@ -176,13 +186,18 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         # torch's message advises weights_only=False, which would run whatever code the file names.
-        raise InputError(path, "not a membench checkpoint: it holds pickled objects other than tensors and plain "
-                               "values, or is damaged; membench never loads pickled code") from None
+        raise InputError(
+            path,
+            "not a membench checkpoint: it holds pickled objects other than tensors and plain "
+            "values, or is damaged; membench never loads pickled code",
+        ) from None
     except Exception as exc:  # a torn or foreign file must not crash into a traceback
         raise InputError(path, f"not a readable membench checkpoint ({exc})") from None
 
 
-def resume_checkpoint(path: str | os.PathLike, identity: dict, map_location: str | torch.device = "cpu") -> dict | None:
+def resume_checkpoint(
+    path: str | os.PathLike, identity: dict, map_location: str | torch.device = "cpu"
+) -> dict | None:
     """The checkpoint at ``path`` if it was written by a run of the same ``identity``, else ``None``.
 
     A checkpoint of another identity (other options, input files or code) is not resumed from: one

@@ -51,8 +51,11 @@ def _coerce(value: Any, schema: dict, root: dict, source: str, path: list) -> An
     expected = schema.get("type")
     if isinstance(value, str) and expected not in (None, "string"):
         if len(value) > MAX_TEXT_CHARACTERS:
-            raise InputError(source, f"a value of {len(value)} characters given as text; at most "
-                                     f"{MAX_TEXT_CHARACTERS} are read", where=f"key '{_dotted(path)}'")
+            raise InputError(
+                source,
+                f"a value of {len(value)} characters given as text; at most {MAX_TEXT_CHARACTERS} are read",
+                where=f"key '{_dotted(path)}'",
+            )
         try:
             parsed = yaml.safe_load(value)
         except (yaml.YAMLError, RecursionError):
@@ -63,7 +66,13 @@ def _coerce(value: Any, schema: dict, root: dict, source: str, path: list) -> An
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties")
         return {
-            key: _coerce(item, properties.get(key, extra if isinstance(extra, dict) else {}), root, source, [*path, key])
+            key: _coerce(
+                item,
+                properties.get(key, extra if isinstance(extra, dict) else {}),
+                root,
+                source,
+                [*path, key],
+            )
             for key, item in value.items()
         }
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
@@ -116,9 +125,13 @@ def check_config(config: dict, schema: dict, source: str = "the config") -> None
     not_finite = _first_not_finite(config, [])
     if not_finite is not None:
         # JSON schema ranges let NaN through (every comparison with it is false).
-        raise InputError(source, f"{not_finite[1]} is not a finite number", where=f"key '{_dotted(not_finite[0])}'")
+        raise InputError(
+            source, f"{not_finite[1]} is not a finite number", where=f"key '{_dotted(not_finite[0])}'"
+        )
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(
+        validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
+    )
     if not errors:
         return
     error = errors[0]
@@ -186,8 +199,11 @@ def check_settings(config: dict, source: str = "the config") -> None:
     missing = [(key, path) for key, path in dataset_paths(config) if not os.path.exists(path)]
     if missing:
         listed = ", ".join(f"{key}: {path}" for key, path in missing)
-        raise InputError(source, f"{len(missing)} dataset path(s) named in the config do not exist: {listed}; point "
-                                 "these keys at your copies of the data (see config/README.md)")
+        raise InputError(
+            source,
+            f"{len(missing)} dataset path(s) named in the config do not exist: {listed}; point "
+            "these keys at your copies of the data (see config/README.md)",
+        )
 
 
 def _cross_key_problems(config: dict):
@@ -205,23 +221,33 @@ def _cross_key_problems(config: dict):
     if division["variants"]:
         dataset = division["accuracy"]["dataset"]
         if dataset not in images:
-            yield "division.accuracy.dataset", f"{dataset!r} is not one of images.datasets ({', '.join(images)})"
+            yield (
+                "division.accuracy.dataset",
+                f"{dataset!r} is not one of images.datasets ({', '.join(images)})",
+            )
         variants = division["accuracy"].get("variants")
         unknown = [variant for variant in variants or [] if variant not in division["variants"]]
         if unknown:
-            yield ("division.accuracy.variants",
-                   f"{', '.join(unknown)} not in division.variants ({', '.join(division['variants'])})")
+            yield (
+                "division.accuracy.variants",
+                f"{', '.join(unknown)} not in division.variants ({', '.join(division['variants'])})",
+            )
     robust = config["robust"]
     if robust["nodes"] > 1:
         if robust["transport"] != "distributed":
             yield "robust.nodes", "runs span several nodes only with robust.transport: distributed"
         fewest = min(robust["producers"], default=None)
         if fewest is not None and robust["nodes"] > fewest + 1:
-            yield ("robust.nodes", f"{robust['nodes']} nodes need at least as many ranks, but a run with P = {fewest} "
-                                   f"producers has {fewest + 1}")
+            yield (
+                "robust.nodes",
+                f"{robust['nodes']} nodes need at least as many ranks, but a run with P = {fewest} "
+                f"producers has {fewest + 1}",
+            )
     if robust["dataset"] != "digits" and robust["root"] is None:
         yield "robust.root", f"dataset {robust['dataset']} needs the directory of its files"
-    clash = [name for name in config["memnet"]["published"] if name in {f"measured_{f}" for f in MEMNET_FAMILIES}]
+    clash = [
+        name for name in config["memnet"]["published"] if name in {f"measured_{f}" for f in MEMNET_FAMILIES}
+    ]
     if clash:
         yield "memnet.published", f"{', '.join(clash)} is the name of a measured dataset; rename it"
 

@@ -19,7 +19,9 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise InputError(None, f"device {name!r} was asked for but torch sees no CUDA device", "key 'device'")
+            raise InputError(
+                None, f"device {name!r} was asked for but torch sees no CUDA device", "key 'device'"
+            )
         return torch.device(name)
     raise InputError(None, f"device {name!r} is not one of {', '.join(DEVICE_CHOICES)}", "key 'device'")
 
@@ -42,4 +44,3 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued work on ``device`` so that wall times cover it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-

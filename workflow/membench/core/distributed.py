@@ -109,6 +109,8 @@ def per_process_batch(batch_size: int, ranks: Ranks) -> int:
     """Each process's share of the global ``batch_size`` (which the world size must divide)."""
     if batch_size % ranks.world_size:
         raise InputError(
-            None, f"batch size {batch_size} is not divisible by the {ranks.world_size} processes", "key 'batch_size'"
+            None,
+            f"batch size {batch_size} is not divisible by the {ranks.world_size} processes",
+            "key 'batch_size'",
         )
     return batch_size // ranks.world_size

@@ -22,7 +22,7 @@ def shorten(text: str, limit: int = ECHO_CHARACTERS) -> str:
     if len(text) <= limit:
         return text
     tail = limit // 4
-    return f"{text[:limit - tail]} ... ({len(text)} characters) ... {text[-tail:]}"
+    return f"{text[: limit - tail]} ... ({len(text)} characters) ... {text[-tail:]}"
 
 
 def one_line(text: str) -> str:

@@ -90,10 +90,16 @@ def build_extension(
     :class:`InputError`.
     """
     if cuda not in CUDA_CHOICES:
-        raise InputError(None, f"cuda must be one of {', '.join(CUDA_CHOICES)}, got {cuda!r}", "option --cuda")
+        raise InputError(
+            None, f"cuda must be one of {', '.join(CUDA_CHOICES)}, got {cuda!r}", "option --cuda"
+        )
     with_cuda = bool(spec.cuda_sources) and (cuda == "yes" or (cuda == "auto" and cuda_build_possible()))
     if cuda == "yes" and not (spec.cuda_sources and cuda_build_possible()):
-        raise InputError(None, "CUDA kernels were asked for but torch has no CUDA, nvcc is missing, or there are none", "option --cuda")
+        raise InputError(
+            None,
+            "CUDA kernels were asked for but torch has no CUDA, nvcc is missing, or there are none",
+            "option --cuda",
+        )
     outdir = Path(outdir)
     build_dir = outdir / ("cuda" if with_cuda else "cpu")
     sources = [spec.source_dir / s for s in spec.cpu_sources]
@@ -137,7 +143,9 @@ def sources_digest(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def _compile(spec: ExtensionSpec, outdir: Path, build_dir: Path, sources: list[Path], with_cuda: bool, verbose: bool) -> dict:
+def _compile(
+    spec: ExtensionSpec, outdir: Path, build_dir: Path, sources: list[Path], with_cuda: bool, verbose: bool
+) -> dict:
     """Run torch's builder; the manifest fields of a successful build."""
     from torch.utils import cpp_extension
 
@@ -205,8 +213,11 @@ def build_lock(outdir: str | os.PathLike, timeout_s: float = DEFAULT_LOCK_TIMEOU
                 if time.monotonic() >= deadline:
                     handle.seek(0)
                     holder = handle.read().strip() or "unknown"
-                    raise InputError(path, f"another build (pid {holder}) held the lock for {timeout_s:g} s; "
-                                           "wait for it or raise --lock-timeout-s") from None
+                    raise InputError(
+                        path,
+                        f"another build (pid {holder}) held the lock for {timeout_s:g} s; "
+                        "wait for it or raise --lock-timeout-s",
+                    ) from None
                 time.sleep(_LOCK_POLL_S)
         handle.seek(0)
         handle.truncate()
@@ -245,11 +256,18 @@ def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> Mod
             "key 'torch_version'",
         )
     if "source_sha256" not in manifest or "sources" not in manifest:
-        raise InputError(manifest_path, f"the build records no source digest (an older membench built it); rebuild with `{build_command}`")
+        raise InputError(
+            manifest_path,
+            f"the build records no source digest (an older membench built it); rebuild with `{build_command}`",
+        )
     sources = [spec.source_dir / str(name) for name in manifest["sources"]]
     missing = [path for path in sources if not path.is_file()]
     if missing:
-        raise InputError(manifest_path, f"source {missing[0]} of this build no longer exists; rebuild with `{build_command}`", "key 'sources'")
+        raise InputError(
+            manifest_path,
+            f"source {missing[0]} of this build no longer exists; rebuild with `{build_command}`",
+            "key 'sources'",
+        )
     if sources_digest(sources) != manifest["source_sha256"]:
         raise InputError(
             manifest_path,
@@ -260,7 +278,9 @@ def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> Mod
     try:
         regular_file(library)  # importing it would wait forever on a named pipe
     except InputError as exc:
-        raise InputError(manifest_path, f"built library {library} {exc.problem}; rebuild", "key 'library'") from None
+        raise InputError(
+            manifest_path, f"built library {library} {exc.problem}; rebuild", "key 'library'"
+        ) from None
     name = manifest["extension"]
     if name in sys.modules:
         return sys.modules[name]
@@ -286,7 +306,11 @@ def _nvcc_version() -> str | None:
 
 def _first_line(command: list[str], last: bool = False) -> str | None:
     try:
-        lines = subprocess.run(command, capture_output=True, text=True, check=True, timeout=30).stdout.strip().splitlines()
+        lines = (
+            subprocess.run(command, capture_output=True, text=True, check=True, timeout=30)
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return (lines[-1] if last else lines[0]) if lines else None

@@ -67,8 +67,15 @@ MIB = 2**20
 DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
 _Batch = TypeVar("_Batch")
 MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "nvml_process_used_mib", "cuda_allocated_mib")
-_GPU_DESCRIPTION_FIELDS = ("gpu_name", "gpu_driver_version", "gpu_sm_clock_mhz", "gpu_memory_clock_mhz",
-                           "gpu_max_sm_clock_mhz", "gpu_max_memory_clock_mhz", "nvml_device")
+_GPU_DESCRIPTION_FIELDS = (
+    "gpu_name",
+    "gpu_driver_version",
+    "gpu_sm_clock_mhz",
+    "gpu_memory_clock_mhz",
+    "gpu_max_sm_clock_mhz",
+    "gpu_max_memory_clock_mhz",
+    "nvml_device",
+)
 
 
 @dataclass
@@ -243,9 +250,13 @@ class Meter:
             if allocator is not None:
                 result.alloc_peak_bytes = _max(result.alloc_peak_bytes, allocator.peak_bytes)
             if tracker is not None:
-                result.peak_tensor_bytes = _max(result.peak_tensor_bytes, tracker.peak_bytes(self.device.type))
+                result.peak_tensor_bytes = _max(
+                    result.peak_tensor_bytes, tracker.peak_bytes(self.device.type)
+                )
                 if cuda:
-                    result.host_peak_tensor_bytes = _max(result.host_peak_tensor_bytes, tracker.peak_bytes("cpu"))
+                    result.host_peak_tensor_bytes = _max(
+                        result.host_peak_tensor_bytes, tracker.peak_bytes("cpu")
+                    )
 
     def batches(self, loader: Iterable[_Batch]) -> Iterator[_Batch]:
         """Yield ``loader``'s batches, counting their tensors in the current phase's tensor peak.
@@ -279,7 +290,9 @@ class Meter:
         counter = SavedActivationCounter(exclude=excluded)
         with counter:
             yield
-        result = self._state.phases.setdefault(self._state.current_phase, PhaseResult(self._state.current_phase))
+        result = self._state.phases.setdefault(
+            self._state.current_phase, PhaseResult(self._state.current_phase)
+        )
         result.activation_bytes = _max(result.activation_bytes, counter.peak_bytes)
 
     # -- sampling --------------------------------------------------------------------------------
@@ -366,15 +379,23 @@ class Meter:
             fields[f"{p.name}_peak_rss_mib"] = _mib(p.rss_peak_bytes)
             fields[f"{p.name}_cuda_peak_allocated_mib"] = _mib(p.cuda_peak_allocated_bytes)
             fields[f"{p.name}_nvml_peak_mib"] = _above(p.nvml_peak_bytes, self._nvml_baseline_bytes)
-            fields[f"{p.name}_nvml_process_peak_mib"] = _above(p.nvml_process_peak_bytes, self._nvml_process_baseline_bytes)
+            fields[f"{p.name}_nvml_process_peak_mib"] = _above(
+                p.nvml_process_peak_bytes, self._nvml_process_baseline_bytes
+            )
         return fields
 
     def memlog(self) -> pd.DataFrame:
         """The sampled time series, one row per sample, columns ``MEMLOG_COLUMNS``."""
         with self._lock:
             rows = [
-                (s.t_s, s.phase, s.rss_bytes / MIB, _mib(s.nvml_used_bytes), _mib(s.nvml_process_used_bytes),
-                 _mib(s.cuda_allocated_bytes))
+                (
+                    s.t_s,
+                    s.phase,
+                    s.rss_bytes / MIB,
+                    _mib(s.nvml_used_bytes),
+                    _mib(s.nvml_process_used_bytes),
+                    _mib(s.cuda_allocated_bytes),
+                )
                 for s in self._state.samples
             ]
         return pd.DataFrame(rows, columns=list(MEMLOG_COLUMNS))
@@ -383,17 +404,28 @@ class Meter:
 def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
     """The meter's command-line options, named as its config keys: ``--sample-interval-s`` and
     ``--grid-intensity-g-per-kwh``."""
-    parser.add_argument("--sample-interval-s", type=real(0, 3600), default=sample_interval_s,
-                        help="period of the background memory sampler; 0 turns it off")
-    parser.add_argument("--grid-intensity-g-per-kwh", type=real(0, 10_000, exclusive_low=True),
-                        default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
-                        help="grid carbon intensity for co2e_g")
+    parser.add_argument(
+        "--sample-interval-s",
+        type=real(0, 3600),
+        default=sample_interval_s,
+        help="period of the background memory sampler; 0 turns it off",
+    )
+    parser.add_argument(
+        "--grid-intensity-g-per-kwh",
+        type=real(0, 10_000, exclusive_low=True),
+        default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
+        help="grid carbon intensity for co2e_g",
+    )
 
 
 def add_allocator_option(parser, default: bool = True) -> None:
     """``--trace-allocator/--no-trace-allocator``: the config key ``meter.trace_allocator``."""
-    parser.add_argument("--trace-allocator", action=argparse.BooleanOptionalAction, default=default,
-                        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib")
+    parser.add_argument(
+        "--trace-allocator",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib",
+    )
 
 
 def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | None:

@@ -48,7 +48,9 @@ def _train_steps(model, optimizer, inputs, targets, steps: int, meter: Meter | N
 _BLOCKS = ("plain", "sampled", "counted", "allocator")
 
 
-def _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str, plain: Timer) -> float:
+def _timed_block(
+    model, optimizer, inputs, targets, steps, device, sample_interval_s, block: str, plain: Timer
+) -> float:
     """Seconds of ``steps`` steps: without the meter (``plain``, a sample of the ``plain`` timer),
     under its sampling thread (``sampled``), under the thread with saved activations counted
     (``counted``), or with the CPU allocator tracer on as well (``allocator``; the same as
@@ -102,7 +104,9 @@ def run_meter_check(
         # Rotate the order of the blocks so that drift in machine load cancels out.
         for block in _BLOCKS[repeat % len(_BLOCKS) :] + _BLOCKS[: repeat % len(_BLOCKS)]:
             seconds[block].append(
-                _timed_block(model, optimizer, inputs, targets, steps, device, sample_interval_s, block, plain_timer)
+                _timed_block(
+                    model, optimizer, inputs, targets, steps, device, sample_interval_s, block, plain_timer
+                )
             )
 
     with Meter(

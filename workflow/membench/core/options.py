@@ -92,8 +92,14 @@ class Number:
     # Longer texts are no number in any range here; int() of a huge text would take long.
     _MAX_TEXT = 64
 
-    def __init__(self, integral: bool, low: int | float, high: int | float, exclusive_low: bool = False,
-                 exclusive_high: bool = False) -> None:
+    def __init__(
+        self,
+        integral: bool,
+        low: int | float,
+        high: int | float,
+        exclusive_low: bool = False,
+        exclusive_high: bool = False,
+    ) -> None:
         if not (math.isfinite(low) and math.isfinite(high) and low <= high):
             raise ValueError(f"a range needs finite low <= high, got {low}, {high}")
         self.integral, self.low, self.high = integral, low, high

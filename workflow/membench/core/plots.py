@@ -57,7 +57,9 @@ FLAG_HATCH = "//"
 # Above this ratio between the largest and the smallest value, a bar or line axis is logarithmic.
 LOG_SCALE_RATIO = 20.0
 
-plt.rcParams.update({"font.size": FONT_SIZE, "axes.titlesize": FONT_SIZE + 1, "legend.fontsize": FONT_SIZE - 1})
+plt.rcParams.update(
+    {"font.size": FONT_SIZE, "axes.titlesize": FONT_SIZE + 1, "legend.fontsize": FONT_SIZE - 1}
+)
 
 
 def method_colour(method: str) -> str:
@@ -78,8 +80,9 @@ def panel_grid(panels: int, ncols: int = 2, panel_height_in: float = 3.2, width_
     returns ``(figure, list of axes)``."""
     ncols = max(1, min(ncols, panels))
     nrows = max(1, math.ceil(panels / ncols))
-    fig, grid = plt.subplots(nrows, ncols, figsize=(width_in, panel_height_in * nrows), layout="constrained",
-                             squeeze=False)
+    fig, grid = plt.subplots(
+        nrows, ncols, figsize=(width_in, panel_height_in * nrows), layout="constrained", squeeze=False
+    )
     axes = list(grid.flat)
     for ax in axes[panels:]:
         fig.delaxes(ax)
@@ -123,15 +126,29 @@ def method_bars(
     positions = list(range(len(methods))) if positions is None else list(positions)
     values = [float("nan") if v is None else float(v) for v in values]
     flagged = [False] * len(values) if flagged is None else list(flagged)
-    bars = ax.bar(positions, values, width, color=[method_colour(m) for m in (colour_methods or methods)],
-                  edgecolor="black", linewidth=0.5)
+    bars = ax.bar(
+        positions,
+        values,
+        width,
+        color=[method_colour(m) for m in (colour_methods or methods)],
+        edgecolor="black",
+        linewidth=0.5,
+    )
     for bar, is_flagged in zip(bars, flagged):
         if is_flagged:
             bar.set_hatch(FLAG_HATCH)
     if low is not None and high is not None:
-        below = [max(0.0, v - lo) if not math.isnan(v) and not math.isnan(lo) else 0.0 for v, lo in zip(values, low)]
-        above = [max(0.0, hi - v) if not math.isnan(v) and not math.isnan(hi) else 0.0 for v, hi in zip(values, high)]
-        ax.errorbar(positions, values, yerr=[below, above], fmt="none", ecolor="black", capsize=3, linewidth=0.8)
+        below = [
+            max(0.0, v - lo) if not math.isnan(v) and not math.isnan(lo) else 0.0
+            for v, lo in zip(values, low)
+        ]
+        above = [
+            max(0.0, hi - v) if not math.isnan(v) and not math.isnan(hi) else 0.0
+            for v, hi in zip(values, high)
+        ]
+        ax.errorbar(
+            positions, values, yerr=[below, above], fmt="none", ecolor="black", capsize=3, linewidth=0.8
+        )
     log = use_log_scale(values) if log is None else log
     if log:
         ax.set_yscale("log")
@@ -140,18 +157,40 @@ def method_bars(
         ax.set_title(title)
     reference = dict(zip(methods, values)).get(baseline) if baseline is not None else None
     if reference is not None and reference > 0 and not math.isnan(reference):
-        tops = values if high is None else [v if math.isnan(hi) else max(v, hi) for v, hi in zip(values, high)]
+        tops = (
+            values if high is None else [v if math.isnan(hi) else max(v, hi) for v, hi in zip(values, high)]
+        )
         for x, value, top in zip(positions, values, tops):
             if not math.isnan(value):
-                ax.annotate(ratio_label(value, reference), (x, top), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=FONT_SIZE - 2)
+                ax.annotate(
+                    ratio_label(value, reference),
+                    (x, top),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=FONT_SIZE - 2,
+                )
         ax.margins(y=0.25 if log else 0.15)
 
 
-def grouped_method_bars(ax, frame, group_column: str, methods: Sequence[str], value_column: str, *,
-                        ylabel: str, title: str = "", baseline: str | None = None, group_label: str = "{}",
-                        low_column: str | None = None, high_column: str | None = None,
-                        flag_timing: bool = False, method_column: str = "variant", log: bool | None = None) -> None:
+def grouped_method_bars(
+    ax,
+    frame,
+    group_column: str,
+    methods: Sequence[str],
+    value_column: str,
+    *,
+    ylabel: str,
+    title: str = "",
+    baseline: str | None = None,
+    group_label: str = "{}",
+    low_column: str | None = None,
+    high_column: str | None = None,
+    flag_timing: bool = False,
+    method_column: str = "variant",
+    log: bool | None = None,
+) -> None:
     """One group of bars per value of ``group_column`` (e.g. batch size), one bar per method of
     ``frame[method_column]`` in the order of ``methods``; ratios to ``baseline`` within each group.
     ``flag_timing`` hatches rows whose ``timing_reliable`` is not true. The axis is logarithmic when
@@ -164,16 +203,35 @@ def grouped_method_bars(ax, frame, group_column: str, methods: Sequence[str], va
         groups = sorted(groups)
     for index, group in enumerate(groups):
         rows = frame[frame[group_column] == group].drop_duplicates(method_column).set_index(method_column)
-        shown = [m for m in methods if m in rows.index and pd.notna(pd.to_numeric(rows.at[m, value_column], errors="coerce"))]
+        shown = [
+            m
+            for m in methods
+            if m in rows.index and pd.notna(pd.to_numeric(rows.at[m, value_column], errors="coerce"))
+        ]
         rows = rows.loc[shown]
         column = lambda name: pd.to_numeric(rows[name], errors="coerce").tolist() if name else None  # noqa: E731
-        flagged = ([str(v).lower() != "true" for v in rows["timing_reliable"]]
-                   if flag_timing and "timing_reliable" in rows else None)
-        method_bars(ax, shown, column(value_column), ylabel=ylabel, title=title, baseline=baseline, log=log,
-                    positions=[index * (len(methods) + 1) + methods.index(m) for m in shown],
-                    low=column(low_column), high=column(high_column), flagged=flagged)
-    ax.set_xticks([index * (len(methods) + 1) + (len(methods) - 1) / 2 for index in range(len(groups))],
-                  [group_label.format(g) for g in groups])
+        flagged = (
+            [str(v).lower() != "true" for v in rows["timing_reliable"]]
+            if flag_timing and "timing_reliable" in rows
+            else None
+        )
+        method_bars(
+            ax,
+            shown,
+            column(value_column),
+            ylabel=ylabel,
+            title=title,
+            baseline=baseline,
+            log=log,
+            positions=[index * (len(methods) + 1) + methods.index(m) for m in shown],
+            low=column(low_column),
+            high=column(high_column),
+            flagged=flagged,
+        )
+    ax.set_xticks(
+        [index * (len(methods) + 1) + (len(methods) - 1) / 2 for index in range(len(groups))],
+        [group_label.format(g) for g in groups],
+    )
 
 
 def timing_by_method(frame, method_column: str = "variant"):
@@ -205,8 +263,15 @@ def flagged_note(timing, what: str, mark: str = "hatched") -> str:
     if timing.empty or not timing["flagged"].any():
         return ""
     flags = " ".join(timing["flag"])
-    kinds = [kind for kind, word in (("no or one sample", "sample"), (f"spread over {SPREAD_PCT_MAX:.0f}%", "spread"),
-                                     ("machine loaded", "load")) if word in flags]
+    kinds = [
+        kind
+        for kind, word in (
+            ("no or one sample", "sample"),
+            (f"spread over {SPREAD_PCT_MAX:.0f}%", "spread"),
+            ("machine loaded", "load"),
+        )
+        if word in flags
+    ]
     return f"{mark}: {what} flagged as unreliable ({', '.join(kinds)}); see timing_flag in the table"
 
 
@@ -270,8 +335,15 @@ def plot_memlog(memlog, png_path: str | os.PathLike, title: str = "") -> None:
         if end <= start or end - start < 0.02 * duration_s:
             continue
         ax.axvspan(start, end, alpha=0.08, color=f"C{index}")
-        ax.annotate(phase, ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"), ha="center", va="top",
-                    xytext=(0, -2), textcoords="offset points")
+        ax.annotate(
+            phase,
+            ((start + end) / 2, 1.0),
+            xycoords=("data", "axes fraction"),
+            ha="center",
+            va="top",
+            xytext=(0, -2),
+            textcoords="offset points",
+        )
     ax.set_xlabel("time since job start (s)")
     ax.set_ylabel("MiB")
     ax.set_title(title)

@@ -109,7 +109,9 @@ def measure(point: Point, start: Fork | Command, timeout_s: float | None = None)
     else:
         exit_code, timed_out = _run_command(start, timeout_s)
     wall_s = time.perf_counter() - begin
-    record = read_json_object(point.record, missing="its process wrote none") if point.record.is_file() else None
+    record = (
+        read_json_object(point.record, missing="its process wrote none") if point.record.is_file() else None
+    )
     return Outcome(record, exit_code, timed_out, wall_s)
 
 

@@ -53,11 +53,17 @@ class NvmlGpu:
         index = device.index if device.index is not None else torch.cuda.current_device()
         properties = torch.cuda.get_device_properties(index)
         lookups = nvml_lookups(
-            index, getattr(properties, "uuid", None), os.environ.get("CUDA_VISIBLE_DEVICES"),
-            os.environ.get("CUDA_DEVICE_ORDER"), _pci_bus_id(properties),
+            index,
+            getattr(properties, "uuid", None),
+            os.environ.get("CUDA_VISIBLE_DEVICES"),
+            os.environ.get("CUDA_DEVICE_ORDER"),
+            _pci_bus_id(properties),
         )
-        find = {"uuid": pynvml.nvmlDeviceGetHandleByUUID, "index": pynvml.nvmlDeviceGetHandleByIndex,
-                "pci": pynvml.nvmlDeviceGetHandleByPciBusId}
+        find = {
+            "uuid": pynvml.nvmlDeviceGetHandleByUUID,
+            "index": pynvml.nvmlDeviceGetHandleByIndex,
+            "pci": pynvml.nvmlDeviceGetHandleByPciBusId,
+        }
         for kind, key in lookups:
             try:
                 return cls(pynvml, find[kind](key), f"{kind} {key}")
@@ -111,13 +117,19 @@ class NvmlGpu:
             "gpu_sm_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, self._handle, nvml.NVML_CLOCK_SM),
             "gpu_memory_clock_mhz": read(nvml.nvmlDeviceGetClockInfo, self._handle, nvml.NVML_CLOCK_MEM),
             "gpu_max_sm_clock_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, self._handle, nvml.NVML_CLOCK_SM),
-            "gpu_max_memory_clock_mhz": read(nvml.nvmlDeviceGetMaxClockInfo, self._handle, nvml.NVML_CLOCK_MEM),
+            "gpu_max_memory_clock_mhz": read(
+                nvml.nvmlDeviceGetMaxClockInfo, self._handle, nvml.NVML_CLOCK_MEM
+            ),
             "nvml_device": self.found_by,
         }
 
 
 def nvml_lookups(
-    torch_index: int, uuid: object, visible_devices: str | None, device_order: str | None, pci_bus_id: str | None
+    torch_index: int,
+    uuid: object,
+    visible_devices: str | None,
+    device_order: str | None,
+    pci_bus_id: str | None,
 ) -> list[tuple[str, object]]:
     """The ways to find torch's CUDA device ``torch_index`` in NVML, most specific first.
 
@@ -172,7 +184,11 @@ class RaplPackages:
     @classmethod
     def open(cls, root: str = "/sys/class/powercap") -> "RaplPackages | None":
         # Top-level zones (intel-rapl:N) are packages; intel-rapl:N:M are their sub-domains.
-        zones = [Path(p) for p in sorted(glob.glob(os.path.join(root, "intel-rapl:*"))) if Path(p).name.count(":") == 1]
+        zones = [
+            Path(p)
+            for p in sorted(glob.glob(os.path.join(root, "intel-rapl:*")))
+            if Path(p).name.count(":") == 1
+        ]
         readable = [z for z in zones if _read_int(z / "energy_uj") is not None]
         return cls(readable) if readable else None
 

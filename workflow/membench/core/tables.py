@@ -24,11 +24,15 @@ def metrics_table(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     columns = list(REQUIRED_FIELDS + MEASURED_FIELDS) + extra
     frame = frame.reindex(columns=columns)
     if len(frame):
-        frame = frame.sort_values(["system", "dataset", "variant", "seed"], kind="stable").reset_index(drop=True)
+        frame = frame.sort_values(["system", "dataset", "variant", "seed"], kind="stable").reset_index(
+            drop=True
+        )
     return frame
 
 
-def write_table(frame: pd.DataFrame, csv_path: str | os.PathLike, parquet_path: str | os.PathLike | None = None) -> None:
+def write_table(
+    frame: pd.DataFrame, csv_path: str | os.PathLike, parquet_path: str | os.PathLike | None = None
+) -> None:
     """Write ``frame`` as CSV and (optionally) Parquet, each atomically; both targets are checked by
     the write guard before either is written, so a refused twin leaves no half-written pair."""
     for path in (csv_path, parquet_path):

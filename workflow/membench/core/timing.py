@@ -39,8 +39,18 @@ import torch
 from membench.core.device import synchronize
 
 TIME_UNITS = ("epoch", "step", "iteration", "repeat")
-TIMING_FIELDS = ("time_unit", "time_median_s", "time_spread_pct", "time_min_s", "time_max_s", "time_samples",
-                 "load_1m_max", "cpu_count", "timing_reliable", "timing_flag")
+TIMING_FIELDS = (
+    "time_unit",
+    "time_median_s",
+    "time_spread_pct",
+    "time_min_s",
+    "time_max_s",
+    "time_samples",
+    "load_1m_max",
+    "cpu_count",
+    "timing_reliable",
+    "timing_flag",
+)
 # Steps of one method on an idle machine vary by a few percent; a quarter means something else
 # (another job, frequency scaling, swapping) changed the machine's speed while it was timed.
 SPREAD_PCT_MAX = 25.0
@@ -68,7 +78,10 @@ def load_1m() -> float:
 
 
 def timing_fields(
-    samples_s: Sequence[float], unit: str, loads_1m: Sequence[float | None], threads: int,
+    samples_s: Sequence[float],
+    unit: str,
+    loads_1m: Sequence[float | None],
+    threads: int,
     cpu_count: int | None = None,
 ) -> dict[str, object]:
     """The timing fields (module docstring) of ``samples_s`` taken by a job running ``threads``

@@ -184,7 +184,9 @@ class CpuAllocatorTracker:
 
     def __enter__(self) -> "CpuAllocatorTracker":
         if torch.autograd._profiler_enabled():
-            raise RuntimeError("the CPU allocator tracker needs the PyTorch profiler, which is already running")
+            raise RuntimeError(
+                "the CPU allocator tracker needs the PyTorch profiler, which is already running"
+            )
         self._profile.__enter__()
         return self
 

@@ -117,18 +117,24 @@ def read_csv_columns(
         try:
             frame = pd.read_csv(handle, dtype=dtype or str, keep_default_na=False, skipinitialspace=True)
         except pd.errors.EmptyDataError:
-            raise InputError(path, f"file is empty (expected a header with columns {', '.join(required)})") from None
+            raise InputError(
+                path, f"file is empty (expected a header with columns {', '.join(required)})"
+            ) from None
         except (pd.errors.ParserError, UnicodeDecodeError) as exc:
             raise InputError(path, f"not a readable CSV file ({exc})") from None
     columns = [str(c).strip() for c in frame.columns]
     frame.columns = columns
     missing = [c for c in required if c not in columns]
     if missing:
-        raise InputError(path, f"missing column(s) {', '.join(missing)}; found {', '.join(columns)}", "line 1")
+        raise InputError(
+            path, f"missing column(s) {', '.join(missing)}; found {', '.join(columns)}", "line 1"
+        )
     unknown = [c for c in columns if c not in allowed]
     if unknown and not other_columns:
         raise InputError(
-            path, f"unknown column(s) {', '.join(unknown)}; expected only {', '.join(sorted(allowed))}", "line 1"
+            path,
+            f"unknown column(s) {', '.join(unknown)}; expected only {', '.join(sorted(allowed))}",
+            "line 1",
         )
     duplicated = [c for c in set(columns) if columns.count(c) > 1]
     if duplicated:
@@ -156,7 +162,9 @@ def _integer(text: str) -> int | float | None:
     return int(value) if math.isfinite(value) and value.is_integer() else None
 
 
-def int_column(frame: pd.DataFrame, column: str, path, minimum: int | None = None, maximum: int | None = None) -> pd.Series:
+def int_column(
+    frame: pd.DataFrame, column: str, path, minimum: int | None = None, maximum: int | None = None
+) -> pd.Series:
     """Parse ``frame[column]`` as integers within ``[minimum, maximum]`` and int64; name the first bad line.
 
     Values are compared exactly (as Python integers), so one beyond int64 is reported as written,
@@ -170,11 +178,15 @@ def int_column(frame: pd.DataFrame, column: str, path, minimum: int | None = Non
     high = _INT64[1] if maximum is None else min(maximum, _INT64[1])
     for i, number in enumerate(numbers):
         if number is None:
-            raise InputError(path, f"column {column}: {frame[column].iloc[i]!r} is not an integer", csv_line(i))
+            raise InputError(
+                path, f"column {column}: {frame[column].iloc[i]!r} is not an integer", csv_line(i)
+            )
         if low <= number <= high:
             continue
         if not _INT64[0] <= number <= _INT64[1]:
-            raise InputError(path, f"column {column}: {texts[i]} is out of range (expected {low} to {high})", csv_line(i))
+            raise InputError(
+                path, f"column {column}: {texts[i]} is out of range (expected {low} to {high})", csv_line(i)
+            )
         if number < low:
             raise InputError(path, f"column {column}: {number} is below the minimum {minimum}", csv_line(i))
         raise InputError(path, f"column {column}: {number} is above the maximum {maximum}", csv_line(i))

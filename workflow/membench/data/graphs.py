@@ -30,9 +30,19 @@ from membench.core.validate import csv_line, open_regular
 RMAT_FIRST_ID = 1
 RMAT_PROBABILITIES = (0.57, 0.19, 0.19)  # Graph500 a, b, c (d = 1 - a - b - c)
 STATS_COLUMNS = (
-    "graph", "role", "num_nodes", "num_edges", "node_feature_dim", "edge_feature_dim",
-    "mean_out_degree", "max_out_degree", "max_in_degree", "isolated_nodes", "self_loops",
-    "duplicate_edges", "edges_sorted_by_src",
+    "graph",
+    "role",
+    "num_nodes",
+    "num_edges",
+    "node_feature_dim",
+    "edge_feature_dim",
+    "mean_out_degree",
+    "max_out_degree",
+    "max_in_degree",
+    "isolated_nodes",
+    "self_loops",
+    "duplicate_edges",
+    "edges_sorted_by_src",
 )
 
 
@@ -86,11 +96,17 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
     with open_regular(path, missing=f"file not found (expected a PNNL {kind} table)") as handle:
         header = handle.readline().decode("ascii", errors="replace").split()
     if len(header) != 2 or not all(word.isdigit() for word in header):
-        raise InputError(path, f"header must be two non-negative integers 'num_rows num_cols', found {' '.join(header)!r}", "line 1")
+        raise InputError(
+            path,
+            f"header must be two non-negative integers 'num_rows num_cols', found {' '.join(header)!r}",
+            "line 1",
+        )
     num_rows, num_cols = (int(word) for word in header)
     if num_cols < id_columns + 1:
         raise InputError(
-            path, f"header says {num_cols} column(s); a {kind} table needs {id_columns} id column(s) and at least one feature", "line 1"
+            path,
+            f"header says {num_cols} column(s); a {kind} table needs {id_columns} id column(s) and at least one feature",
+            "line 1",
         )
     table = _parse_single_spaced(path)
     if table is None:
@@ -107,16 +123,28 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
     if table.shape[0] != num_rows:
         raise InputError(path, f"header says {num_rows} row(s) but the file holds {table.shape[0]}", "line 1")
     if table.shape[1] != num_cols:
-        raise InputError(path, f"rows hold {table.shape[1]} values but the header says {num_cols} column(s)", _line(path, 0))
+        raise InputError(
+            path,
+            f"rows hold {table.shape[1]} values but the header says {num_cols} column(s)",
+            _line(path, 0),
+        )
     finite = np.isfinite(table)
     if not finite.all():
         row, column = np.argwhere(~finite)[0]
-        raise InputError(path, f"column {column + 1} is {float(table[row, column])!r}; expected a finite number", _line(path, row))
+        raise InputError(
+            path,
+            f"column {column + 1} is {float(table[row, column])!r}; expected a finite number",
+            _line(path, row),
+        )
     ids = table[:, :id_columns]
     not_integer = (ids != np.floor(ids)) | (ids < 0)
     if not_integer.any():
         row, column = np.argwhere(not_integer)[0]
-        raise InputError(path, f"id column {column + 1} is {float(ids[row, column])!r}; expected a non-negative integer", _line(path, row))
+        raise InputError(
+            path,
+            f"id column {column + 1} is {float(ids[row, column])!r}; expected a non-negative integer",
+            _line(path, row),
+        )
     return table
 
 
@@ -134,7 +162,9 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
                 read_options=csv.ReadOptions(skip_rows=1, autogenerate_column_names=True),
                 parse_options=csv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
                 convert_options=csv.ConvertOptions(
-                    null_values=[], strings_can_be_null=False, quoted_strings_can_be_null=False,
+                    null_values=[],
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
                     column_types={f"f{i}": "float64" for i in range(_count_fields(path))},
                 ),
             )
@@ -149,7 +179,7 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
     for index, column in enumerate(table.columns):
         start = 0
         for chunk in column.chunks:
-            out[index, start:start + len(chunk)] = chunk.to_numpy()
+            out[index, start : start + len(chunk)] = chunk.to_numpy()
             start += len(chunk)
     del table
     # Arrow's allocator keeps freed buffers for reuse; hand them back before the algorithm runs.
@@ -176,12 +206,18 @@ def _raise_first_malformed_row(path: Path, num_cols: int) -> None:
             if not fields:
                 continue
             if len(fields) != num_cols:
-                raise InputError(path, f"{len(fields)} field(s) but the header says {num_cols} column(s)", f"line {line_number}")
+                raise InputError(
+                    path,
+                    f"{len(fields)} field(s) but the header says {num_cols} column(s)",
+                    f"line {line_number}",
+                )
             for column, field in enumerate(fields, start=1):
                 try:
                     float(field)
                 except ValueError:
-                    raise InputError(path, f"column {column} is {field!r}; expected a number", f"line {line_number}") from None
+                    raise InputError(
+                        path, f"column {column} is {field!r}; expected a number", f"line {line_number}"
+                    ) from None
 
 
 def _line(path: Path, row: int) -> str:
@@ -206,7 +242,11 @@ def read_graph(vertex_path: str | os.PathLike, edge_path: str | os.PathLike, rol
     expected = np.arange(len(ids), dtype=np.float64)
     if not np.array_equal(ids, expected):
         row = int(np.flatnonzero(ids != expected)[0])
-        raise InputError(vertex_path, f"vertex id is {int(ids[row])}; expected {row} (ids 0..n-1 in order)", _line(Path(vertex_path), row))
+        raise InputError(
+            vertex_path,
+            f"vertex id is {int(ids[row])}; expected {row} (ids 0..n-1 in order)",
+            _line(Path(vertex_path), row),
+        )
     edges = _read_table(edge_path, 2, "edge")
     if len(edges) == 0:
         raise InputError(edge_path, f"the {role} graph has no edges; expected at least one", "line 1")
@@ -216,7 +256,9 @@ def read_graph(vertex_path: str | os.PathLike, edge_path: str | os.PathLike, rol
         row, column = np.argwhere(outside)[0]
         end = ("src", "dst")[column]
         raise InputError(
-            edge_path, f"{end} {int(edges[row, column])} is not a node of {vertex_path} (ids 0..{num_nodes - 1})", _line(Path(edge_path), row)
+            edge_path,
+            f"{end} {int(edges[row, column])} is not a node of {vertex_path} (ids 0..{num_nodes - 1})",
+            _line(Path(edge_path), row),
         )
     return Graph(
         node_features=vertices[:, 1:],
@@ -251,7 +293,12 @@ def read_graph_pair(
 
 
 # -- writing ---------------------------------------------------------------------------------------
-def write_graph(graph: Graph, vertex_path: str | os.PathLike, edge_path: str | os.PathLike, float_format: str | None = None) -> None:
+def write_graph(
+    graph: Graph,
+    vertex_path: str | os.PathLike,
+    edge_path: str | os.PathLike,
+    float_format: str | None = None,
+) -> None:
     """Write ``graph`` as a vertex table and an edge table, each atomically.
 
     ``float_format`` (printf style) formats the features; the default, the shortest repr, round-trips
@@ -268,7 +315,9 @@ def write_graph(graph: Graph, vertex_path: str | os.PathLike, edge_path: str | o
         with atomic.atomic_path(path) as tmp:
             with open(tmp, "w") as handle:
                 handle.write(f"{frame.shape[0]} {frame.shape[1]}\n")
-                frame.to_csv(handle, sep=" ", header=False, index=False, float_format=float_format, lineterminator="\n")
+                frame.to_csv(
+                    handle, sep=" ", header=False, index=False, float_format=float_format, lineterminator="\n"
+                )
 
 
 # -- generators ------------------------------------------------------------------------------------
@@ -323,7 +372,9 @@ def induced_pattern(data: Graph, max_pattern_nodes: int, seed: int) -> Graph:
     with the data graph's node and edge features (so the pattern does occur in the data graph).
     """
     if max_pattern_nodes < 2:
-        raise InputError(None, f"max_pattern_nodes is {max_pattern_nodes}; expected at least 2", "key 'max_pattern_nodes'")
+        raise InputError(
+            None, f"max_pattern_nodes is {max_pattern_nodes}; expected at least 2", "key 'max_pattern_nodes'"
+        )
     rng = np.random.default_rng(seed)
     both_src = np.concatenate([data.edge_src, data.edge_dst])
     both_dst = np.concatenate([data.edge_dst, data.edge_src])
@@ -340,7 +391,7 @@ def induced_pattern(data: Graph, max_pattern_nodes: int, seed: int) -> Graph:
     while frontier and len(chosen) < max_pattern_nodes:
         next_frontier = []
         for node in frontier:
-            around = np.unique(neighbours[starts[node]:starts[node + 1]])
+            around = np.unique(neighbours[starts[node] : starts[node + 1]])
             for u in rng.permutation(around):
                 u = int(u)
                 if u not in seen and len(chosen) < max_pattern_nodes:

@@ -22,8 +22,15 @@ from membench.division.precision import FLOAT32, Precision
 
 
 def prepare_model(
-    model_name: str, method: str, num_classes: int, device: torch.device, spec: MethodSpec, kernels: Kernels,
-    seed: int, width: int | None = None, stem: str | None = None,
+    model_name: str,
+    method: str,
+    num_classes: int,
+    device: torch.device,
+    spec: MethodSpec,
+    kernels: Kernels,
+    seed: int,
+    width: int | None = None,
+    stem: str | None = None,
 ):
     """Build ``model_name`` with seed ``seed``, convert it for ``method``, move it to ``device``.
 
@@ -40,7 +47,9 @@ def make_optimizer(model: nn.Module, lr: float = 0.1, momentum: float = 0.9, wei
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
-def training_step(model, optimizer, inputs, targets, meter: Meter | None = None, precision: Precision = FLOAT32) -> float:
+def training_step(
+    model, optimizer, inputs, targets, meter: Meter | None = None, precision: Precision = FLOAT32
+) -> float:
     """One SGD step at ``precision``; the forward pass is counted by ``meter.saved_activations``
     when a meter is given. Returns the loss."""
     optimizer.zero_grad(set_to_none=True)
@@ -71,7 +80,9 @@ def state_bytes(model: nn.Module, optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precision: Precision = FLOAT32) -> dict[str, object]:
+def measure_step_memory(
+    model, optimizer, inputs, targets, meter: Meter, precision: Precision = FLOAT32
+) -> dict[str, object]:
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
     Returns ``status`` (``ok`` or ``oom``) and ``total_memory_mib``: the CUDA allocator peak on a
@@ -99,8 +110,12 @@ def measure_step_memory(model, optimizer, inputs, targets, meter: Meter, precisi
         total = held_bytes + phase.peak_tensor_bytes
     else:
         total = None
-    return {"status": "ok", "status_message": None, "total_memory_mib": None if total is None else total / MIB,
-            "state_mib": held_bytes / MIB}
+    return {
+        "status": "ok",
+        "status_message": None,
+        "total_memory_mib": None if total is None else total / MIB,
+        "state_mib": held_bytes / MIB,
+    }
 
 
 def _release(optimizer, device: torch.device) -> None:
@@ -125,7 +140,7 @@ def measure_throughput(
     timer = Timer("step", device=inputs.device)
     timer.repeat(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations)
     timing = timer.fields()
-    steady_s = timer.samples_s[-timing["time_samples"]:]
+    steady_s = timer.samples_s[-timing["time_samples"] :]
     return {
         **timing,
         "images_per_s": inputs.shape[0] / timing["time_median_s"],

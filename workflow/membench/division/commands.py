@@ -12,33 +12,76 @@ from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
+from membench.core.options import (
+    BATCH_SIZE,
+    EPOCHS,
+    IMAGE_SIZE,
+    LEARNING_RATE,
+    MOMENTUM,
+    SEED,
+    STEPS,
+    TIMEOUT_S,
+    WEIGHT_DECAY,
+    WORKERS,
+    InputDir,
+    InputFile,
+    OutputDir,
+    OutputFile,
+    command_line,
+    integer,
+)
 from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KERNEL_CHOICES
 from membench.division.methods import METHODS, MethodSpec
-from membench.division.precision import AMP_CHOICES
 from membench.division.models import MODELS, STEMS
-from membench.core.options import (BATCH_SIZE, EPOCHS, IMAGE_SIZE, LEARNING_RATE, MOMENTUM, SEED, STEPS, TIMEOUT_S,
-                                   WEIGHT_DECAY, WORKERS, InputDir, InputFile, OutputDir, OutputFile, command_line,
-                                   integer)
+from membench.division.precision import AMP_CHOICES
 
 SYSTEM = "division"
 NUM_CLASSES = integer(2, 100_000)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
+    parser.add_argument(
+        "--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv"
+    )
     parser.add_argument("--variant", required=True, choices=METHODS, help="the training method")
     parser.add_argument("--model", default="resnet18", choices=MODELS)
-    parser.add_argument("--width", type=integer(1, 4096), default=None, help="first-stage channels (ResNets) or growth rate (DenseNet)")
-    parser.add_argument("--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)")
+    parser.add_argument(
+        "--width",
+        type=integer(1, 4096),
+        default=None,
+        help="first-stage channels (ResNets) or growth rate (DenseNet)",
+    )
+    parser.add_argument(
+        "--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)"
+    )
     parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     parser.add_argument("--seed", type=SEED, default=0)
-    parser.add_argument("--block-size", type=integer(1, 1024), default=MethodSpec.block_size, help="DIVISION LFC block B")
-    parser.add_argument("--hfc-bits", type=integer(1, 8), default=MethodSpec.hfc_bits, choices=(1, 2, 4, 8), help="DIVISION HFC bits Q")
-    parser.add_argument("--group-size", type=integer(1, 2**20), default=MethodSpec.group_size, help="ActNN values per min/scale group")
+    parser.add_argument(
+        "--block-size", type=integer(1, 1024), default=MethodSpec.block_size, help="DIVISION LFC block B"
+    )
+    parser.add_argument(
+        "--hfc-bits",
+        type=integer(1, 8),
+        default=MethodSpec.hfc_bits,
+        choices=(1, 2, 4, 8),
+        help="DIVISION HFC bits Q",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=integer(1, 2**20),
+        default=MethodSpec.group_size,
+        help="ActNN values per min/scale group",
+    )
     parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
-    parser.add_argument("--build-manifest", type=InputFile, default=None, help="manifest.json of `membench division build`")
-    parser.add_argument("--amp", default="none", choices=AMP_CHOICES,
-                        help="mixed precision: none (float32), bf16 or fp16 autocast (fp16 with a gradient scaler)")
+    parser.add_argument(
+        "--build-manifest", type=InputFile, default=None, help="manifest.json of `membench division build`"
+    )
+    parser.add_argument(
+        "--amp",
+        default="none",
+        choices=AMP_CHOICES,
+        help="mixed precision: none (float32), bf16 or fp16 autocast (fp16 with a gradient scaler)",
+    )
     add_meter_options(parser)
 
 
@@ -124,8 +167,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     build.add_argument("--outdir", type=OutputDir, required=True)
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
-    build.add_argument("--lock-timeout-s", type=TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S,
-                       help="longest wait for another build of --outdir to finish")
+    build.add_argument(
+        "--lock-timeout-s",
+        type=TIMEOUT_S,
+        default=DEFAULT_LOCK_TIMEOUT_S,
+        help="longest wait for another build of --outdir to finish",
+    )
 
     _add_memory(steps.add_parser("memory", help="activation and total memory of one training step"))
 
@@ -133,9 +180,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     _add_common(speed)
     _add_synthetic(speed)
     speed.add_argument("--train-steps", type=STEPS, default=16, help="timed training steps")
-    speed.add_argument("--warmup-steps", type=integer(0, 1_000_000), default=3, help="untimed training steps before timing")
+    speed.add_argument(
+        "--warmup-steps", type=integer(0, 1_000_000), default=3, help="untimed training steps before timing"
+    )
 
-    maxbatch = steps.add_parser("maxbatch", help="largest batch whose training step fits (binary search, one process per probe)")
+    maxbatch = steps.add_parser(
+        "maxbatch", help="largest batch whose training step fits (binary search, one process per probe)"
+    )
     _add_common(maxbatch)
     maxbatch.add_argument("--image-size", type=IMAGE_SIZE, default=224)
     maxbatch.add_argument("--num-classes", type=NUM_CLASSES, default=1000)
@@ -154,9 +205,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--momentum", type=MOMENTUM, default=0.9)
     train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=5e-4)
     train.add_argument("--num-workers", type=WORKERS, default=0)
-    train.add_argument("--flip", action=argparse.BooleanOptionalAction, default=False, help="random horizontal flips")
+    train.add_argument(
+        "--flip", action=argparse.BooleanOptionalAction, default=False, help="random horizontal flips"
+    )
 
-    for name, text in (("plot-memory", "memory against batch size"), ("plot-speed", "throughput against batch size")):
+    for name, text in (
+        ("plot-memory", "memory against batch size"),
+        ("plot-speed", "throughput against batch size"),
+    ):
         plot = steps.add_parser(name, help=text)
         plot.add_argument("--table", type=InputFile, required=True)
         plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")
@@ -172,7 +228,10 @@ def run(args: argparse.Namespace) -> None:
         if manifest["status"] == "built":
             logging.info("built %s", json.dumps(manifest))
         else:
-            logging.warning("the build failed; jobs with kernels auto use the pure-torch kernels: %s", json.dumps(manifest))
+            logging.warning(
+                "the build failed; jobs with kernels auto use the pure-torch kernels: %s",
+                json.dumps(manifest),
+            )
     elif args.step == "plot-memory":
         from membench.division.plots import plot_memory
 
@@ -208,16 +267,34 @@ def _measure(args, device, ranks, start: float) -> None:
     torch.manual_seed(args.seed)
     dataset = args.dataset if args.step == "train" else f"random_{args.image_size}px"
     record = job_record(SYSTEM, args.variant, dataset, device, args.seed, getattr(args, "batch_size", None))
-    record.update({
-        "job": args.step, "model": args.model, "width": args.width, "image_size": args.image_size,
-        "kernels": kernels.name, "kernels_fallback_reason": kernels.fallback_reason, "block_size": spec.block_size,
-        "hfc_bits": spec.hfc_bits, "group_size": spec.group_size, "world_size": ranks.world_size, "amp": args.amp,
-        "stem": args.stem, "num_classes": getattr(args, "num_classes", None), "pid": os.getpid(),
-    })
+    record.update(
+        {
+            "job": args.step,
+            "model": args.model,
+            "width": args.width,
+            "image_size": args.image_size,
+            "kernels": kernels.name,
+            "kernels_fallback_reason": kernels.fallback_reason,
+            "block_size": spec.block_size,
+            "hfc_bits": spec.hfc_bits,
+            "group_size": spec.group_size,
+            "world_size": ranks.world_size,
+            "amp": args.amp,
+            "stem": args.stem,
+            "num_classes": getattr(args, "num_classes", None),
+            "pid": os.getpid(),
+        }
+    )
     trace_live = args.step == "memory" and args.trace_live_tensors
     trace_allocator = args.step == "memory" and args.trace_allocator
-    meter = Meter(device, sample_interval_s=args.sample_interval_s, trace_live_tensors=trace_live, trace_allocator=trace_allocator,
-                  trace_saved_activations=args.step in ("memory", "train"), grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    meter = Meter(
+        device,
+        sample_interval_s=args.sample_interval_s,
+        trace_live_tensors=trace_live,
+        trace_allocator=trace_allocator,
+        trace_saved_activations=args.step in ("memory", "train"),
+        grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+    )
     with meter:
         if args.step == "train":
             fields = _train(args, device, spec, kernels, meter, ranks)
@@ -229,15 +306,23 @@ def _measure(args, device, ranks, start: float) -> None:
     record.update(fields)
     record["wall_s"] = time.perf_counter() - start
     path = write_job_outputs(args.outdir, record, meter.memlog())
-    logging.info("%s %s %s: %s -> %s", args.step, args.model, args.variant,
-                 {k: v for k, v in fields.items() if isinstance(v, (int, float))}, path)
+    logging.info(
+        "%s %s %s: %s -> %s",
+        args.step,
+        args.model,
+        args.variant,
+        {k: v for k, v in fields.items() if isinstance(v, (int, float))},
+        path,
+    )
 
 
 def _memory(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_step_memory, prepare_model, random_batch
     from membench.division.precision import Precision
 
-    model, _ = prepare_model(args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    model, _ = prepare_model(
+        args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem
+    )
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     return measure_step_memory(model, optimizer, inputs, targets, meter, Precision(args.amp, device))
@@ -247,11 +332,21 @@ def _speed(args, device, spec, kernels, meter) -> dict:
     from membench.division.bench import make_optimizer, measure_throughput, prepare_model, random_batch
     from membench.division.precision import Precision
 
-    model, _ = prepare_model(args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem)
+    model, _ = prepare_model(
+        args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem
+    )
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
     with meter.phase("train"):
-        fields = measure_throughput(model, optimizer, inputs, targets, args.train_steps, args.warmup_steps, Precision(args.amp, device))
+        fields = measure_throughput(
+            model,
+            optimizer,
+            inputs,
+            targets,
+            args.train_steps,
+            args.warmup_steps,
+            Precision(args.amp, device),
+        )
     return {**fields, "train_steps": args.train_steps, "warmup_steps": args.warmup_steps}
 
 
@@ -264,8 +359,12 @@ def _maxbatch(args) -> None:
 
     # is_available() creates no CUDA context, so the probes still find the device untouched.
     if args.device == "auto" and not torch.cuda.is_available():
-        raise InputError(None, "the largest-batch search needs a CUDA device; --device cpu searches the host "
-                               "allocator, which on most machines swaps or is killed before it refuses", "option --device")
+        raise InputError(
+            None,
+            "the largest-batch search needs a CUDA device; --device cpu searches the host "
+            "allocator, which on most machines swaps or is killed before it refuses",
+            "option --device",
+        )
     # A probe takes the search's options as they were parsed; the search gives each its --outdir
     # and --batch-size. It only needs to know whether the step fits: no live-tensor or CPU
     # allocator tracing.
@@ -273,17 +372,37 @@ def _maxbatch(args) -> None:
     probe_values.update(trace_live_tensors=False, trace_allocator=False)
     probe_arguments = command_line(memory_parser(), probe_values)
     expected = {
-        "system": SYSTEM, "job": "memory", "variant": args.variant, "model": args.model, "width": args.width,
-        "stem": args.stem, "dataset": f"random_{args.image_size}px", "image_size": args.image_size,
-        "num_classes": args.num_classes, "seed": args.seed, "amp": args.amp, "block_size": args.block_size,
-        "hfc_bits": args.hfc_bits, "group_size": args.group_size,
+        "system": SYSTEM,
+        "job": "memory",
+        "variant": args.variant,
+        "model": args.model,
+        "width": args.width,
+        "stem": args.stem,
+        "dataset": f"random_{args.image_size}px",
+        "image_size": args.image_size,
+        "num_classes": args.num_classes,
+        "seed": args.seed,
+        "amp": args.amp,
+        "block_size": args.block_size,
+        "hfc_bits": args.hfc_bits,
+        "group_size": args.group_size,
     }
     record = search(args.outdir, probe_arguments, expected, args.start, args.limit)
-    logging.info("largest batch %s %s: %d (%s; %d of %d probes measured now)", args.model, args.variant,
-                 record["largest_batch"], record["probes"], record["probes_measured"], record["probe_count"])
+    logging.info(
+        "largest batch %s %s: %d (%s; %d of %d probes measured now)",
+        args.model,
+        args.variant,
+        record["largest_batch"],
+        record["probes"],
+        record["probes_measured"],
+        record["probe_count"],
+    )
 
 
 def _train(args, device, spec, kernels, meter, ranks) -> dict:
+    import pandas as pd
+    import torch
+
     from membench.core.atomic import write_csv
     from membench.core.checkpoint import code_version, run_identity
     from membench.core.errors import InputError
@@ -293,34 +412,88 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
     from membench.division.bench import prepare_model
     from membench.division.train import TrainSpec, checkpoint_file, train_model
 
-    import pandas as pd
-    import torch
-
     # Per-channel statistics of natural images (ImageNet); close enough for any RGB data here.
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-    train_set = ImageLMDB(args.train_lmdb, TrainTransform(args.image_size, mean, std, padding=args.image_size // 8, flip=args.flip))
+    train_set = ImageLMDB(
+        args.train_lmdb,
+        TrainTransform(args.image_size, mean, std, padding=args.image_size // 8, flip=args.flip),
+    )
     val_set = ImageLMDB(args.val_lmdb, EvalTransform(args.image_size, mean, std))
     if val_set.classes != train_set.classes:
-        raise InputError(args.val_lmdb, f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}", "key '__classes__'")
-    model, context = prepare_model(args.model, args.variant, len(train_set.classes), device, spec, kernels, args.seed, args.width, args.stem)
-    train_spec = TrainSpec(args.epochs, args.batch_size, args.learning_rate, args.momentum, args.weight_decay, args.num_workers, args.seed, args.amp)
+        raise InputError(
+            args.val_lmdb,
+            f"classes {val_set.classes} differ from the training LMDB's {train_set.classes}",
+            "key '__classes__'",
+        )
+    model, context = prepare_model(
+        args.model,
+        args.variant,
+        len(train_set.classes),
+        device,
+        spec,
+        kernels,
+        args.seed,
+        args.width,
+        args.stem,
+    )
+    train_spec = TrainSpec(
+        args.epochs,
+        args.batch_size,
+        args.learning_rate,
+        args.momentum,
+        args.weight_decay,
+        args.num_workers,
+        args.seed,
+        args.amp,
+    )
     Path(args.outdir).mkdir(parents=True, exist_ok=True)
     # Options that do not change what is computed may differ between a killed run and its resumption.
-    incidental = {"outdir", "device", "kernels", "build_manifest", "num_workers", "sample_interval_s", "grid_intensity_g_per_kwh",
-                  "train_lmdb", "val_lmdb"}
-    identity = run_identity({k: v for k, v in vars(args).items() if k not in incidental},
-                            (args.train_lmdb, args.val_lmdb), code_version("core", "data", "division"))
+    incidental = {
+        "outdir",
+        "device",
+        "kernels",
+        "build_manifest",
+        "num_workers",
+        "sample_interval_s",
+        "grid_intensity_g_per_kwh",
+        "train_lmdb",
+        "val_lmdb",
+    }
+    identity = run_identity(
+        {k: v for k, v in vars(args).items() if k not in incidental},
+        (args.train_lmdb, args.val_lmdb),
+        code_version("core", "data", "division"),
+    )
     history = train_model(
-        model, context, train_set, val_set, train_spec, device, meter, checkpoint_file(args.outdir), identity, ranks
+        model,
+        context,
+        train_set,
+        val_set,
+        train_spec,
+        device,
+        meter,
+        checkpoint_file(args.outdir),
+        identity,
+        ranks,
     )
     if ranks.is_main:
         write_csv(Path(args.outdir) / "history.csv", pd.DataFrame(history))
     last = history[-1]
     return {
-        "epochs": args.epochs, "learning_rate": args.learning_rate, "train_images": len(train_set), "val_images": len(val_set),
-        "num_classes": len(train_set.classes), "val_accuracy": last["val_accuracy"], "val_loss": last["val_loss"],
-        "train_loss": last["train_loss"], "best_val_accuracy": max(h["val_accuracy"] for h in history),
+        "epochs": args.epochs,
+        "learning_rate": args.learning_rate,
+        "train_images": len(train_set),
+        "val_images": len(val_set),
+        "num_classes": len(train_set.classes),
+        "val_accuracy": last["val_accuracy"],
+        "val_loss": last["val_loss"],
+        "train_loss": last["train_loss"],
+        "best_val_accuracy": max(h["val_accuracy"] for h in history),
         "epoch_s_mean": sum(h["epoch_s"] for h in history) / len(history),
-        **timing_fields([h["epoch_s"] for h in history], "epoch", [h["load_1m_max"] for h in history],
-                        threads=torch.get_num_threads() + args.num_workers),
+        **timing_fields(
+            [h["epoch_s"] for h in history],
+            "epoch",
+            [h["load_1m_max"] for h in history],
+            threads=torch.get_num_threads() + args.num_workers,
+        ),
     }

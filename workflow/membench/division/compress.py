@@ -26,7 +26,9 @@ def _shifts(bits: int, device: torch.device) -> torch.Tensor:
     return torch.arange(0, 8, bits, dtype=torch.uint8, device=device)
 
 
-def quantize_pack(x: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor, bits: int) -> torch.Tensor:
+def quantize_pack(
+    x: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor, bits: int
+) -> torch.Tensor:
     """Quantise each row of ``x`` to ``bits`` bits by stochastic rounding and pack the levels.
 
     ``x``: float32 (rows, length); ``minimum``, ``scale``: float32 (rows,), level ``k`` stands for
@@ -45,7 +47,9 @@ def quantize_pack(x: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor, n
     return level.sum(dim=2, dtype=torch.uint8)
 
 
-def unpack_dequantize(packed: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor, bits: int, length: int) -> torch.Tensor:
+def unpack_dequantize(
+    packed: torch.Tensor, minimum: torch.Tensor, scale: torch.Tensor, bits: int, length: int
+) -> torch.Tensor:
     """Inverse of :func:`quantize_pack`: float32 (rows, length) = ``level * scale + minimum``."""
     _check_bits(bits)
     rows = packed.shape[0]
@@ -69,7 +73,9 @@ def unpack_mask(packed: torch.Tensor, numel: int) -> torch.Tensor:
     return bits.view(-1)[:numel].to(torch.bool)
 
 
-def maxpool2d_forward(x: torch.Tensor, kernel: int, stride: int, padding: int) -> tuple[torch.Tensor, torch.Tensor]:
+def maxpool2d_forward(
+    x: torch.Tensor, kernel: int, stride: int, padding: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Max pool (square window, no dilation, floor mode) returning the winner's index in its window.
 
     ``x``: float32 (N, C, H, W). Returns ``(out, index)``: out (N, C, Ho, Wo) as ``F.max_pool2d``;
@@ -84,7 +90,15 @@ def maxpool2d_forward(x: torch.Tensor, kernel: int, stride: int, padding: int) -
     return out, window.to(torch.int8)
 
 
-def maxpool2d_backward(grad_out: torch.Tensor, index: torch.Tensor, height: int, width: int, kernel: int, stride: int, padding: int) -> torch.Tensor:
+def maxpool2d_backward(
+    grad_out: torch.Tensor,
+    index: torch.Tensor,
+    height: int,
+    width: int,
+    kernel: int,
+    stride: int,
+    padding: int,
+) -> torch.Tensor:
     """Gradient of :func:`maxpool2d_forward` w.r.t. its input, float32 (N, C, height, width)."""
     n, c, out_h, out_w = grad_out.shape
     window = index.to(torch.int64)

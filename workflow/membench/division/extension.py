@@ -24,8 +24,17 @@ from membench.core.extension import (
 )
 
 __all__ = [
-    "CUDA_CHOICES", "DEFAULT_LOCK_TIMEOUT_S", "KERNEL_CHOICES", "LOCK_NAME", "MANIFEST_NAME", "SPEC",
-    "build_extension", "build_lock", "cuda_build_possible", "cxx_compiler_present", "load_extension",
+    "CUDA_CHOICES",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "KERNEL_CHOICES",
+    "LOCK_NAME",
+    "MANIFEST_NAME",
+    "SPEC",
+    "build_extension",
+    "build_lock",
+    "cuda_build_possible",
+    "cxx_compiler_present",
+    "load_extension",
 ]
 
 CSRC_DIR = Path(__file__).parent / "csrc"
@@ -35,7 +44,14 @@ SPEC = extension.ExtensionSpec(
     source_dir=CSRC_DIR,
     cpu_sources=("division_ops.cpp",),
     cuda_sources=("division_cuda.cu",),
-    kernels=("quantize_pack", "unpack_dequantize", "pack_mask", "unpack_mask", "maxpool2d_forward", "maxpool2d_backward"),
+    kernels=(
+        "quantize_pack",
+        "unpack_dequantize",
+        "pack_mask",
+        "unpack_mask",
+        "maxpool2d_forward",
+        "maxpool2d_backward",
+    ),
     build_command="membench division build",
     cflags=("-O3", "-ffp-contract=off"),
     cuda_cflags=("-O3", "--fmad=false"),
@@ -43,7 +59,10 @@ SPEC = extension.ExtensionSpec(
 
 
 def build_extension(
-    outdir: str | os.PathLike, cuda: str = "auto", verbose: bool = False, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    outdir: str | os.PathLike,
+    cuda: str = "auto",
+    verbose: bool = False,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict:
     """Compile the kernels into ``outdir`` and write ``outdir/manifest.json`` (see
     :func:`membench.core.extension.build_extension`); return the manifest."""

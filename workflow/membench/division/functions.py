@@ -84,9 +84,27 @@ class _Conv2dFunction(Function):
     def forward(ctx, x, weight, bias, stride, padding, dilation, groups, context):
         compute = _autocast_dtype(x.device.type)
         with torch.autocast(x.device.type, enabled=False):
-            out = F.conv2d(_cast(x, compute), _cast(weight, compute), _cast(bias, compute), stride, padding, dilation, groups)
+            out = F.conv2d(
+                _cast(x, compute),
+                _cast(weight, compute),
+                _cast(bias, compute),
+                stride,
+                padding,
+                dilation,
+                groups,
+            )
         ctx.save_for_backward(weight, *context.compress(x))
-        ctx.config = (x.shape, x.dtype, compute, None if bias is None else bias, stride, padding, dilation, groups, context)
+        ctx.config = (
+            x.shape,
+            x.dtype,
+            compute,
+            None if bias is None else bias,
+            stride,
+            padding,
+            dilation,
+            groups,
+            context,
+        )
         return out
 
     @staticmethod
@@ -97,20 +115,40 @@ class _Conv2dFunction(Function):
         x = context.decompress(saved, shape, compute)
         with torch.autocast(grad_out.device.type, enabled=False):
             grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-                grad_out.to(compute), x, weight.to(compute), None if bias is None else bias.shape, stride, padding,
-                dilation, False, [0, 0], groups,
-                [ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]],
+                grad_out.to(compute),
+                x,
+                weight.to(compute),
+                None if bias is None else bias.shape,
+                stride,
+                padding,
+                dilation,
+                False,
+                [0, 0],
+                groups,
+                [
+                    ctx.needs_input_grad[0],
+                    ctx.needs_input_grad[1],
+                    bias is not None and ctx.needs_input_grad[2],
+                ],
             )
         return (
-            _cast(grad_x, dtype), _cast(grad_weight, weight.dtype), None if grad_bias is None else grad_bias.to(bias.dtype),
-            None, None, None, None, None,
+            _cast(grad_x, dtype),
+            _cast(grad_weight, weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
         )
 
 
 class _BatchNorm2dFunction(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, context):
-        out, mean, invstd = torch.native_batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps)
+        out, mean, invstd = torch.native_batch_norm(
+            x, weight, bias, running_mean, running_var, True, momentum, eps
+        )
         ctx.save_for_backward(weight, mean, invstd, *context.compress(x))
         ctx.config = (x.shape, x.dtype, eps, context)
         return out
@@ -121,8 +159,20 @@ class _BatchNorm2dFunction(Function):
         shape, dtype, eps, context = ctx.config
         x = context.decompress(saved, shape, dtype)
         grad_x, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
-            grad_out.contiguous(), x, weight, None, None, mean, invstd, True, eps,
-            [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1], weight is not None and ctx.needs_input_grad[2]],
+            grad_out.contiguous(),
+            x,
+            weight,
+            None,
+            None,
+            mean,
+            invstd,
+            True,
+            eps,
+            [
+                ctx.needs_input_grad[0],
+                weight is not None and ctx.needs_input_grad[1],
+                weight is not None and ctx.needs_input_grad[2],
+            ],
         )
         return grad_x, grad_weight, grad_bias, None, None, None, None, None
 
@@ -157,11 +207,21 @@ class _MaxPool2dFunction(Function):
     def backward(ctx, grad_out):
         (index,) = ctx.saved_tensors
         height, width, kernel, stride, padding, kernels = ctx.config
-        return kernels.maxpool2d_backward(grad_out.contiguous(), index, height, width, kernel, stride, padding), None, None, None, None
+        return (
+            kernels.maxpool2d_backward(grad_out.contiguous(), index, height, width, kernel, stride, padding),
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def _training_with_grad(module: nn.Module, *tensors: torch.Tensor | None) -> bool:
-    return module.training and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    return (
+        module.training
+        and torch.is_grad_enabled()
+        and any(t is not None and t.requires_grad for t in tensors)
+    )
 
 
 class CompressedConv2d(nn.Conv2d):
@@ -172,7 +232,9 @@ class CompressedConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _training_with_grad(self, x, self.weight):
             return super().forward(x)
-        return _Conv2dFunction.apply(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.context)
+        return _Conv2dFunction.apply(
+            x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.context
+        )
 
 
 class CompressedBatchNorm2d(nn.BatchNorm2d):
@@ -185,7 +247,9 @@ class CompressedBatchNorm2d(nn.BatchNorm2d):
             return super().forward(x)
         self.num_batches_tracked.add_(1)
         momentum = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        return _BatchNorm2dFunction.apply(x, self.weight, self.bias, self.running_mean, self.running_var, momentum, self.eps, self.context)
+        return _BatchNorm2dFunction.apply(
+            x, self.weight, self.bias, self.running_mean, self.running_var, momentum, self.eps, self.context
+        )
 
 
 class MaskedReLU(nn.ReLU):

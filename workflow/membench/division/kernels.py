@@ -11,7 +11,14 @@ from membench.core.errors import InputError
 from membench.division import compress
 from membench.division.extension import KERNEL_CHOICES, load_extension
 
-KERNEL_NAMES = ("quantize_pack", "unpack_dequantize", "pack_mask", "unpack_mask", "maxpool2d_forward", "maxpool2d_backward")
+KERNEL_NAMES = (
+    "quantize_pack",
+    "unpack_dequantize",
+    "pack_mask",
+    "unpack_mask",
+    "maxpool2d_forward",
+    "maxpool2d_backward",
+)
 _log = logging.getLogger(__name__)
 
 
@@ -43,7 +50,9 @@ def select_kernels(choice: str, manifest_path: str | os.PathLike | None, device_
     reference (and logs why) when there is none.
     """
     if choice not in KERNEL_CHOICES:
-        raise InputError(None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels")
+        raise InputError(
+            None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels"
+        )
     if choice == "torch":
         return TORCH_KERNELS
     if manifest_path is None:
@@ -60,7 +69,11 @@ def select_kernels(choice: str, manifest_path: str | os.PathLike | None, device_
     kernels = Kernels("extension", module, cuda=bool(module.has_cuda_kernels()))
     if not kernels.supports(device_type):
         if choice == "extension":
-            raise InputError(manifest_path, f"the build has no CUDA kernels but the job runs on {device_type}", "key 'cuda'")
+            raise InputError(
+                manifest_path,
+                f"the build has no CUDA kernels but the job runs on {device_type}",
+                "key 'cuda'",
+            )
         _log.warning("using the pure-torch kernels: the build has no CUDA kernels")
         return Kernels("torch", compress, cuda=True, fallback_reason="the build has no CUDA kernels")
     return kernels

@@ -32,9 +32,24 @@ from membench.division.bench import largest_batch
 LOG = logging.getLogger(__name__)
 PROBE_STATUSES = ("ok", OOM_STATUS)
 # Columns of probes.csv taken from each probe's record; ``measured_now`` follows them.
-PROBE_FIELDS = ("batch_size", "status", "status_message", "total_memory_mib", "cuda_peak_allocated_mib", "pid", "wall_s")
+PROBE_FIELDS = (
+    "batch_size",
+    "status",
+    "status_message",
+    "total_memory_mib",
+    "cuda_peak_allocated_mib",
+    "pid",
+    "wall_s",
+)
 # Identity fields of the final record taken from the probes (the driver does not touch the device).
-_DEVICE_FIELDS = ("device", "device_name", "torch_version", "cuda_version", "kernels", "kernels_fallback_reason")
+_DEVICE_FIELDS = (
+    "device",
+    "device_name",
+    "torch_version",
+    "cuda_version",
+    "kernels",
+    "kernels_fallback_reason",
+)
 
 
 def probe_path(outdir: str | os.PathLike, batch: int) -> Path:
@@ -49,16 +64,25 @@ def read_probe(path: Path, expected: dict) -> dict:
     record = read_json_object(path, "probe metrics not found")
     check_record(record, path)
     if record.get("status") not in PROBE_STATUSES:
-        raise InputError(path, f"status must be one of {', '.join(PROBE_STATUSES)}, got {record.get('status')!r}",
-                         "key 'status'")
+        raise InputError(
+            path,
+            f"status must be one of {', '.join(PROBE_STATUSES)}, got {record.get('status')!r}",
+            "key 'status'",
+        )
     for key, value in expected.items():
         if record.get(key) != value:
-            raise InputError(path, f"this probe was measured with {key} {record.get(key)!r}, the search uses "
-                                   f"{value!r}; move it away or search into another --outdir", f"key '{key}'")
+            raise InputError(
+                path,
+                f"this probe was measured with {key} {record.get(key)!r}, the search uses "
+                f"{value!r}; move it away or search into another --outdir",
+                f"key '{key}'",
+            )
     return record
 
 
-def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict, start: int, limit: int) -> dict:
+def search(
+    outdir: str | os.PathLike, probe_arguments: list[str], expected: dict, start: int, limit: int
+) -> dict:
     """Find the largest batch in ``[start, limit]`` whose training step fits (see
     :func:`~membench.division.bench.largest_batch`), one ``membench division memory
     <probe_arguments> --batch-size <b>`` subprocess per probe not already in ``outdir``.
@@ -76,8 +100,10 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
     code = code_version("core", "data", "division")
 
     def fits(batch: int) -> bool:
-        point = Point(probe_path(outdir, batch),
-                      run_identity({"arguments": probe_arguments, "batch_size": batch}, code=code))
+        point = Point(
+            probe_path(outdir, batch),
+            run_identity({"arguments": probe_arguments, "batch_size": batch}, code=code),
+        )
         if is_measured(point):
             LOG.info("batch %d: reusing %s", batch, point.record)
         else:
@@ -87,17 +113,29 @@ def search(outdir: str | os.PathLike, probe_arguments: list[str], expected: dict
         return records[batch]["status"] == "ok"
 
     largest, probes = largest_batch(fits, start, limit)
-    table = pd.DataFrame([{**{c: records[b].get(c) for c in PROBE_FIELDS}, "measured_now": b in measured_now}
-                          for b, _ in probes])
+    table = pd.DataFrame(
+        [
+            {**{c: records[b].get(c) for c in PROBE_FIELDS}, "measured_now": b in measured_now}
+            for b, _ in probes
+        ]
+    )
     atomic.write_csv(Path(outdir) / "probes.csv", table)
     first = records[probes[0][0]]
     record = {key: first.get(key) for key in (*REQUIRED_FIELDS, *_DEVICE_FIELDS, *expected)}
-    record.update({
-        "job": "maxbatch", "batch_size": None, "pid": os.getpid(), "largest_batch": largest,
-        "probes": " ".join(f"{b}:{records[b]['status']}" for b, _ in probes), "probe_count": len(probes),
-        "probes_measured": len(measured_now), "start": start, "limit": limit,
-        "wall_s": time.perf_counter() - begin,
-    })
+    record.update(
+        {
+            "job": "maxbatch",
+            "batch_size": None,
+            "pid": os.getpid(),
+            "largest_batch": largest,
+            "probes": " ".join(f"{b}:{records[b]['status']}" for b, _ in probes),
+            "probe_count": len(probes),
+            "probes_measured": len(measured_now),
+            "start": start,
+            "limit": limit,
+            "wall_s": time.perf_counter() - begin,
+        }
+    )
     write_job_outputs(outdir, record)
     return record
 
@@ -108,5 +146,7 @@ def _run_probe(point: Point, arguments: list[str], batch: int) -> None:
     # The probe's output goes to this job's log; an out-of-memory probe still exits 0 with its result.
     outcome = measure(point, Command(command))
     if outcome.record is None:
-        raise RuntimeError(f"the probe at batch {batch} exited with code {outcome.exit_code} without writing "
-                           f"{point.record}; its output is above")
+        raise RuntimeError(
+            f"the probe at batch {batch} exited with code {outcome.exit_code} without writing "
+            f"{point.record}; its output is above"
+        )

@@ -46,7 +46,11 @@ class MethodSpec:
 
 
 def convert_model(
-    model: nn.Module, method: str, spec: MethodSpec = MethodSpec(), kernels: Kernels = TORCH_KERNELS, seed: int = 0
+    model: nn.Module,
+    method: str,
+    spec: MethodSpec = MethodSpec(),
+    kernels: Kernels = TORCH_KERNELS,
+    seed: int = 0,
 ) -> CompressionContext | None:
     """Convert ``model`` in place for ``method``; return the compression context (None when the
     method compresses nothing). Parameters and buffers are shared, so state-dict keys do not change.
@@ -83,13 +87,25 @@ def _replacement(module: nn.Module, context: CompressionContext) -> nn.Module | 
     kind = type(module)
     if kind is nn.Conv2d and module.padding_mode == "zeros" and not isinstance(module.padding, str):
         new = CompressedConv2d(
-            module.in_channels, module.out_channels, module.kernel_size, module.stride, module.padding,
-            module.dilation, module.groups, module.bias is not None, device="meta",
+            module.in_channels,
+            module.out_channels,
+            module.kernel_size,
+            module.stride,
+            module.padding,
+            module.dilation,
+            module.groups,
+            module.bias is not None,
+            device="meta",
         )
         new.weight, new.bias = module.weight, module.bias
     elif kind is nn.BatchNorm2d:
         new = CompressedBatchNorm2d(
-            module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats, device="meta"
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            device="meta",
         )
         new.weight, new.bias = module.weight, module.bias
         new.running_mean, new.running_var = module.running_mean, module.running_var

@@ -54,7 +54,11 @@ class Block(nn.Module):
 def _running_statistics_frozen(module: nn.Module) -> Iterator[None]:
     """Batch norms under ``module`` normalise with batch statistics without updating their running
     statistics or batch counter (``track_running_stats`` off in training mode does exactly that)."""
-    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    norms = [
+        m
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
     for norm in norms:
         norm.track_running_stats = False
     try:
@@ -65,7 +69,10 @@ def _running_statistics_frozen(module: nn.Module) -> Iterator[None]:
 
 
 def _conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> list[nn.Module]:
-    return [nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, bias=False), nn.BatchNorm2d(out_channels)]
+    return [
+        nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, bias=False),
+        nn.BatchNorm2d(out_channels),
+    ]
 
 
 class BasicBlock(Block):
@@ -182,7 +189,9 @@ class PreActResNet(nn.Module):
                 in_channels = planes * PreActBottleneck.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
-        self.head = nn.Sequential(nn.BatchNorm2d(in_channels), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Sequential(
+            nn.BatchNorm2d(in_channels), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
         self.fc = nn.Linear(in_channels, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -232,7 +241,9 @@ class Transition(Block):
 class DenseNet(nn.Module):
     """DenseNet-BC (Huang et al. 2017); DenseNet-121: growth 32, blocks (6, 12, 24, 16)."""
 
-    def __init__(self, growth: int = 32, block_layers=(6, 12, 24, 16), num_classes: int = 10, stem: str = "imagenet") -> None:
+    def __init__(
+        self, growth: int = 32, block_layers=(6, 12, 24, 16), num_classes: int = 10, stem: str = "imagenet"
+    ) -> None:
         super().__init__()
         channels = 2 * growth
         if stem == "cifar":

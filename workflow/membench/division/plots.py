@@ -8,7 +8,13 @@ import pandas as pd
 
 from membench.core.errors import InputError
 from membench.core.plots import (
-    figure_note, flagged_note, grouped_method_bars, method_legend, panel_grid, save_figure, timing_by_method,
+    figure_note,
+    flagged_note,
+    grouped_method_bars,
+    method_legend,
+    panel_grid,
+    save_figure,
+    timing_by_method,
 )
 from membench.core.validate import read_csv_columns
 
@@ -45,8 +51,17 @@ def plot_memory(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> No
         panels.append(("step_alloc_peak_mib", "allocator peak of a step"))
     fig, axes = panel_grid(len(panels), ncols=2, panel_height_in=3.4)
     for ax, (column, title) in zip(axes, panels):
-        grouped_method_bars(ax, frame, "batch_size", methods, column, ylabel="MiB", title=title, baseline=BASELINE,
-                            group_label="batch {:g}")
+        grouped_method_bars(
+            ax,
+            frame,
+            "batch_size",
+            methods,
+            column,
+            ylabel="MiB",
+            title=title,
+            baseline=BASELINE,
+            group_label="batch {:g}",
+        )
     method_legend(fig, methods, loc="outside upper center", ncols=len(methods))
     if len(panels) == 1:
         figure_note(fig, "allocator step peak: not measured (allocator tracing off)")
@@ -61,18 +76,35 @@ def plot_speed(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> Non
     if "status" in frame:
         frame = frame[frame["status"].fillna("ok") == "ok"]
     if {"time_min_s", "time_max_s"} <= set(frame):
-        frame = frame.assign(images_per_s_low=frame["batch_size"] / frame["time_max_s"],
-                             images_per_s_high=frame["batch_size"] / frame["time_min_s"])
+        frame = frame.assign(
+            images_per_s_low=frame["batch_size"] / frame["time_max_s"],
+            images_per_s_high=frame["batch_size"] / frame["time_min_s"],
+        )
     ranged = "images_per_s_low" in frame
     methods = _methods(frame)
     fig, (ax,) = panel_grid(1, ncols=1, panel_height_in=3.6)
-    grouped_method_bars(ax, frame, "batch_size", methods, "images_per_s", ylabel="images / s",
-                        title="training throughput (median step)", baseline=BASELINE, group_label="batch {:g}",
-                        low_column="images_per_s_low" if ranged else None,
-                        high_column="images_per_s_high" if ranged else None, flag_timing=True)
+    grouped_method_bars(
+        ax,
+        frame,
+        "batch_size",
+        methods,
+        "images_per_s",
+        ylabel="images / s",
+        title="training throughput (median step)",
+        baseline=BASELINE,
+        group_label="batch {:g}",
+        low_column="images_per_s_low" if ranged else None,
+        high_column="images_per_s_high" if ranged else None,
+        flag_timing=True,
+    )
     timing = timing_by_method(frame)
-    method_legend(ax, methods, flagged=bool(not timing.empty and timing["flagged"].any()),
-                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    method_legend(
+        ax,
+        methods,
+        flagged=bool(not timing.empty and timing["flagged"].any()),
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
     note = flagged_note(timing, "step time")
     if note:
         figure_note(fig, note)

@@ -39,21 +39,37 @@ class TrainSpec:
     amp: str = "none"
 
 
-def _loader(dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks: Ranks = SINGLE_PROCESS) -> DataLoader:
+def _loader(
+    dataset: Dataset, spec: TrainSpec, shuffle: bool, epoch: int, ranks: Ranks = SINGLE_PROCESS
+) -> DataLoader:
     if shuffle and ranks.world_size > 1:
         # Each process takes its own 1/world_size of the epoch, in one seeded order for all.
         sampler = DistributedSampler(
-            dataset, num_replicas=ranks.world_size, rank=ranks.rank, shuffle=True, seed=spec.seed, drop_last=True
+            dataset,
+            num_replicas=ranks.world_size,
+            rank=ranks.rank,
+            shuffle=True,
+            seed=spec.seed,
+            drop_last=True,
         )
         sampler.set_epoch(epoch)
         return DataLoader(
-            dataset, batch_size=per_process_batch(spec.batch_size, ranks), sampler=sampler, drop_last=True,
-            num_workers=spec.num_workers, persistent_workers=False,
+            dataset,
+            batch_size=per_process_batch(spec.batch_size, ranks),
+            sampler=sampler,
+            drop_last=True,
+            num_workers=spec.num_workers,
+            persistent_workers=False,
         )
     generator = torch.Generator().manual_seed(spec.seed * 100003 + epoch)
     return DataLoader(
-        dataset, batch_size=spec.batch_size, shuffle=shuffle, drop_last=shuffle, num_workers=spec.num_workers,
-        generator=generator, persistent_workers=False,
+        dataset,
+        batch_size=spec.batch_size,
+        shuffle=shuffle,
+        drop_last=shuffle,
+        num_workers=spec.num_workers,
+        generator=generator,
+        persistent_workers=False,
     )
 
 
@@ -124,8 +140,14 @@ def train_model(
     return history
 
 
-def _start(model: nn.Module, context: CompressionContext | None, train_set: Dataset, spec: TrainSpec,
-           device: torch.device, ranks: Ranks) -> _Run:
+def _start(
+    model: nn.Module,
+    context: CompressionContext | None,
+    train_set: Dataset,
+    spec: TrainSpec,
+    device: torch.device,
+    ranks: Ranks,
+) -> _Run:
     """A fresh run: the optimiser with its per-step cosine schedule, the precision, the data-parallel model."""
     optimizer = make_optimizer(model, spec.learning_rate, spec.momentum, spec.weight_decay)
     precision = Precision(spec.amp, device)
@@ -134,11 +156,15 @@ def _start(model: nn.Module, context: CompressionContext | None, train_set: Data
     if steps_per_epoch == 0:
         raise ValueError(f"batch size {spec.batch_size} exceeds the {len(train_set)} training images")
     steps = spec.epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
+    )
     return _Run(model, context, optimizer, scheduler, precision, trained)
 
 
-def _resume(run: _Run, checkpoint_path: str | os.PathLike, identity: dict, device: torch.device) -> list[dict[str, float]]:
+def _resume(
+    run: _Run, checkpoint_path: str | os.PathLike, identity: dict, device: torch.device
+) -> list[dict[str, float]]:
     """Load the checkpoint of a run of the same ``identity`` into ``run`` and torch's generator; return
     the history of its epochs (empty when there is none to resume)."""
     state = resume_checkpoint(checkpoint_path, identity, map_location=device)
@@ -156,24 +182,40 @@ def _resume(run: _Run, checkpoint_path: str | os.PathLike, identity: dict, devic
     return [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
 
 
-def _train_epoch(run: _Run, train_set: Dataset, val_loader: DataLoader, spec: TrainSpec, epoch: int,
-                 device: torch.device, meter: Meter, timer: Timer, ranks: Ranks) -> dict[str, float]:
+def _train_epoch(
+    run: _Run,
+    train_set: Dataset,
+    val_loader: DataLoader,
+    spec: TrainSpec,
+    epoch: int,
+    device: torch.device,
+    meter: Meter,
+    timer: Timer,
+    ranks: Ranks,
+) -> dict[str, float]:
     """Train epoch ``epoch`` (from 0; meter phase ``train``, a sample of ``timer``), then evaluate
     (phase ``eval``); return the epoch's history row."""
     run.model.train()
     learning_rate = run.optimizer.param_groups[0]["lr"]
     loss_sum, steps = 0.0, 0
     with timer.sample(), meter.phase("train"):
-        for inputs, targets in meter.batches(_loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)):
-            loss_sum += training_step(run.trained, run.optimizer, inputs.to(device), targets.to(device), meter,
-                                      run.precision)
+        for inputs, targets in meter.batches(
+            _loader(train_set, spec, shuffle=True, epoch=epoch, ranks=ranks)
+        ):
+            loss_sum += training_step(
+                run.trained, run.optimizer, inputs.to(device), targets.to(device), meter, run.precision
+            )
             run.scheduler.step()
             steps += 1
     with meter.phase("eval"):
         val_accuracy, val_loss = evaluate(run.model, val_loader, device)
     return {
-        "epoch": epoch + 1, "learning_rate": learning_rate, "train_loss": loss_sum / max(steps, 1),
-        "val_accuracy": val_accuracy, "val_loss": val_loss, "epoch_s": timer.samples_s[-1],
+        "epoch": epoch + 1,
+        "learning_rate": learning_rate,
+        "train_loss": loss_sum / max(steps, 1),
+        "val_accuracy": val_accuracy,
+        "val_loss": val_loss,
+        "epoch_s": timer.samples_s[-1],
         "load_1m_max": timer.last_load_1m,
     }
 

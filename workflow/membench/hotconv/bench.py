@@ -67,7 +67,9 @@ class SweepSpec:
     seed: int = 0
 
 
-def random_batch(batch_size: int, max_len: int, slice_size: int, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(
+    batch_size: int, max_len: int, slice_size: int, num_classes: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens (B, L) int16 in 1..256 with L = ``max_len`` rounded up to a slice, and labels (B,) int64."""
     generator = torch.Generator().manual_seed(seed)
     length = padded_length(max_len, slice_size)
@@ -89,25 +91,52 @@ def measure_point(
 ) -> dict[str, object]:
     """Measure one grid point; returns a flat record (metrics contract fields plus the sweep's)."""
     spec = ModelSpec(
-        variant, sweep.num_classes, sweep.num_filters, sweep.window_size, sweep.stride,
-        sweep.fp_slice_size, sweep.fp2_slice_size,
+        variant,
+        sweep.num_classes,
+        sweep.num_filters,
+        sweep.window_size,
+        sweep.stride,
+        sweep.fp_slice_size,
+        sweep.fp2_slice_size,
     )
     record = job_record("hotconv", variant, SWEEP_DATASET, device, sweep.seed, batch_size)
     record.update(
-        max_len=max_len, num_filters=sweep.num_filters, window_size=sweep.window_size, stride=sweep.stride,
-        fp_slice_size=sweep.fp_slice_size, fp2_slice_size=sweep.fp2_slice_size, status="ok", status_message=None,
+        max_len=max_len,
+        num_filters=sweep.num_filters,
+        window_size=sweep.window_size,
+        stride=sweep.stride,
+        fp_slice_size=sweep.fp_slice_size,
+        fp2_slice_size=sweep.fp2_slice_size,
+        status="ok",
+        status_message=None,
         step_ms=None,
     )
     record.update(Timer("step", device=device).fields())  # no samples, unless the point is measured
     start = time.perf_counter()
     try:
-        record.update(_measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator,
-                               grid_intensity_g_per_kwh))
+        record.update(
+            _measure(
+                spec,
+                sweep,
+                batch_size,
+                max_len,
+                device,
+                sample_interval_s,
+                trace_allocator,
+                grid_intensity_g_per_kwh,
+            )
+        )
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
         record.update(oom_fields(exc))
-        log.warning("%s batch %d max_len %d: out of memory (%s)", variant, batch_size, max_len, record["status_message"])
+        log.warning(
+            "%s batch %d max_len %d: out of memory (%s)",
+            variant,
+            batch_size,
+            max_len,
+            record["status_message"],
+        )
     finally:
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -115,15 +144,22 @@ def measure_point(
     return record
 
 
-def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh) -> dict:
+def _measure(
+    spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh
+) -> dict:
     with seeded(sweep.seed):
         model = MalConvNet(spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
     tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
     labels = labels.to(device)
     not_activations = [*model.parameters(), tokens]
-    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=True, trace_allocator=trace_allocator,
-               grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as traced:
+    with Meter(
+        device,
+        sample_interval_s=sample_interval_s,
+        trace_live_tensors=True,
+        trace_allocator=trace_allocator,
+        grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+    ) as traced:
         with traced.phase("step"):
             with traced.saved_activations(not_activations):
                 loss = F.cross_entropy(model(tokens), labels)
@@ -133,14 +169,20 @@ def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
     fields = traced.summary()
+
     def step() -> None:
         F.cross_entropy(model(tokens), labels).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     timer = Timer("step", device=device)
-    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=False, trace_saved_activations=False,
-               grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as timed:
+    with Meter(
+        device,
+        sample_interval_s=sample_interval_s,
+        trace_live_tensors=False,
+        trace_saved_activations=False,
+        grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+    ) as timed:
         with timed.phase("timed"):
             timer.repeat(step, sweep.steps)
     timed_fields = timed.summary()
@@ -153,7 +195,9 @@ def _measure(spec, sweep, batch_size, max_len, device, sample_interval_s, trace_
         timed_nvml_process_peak_mib=timed_fields["nvml_process_peak_mib"],
         timed_cuda_peak_allocated_mib=timed_fields["cuda_peak_allocated_mib"],
         timed_alloc_peak_mib=timed_fields["alloc_peak_mib"],
-        energy_per_step_j=None if timed_fields["energy_j"] is None else timed_fields["energy_j"] / sweep.steps,
+        energy_per_step_j=None
+        if timed_fields["energy_j"] is None
+        else timed_fields["energy_j"] / sweep.steps,
         co2e_per_step_g=None if timed_fields["co2e_g"] is None else timed_fields["co2e_g"] / sweep.steps,
     )
     return fields
@@ -174,8 +218,11 @@ def sweep_table(metrics_paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     if frame.empty:
         return frame
     order = {variant: i for i, variant in enumerate(VARIANTS)}
-    frame = frame.sort_values(["max_len", "batch_size", "variant"], key=lambda c: c.map(order) if c.name == "variant" else c,
-                              kind="stable").reset_index(drop=True)
+    frame = frame.sort_values(
+        ["max_len", "batch_size", "variant"],
+        key=lambda c: c.map(order) if c.name == "variant" else c,
+        kind="stable",
+    ).reset_index(drop=True)
     for column, source in RATIO_COLUMNS.items():
         frame[column] = [_ratio(frame, row, source) for _, row in frame.iterrows()]
     return frame

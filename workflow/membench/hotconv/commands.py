@@ -7,9 +7,20 @@ import logging
 
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
+from membench.core.options import (
+    BATCH_SIZE,
+    EPOCHS,
+    LEARNING_RATE,
+    SEED,
+    STEPS,
+    WORKERS,
+    InputDir,
+    InputFile,
+    OutputDir,
+    OutputFile,
+    integer,
+)
 from membench.hotconv.models import VARIANTS
-from membench.core.options import (BATCH_SIZE, EPOCHS, LEARNING_RATE, SEED, STEPS, WORKERS, InputDir, InputFile,
-                                   OutputDir, OutputFile, integer)
 
 MAX_LEN = integer(1, 2**30)
 WINDOW = integer(1, 2**20)
@@ -20,9 +31,15 @@ def _add_model_options(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument("--num-filters", type=integer(1, 4096), default=defaults["num_filters"])
     parser.add_argument("--window-size", type=WINDOW, default=defaults["window_size"], help="bytes")
     parser.add_argument("--stride", type=WINDOW, default=defaults["stride"], help="bytes")
-    parser.add_argument("--fp-slice-size", type=SLICE, default=defaults["fp_slice_size"], help="bytes per sliced-pass slice")
-    parser.add_argument("--fp2-slice-size", type=SLICE, default=defaults["fp2_slice_size"],
-                        help="hotconv_eco: bytes of hot windows streamed per chunk")
+    parser.add_argument(
+        "--fp-slice-size", type=SLICE, default=defaults["fp_slice_size"], help="bytes per sliced-pass slice"
+    )
+    parser.add_argument(
+        "--fp2-slice-size",
+        type=SLICE,
+        default=defaults["fp2_slice_size"],
+        help="hotconv_eco: bytes of hot windows streamed per chunk",
+    )
 
 
 def _add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -93,13 +110,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
-    train = steps.add_parser("train", help="train one variant on one fold; write metrics.json, memlog.csv, checkpoint.pt")
+    train = steps.add_parser(
+        "train", help="train one variant on one fold; write metrics.json, memlog.csv, checkpoint.pt"
+    )
     train.add_argument("--variant", required=True, choices=VARIANTS)
     train.add_argument("--train", type=InputFile, required=True, help="train_<dataset>_fold_<i>.csv")
     train.add_argument("--val", type=InputFile, required=True, help="val_<dataset>_fold_<i>.csv")
     train.add_argument("--test", type=InputFile, required=True, help="test_<dataset>_fold_<i>.csv")
     train.add_argument("--classes", type=InputFile, required=True, help="classes.csv (Label, Name, Count)")
-    train.add_argument("--binaries", type=InputDir, required=True, help="directory of the binaries the fold files name")
+    train.add_argument(
+        "--binaries", type=InputDir, required=True, help="directory of the binaries the fold files name"
+    )
     train.add_argument("--dataset", required=True)
     train.add_argument("--fold", type=integer(0, 1000), required=True)
     train.add_argument("--outdir", type=OutputDir, required=True)
@@ -110,15 +131,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--early-stopping-patience", type=EPOCHS, default=2)
     train.add_argument("--num-workers", type=WORKERS, default=0)
     train.add_argument("--memory-probe-steps", type=integer(0, 1_000_000), default=5)
-    train.add_argument("--sort-by-size", action=argparse.BooleanOptionalAction, default=False,
-                       help="feed the largest files first, unshuffled")
+    train.add_argument(
+        "--sort-by-size",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="feed the largest files first, unshuffled",
+    )
     train.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=False)
     train.add_argument("--trace-saved-activations", action=argparse.BooleanOptionalAction, default=True)
     add_allocator_option(train, default=False)
-    _add_model_options(train, {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256})
+    _add_model_options(
+        train,
+        {"num_filters": 32, "window_size": 32, "stride": 32, "fp_slice_size": 4096, "fp2_slice_size": 256},
+    )
     _add_job_options(train)
 
-    bench = steps.add_parser("bench", help="memory benchmark of one variant at one batch size x max_len point; write metrics.json")
+    bench = steps.add_parser(
+        "bench", help="memory benchmark of one variant at one batch size x max_len point; write metrics.json"
+    )
     bench.add_argument("--outdir", type=OutputDir, required=True, help="directory for metrics.json")
     bench.add_argument("--variant", required=True, choices=VARIANTS)
     bench.add_argument("--batch-size", type=BATCH_SIZE, required=True)
@@ -126,19 +156,33 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("--train-steps", type=STEPS, default=2, help="timed training steps (median)")
     bench.add_argument("--learning-rate", type=LEARNING_RATE, default=1e-4)
     add_allocator_option(bench)
-    _add_model_options(bench, {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512})
+    _add_model_options(
+        bench,
+        {"num_filters": 256, "window_size": 512, "stride": 512, "fp_slice_size": 8192, "fp2_slice_size": 512},
+    )
     _add_job_options(bench)
 
     sweep_table = steps.add_parser("sweep-table", help="gather the points' metrics.json into the sweep table")
-    sweep_table.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
+    sweep_table.add_argument(
+        "--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it"
+    )
     sweep_table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of each point")
 
-    plot = steps.add_parser("plot", help="per-variant figure (step memory, activations, epoch time, accuracy, CO2e)")
+    plot = steps.add_parser(
+        "plot", help="per-variant figure (step memory, activations, epoch time, accuracy, CO2e)"
+    )
     plot.add_argument("--table", type=InputFile, required=True, help="results/tables/hotconv.csv")
-    plot.add_argument("--sweep", type=InputFile, required=True, help="results/tables/hotconv_sweep.csv (the per-step memory)")
+    plot.add_argument(
+        "--sweep",
+        type=InputFile,
+        required=True,
+        help="results/tables/hotconv_sweep.csv (the per-step memory)",
+    )
     plot.add_argument("--out", type=OutputFile, required=True, help="PNG path")
 
-    plot_sweep = steps.add_parser("plot-sweep", help="sweep figure (step peak memory and time against max_len)")
+    plot_sweep = steps.add_parser(
+        "plot-sweep", help="sweep figure (step peak memory and time against max_len)"
+    )
     plot_sweep.add_argument("--table", type=InputFile, required=True, help="the sweep table CSV")
     plot_sweep.add_argument("--out", type=OutputFile, required=True, help="PNG path")
     return parser
@@ -159,8 +203,15 @@ def run(args: argparse.Namespace) -> None:
 def _model_spec(args: argparse.Namespace, variant: str, num_classes: int):
     from membench.hotconv.models import ModelSpec
 
-    return ModelSpec(variant, num_classes, args.num_filters, args.window_size, args.stride,
-                     args.fp_slice_size, args.fp2_slice_size)
+    return ModelSpec(
+        variant,
+        num_classes,
+        args.num_filters,
+        args.window_size,
+        args.stride,
+        args.fp_slice_size,
+        args.fp2_slice_size,
+    )
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -171,14 +222,29 @@ def _train(args: argparse.Namespace) -> None:
     files = FoldFiles(args.train, args.val, args.test, args.classes, args.binaries)
     model_spec = _model_spec(args, args.variant, read_num_classes(args.classes))
     train_spec = TrainSpec(
-        epochs=args.epochs, batch_size=args.batch_size, max_len=args.max_len, learning_rate=args.learning_rate,
-        early_stopping_patience=args.early_stopping_patience, num_workers=args.num_workers,
-        memory_probe_steps=args.memory_probe_steps, sort_by_size=args.sort_by_size, seed=args.seed,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        max_len=args.max_len,
+        learning_rate=args.learning_rate,
+        early_stopping_patience=args.early_stopping_patience,
+        num_workers=args.num_workers,
+        memory_probe_steps=args.memory_probe_steps,
+        sort_by_size=args.sort_by_size,
+        seed=args.seed,
     )
     path = train_job(
-        files, model_spec, train_spec, args.dataset, args.fold, args.outdir, device,
-        sample_interval_s=args.sample_interval_s, trace_live_tensors=args.trace_live_tensors,
-        trace_allocator=args.trace_allocator, trace_saved_activations=args.trace_saved_activations, grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+        files,
+        model_spec,
+        train_spec,
+        args.dataset,
+        args.fold,
+        args.outdir,
+        device,
+        sample_interval_s=args.sample_interval_s,
+        trace_live_tensors=args.trace_live_tensors,
+        trace_allocator=args.trace_allocator,
+        trace_saved_activations=args.trace_saved_activations,
+        grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
     )
     logging.info("wrote %s", path)
 
@@ -189,19 +255,40 @@ def _bench(args: argparse.Namespace) -> None:
     from membench.hotconv.bench import SweepSpec, measure_point
 
     sweep = SweepSpec(
-        num_filters=args.num_filters, window_size=args.window_size, stride=args.stride,
-        fp_slice_size=args.fp_slice_size, fp2_slice_size=args.fp2_slice_size,
-        learning_rate=args.learning_rate, steps=args.train_steps, seed=args.seed,
+        num_filters=args.num_filters,
+        window_size=args.window_size,
+        stride=args.stride,
+        fp_slice_size=args.fp_slice_size,
+        fp2_slice_size=args.fp2_slice_size,
+        learning_rate=args.learning_rate,
+        steps=args.train_steps,
+        seed=args.seed,
     )
     _model_spec(args, args.variant, sweep.num_classes)  # a bad model setting fails before measuring
-    record = measure_point(sweep, args.variant, args.batch_size, args.max_len, resolve_device(args.device),
-                           sample_interval_s=args.sample_interval_s, trace_allocator=args.trace_allocator,
-                           grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh)
+    record = measure_point(
+        sweep,
+        args.variant,
+        args.batch_size,
+        args.max_len,
+        resolve_device(args.device),
+        sample_interval_s=args.sample_interval_s,
+        trace_allocator=args.trace_allocator,
+        grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
+    )
     path = write_job_outputs(args.outdir, record)
-    logging.info("%s batch %d max_len %d: %s, step allocator peak %s MiB, step tensor peak %s MiB, activations %s MiB, "
-                 "step %s ms -> %s", args.variant, args.batch_size, args.max_len, record["status"],
-                 record.get("step_alloc_peak_mib"), record.get("step_peak_tensor_mib"), record.get("activation_mib"),
-                 record.get("step_ms"), path)
+    logging.info(
+        "%s batch %d max_len %d: %s, step allocator peak %s MiB, step tensor peak %s MiB, activations %s MiB, "
+        "step %s ms -> %s",
+        args.variant,
+        args.batch_size,
+        args.max_len,
+        record["status"],
+        record.get("step_alloc_peak_mib"),
+        record.get("step_peak_tensor_mib"),
+        record.get("activation_mib"),
+        record.get("step_ms"),
+        path,
+    )
 
 
 def _sweep_table(args: argparse.Namespace) -> None:
@@ -233,4 +320,6 @@ def _plot(args: argparse.Namespace) -> None:
     if args.step == "plot-sweep":
         plot_sweep(read(args.table, sweep_columns), args.out)
     else:
-        plot_variants(read(args.table, ("variant", "test_accuracy")), read(args.sweep, sweep_columns), args.out)
+        plot_variants(
+            read(args.table, ("variant", "test_accuracy")), read(args.sweep, sweep_columns), args.out
+        )

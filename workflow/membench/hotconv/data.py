@@ -34,7 +34,11 @@ class ByteDataset(Dataset):
     """
 
     def __init__(
-        self, paths: Sequence[str | os.PathLike], labels: Sequence[int], max_len: int, sizes: Sequence[int] | None = None
+        self,
+        paths: Sequence[str | os.PathLike],
+        labels: Sequence[int],
+        max_len: int,
+        sizes: Sequence[int] | None = None,
     ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
@@ -75,7 +79,9 @@ def padded_length(longest: int, slice_size: int) -> int:
     return max(1, math.ceil(longest / slice_size)) * slice_size
 
 
-def collate_bytes(samples: list[tuple[np.ndarray, int]], slice_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def collate_bytes(
+    samples: list[tuple[np.ndarray, int]], slice_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples -> (tokens (B, L) int16 with byte + 1 and 0 padding, labels (B,) int64)."""
     longest = max(len(content) for content, _ in samples)
     tokens = torch.zeros((len(samples), padded_length(longest, slice_size)), dtype=TOKEN_DTYPE)

@@ -76,14 +76,22 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
-            raise InputError(None, f"variant {self.variant!r} is not one of {', '.join(VARIANTS)}", "key 'variant'")
+            raise InputError(
+                None, f"variant {self.variant!r} is not one of {', '.join(VARIANTS)}", "key 'variant'"
+            )
         for key in ("num_filters", "window_size", "stride", "fp_slice_size", "fp2_slice_size"):
             if getattr(self, key) < 1:
-                raise InputError(None, f"{key} must be a positive integer, got {getattr(self, key)}", f"key '{key}'")
+                raise InputError(
+                    None, f"{key} must be a positive integer, got {getattr(self, key)}", f"key '{key}'"
+                )
         if self.num_classes < 2:
-            raise InputError(None, f"at least 2 classes are needed, got {self.num_classes}", "key 'num_classes'")
+            raise InputError(
+                None, f"at least 2 classes are needed, got {self.num_classes}", "key 'num_classes'"
+            )
         if self.stride > self.window_size:
-            raise InputError(None, f"stride {self.stride} must not exceed window_size {self.window_size}", "key 'stride'")
+            raise InputError(
+                None, f"stride {self.stride} must not exceed window_size {self.window_size}", "key 'stride'"
+            )
         if self.fp_slice_size % self.stride or self.fp_slice_size < self.window_size:
             raise InputError(
                 None,
@@ -127,7 +135,9 @@ class MalConvNet(nn.Module):
     def pool(self, tokens: torch.Tensor) -> torch.Tensor:
         """Max over time of ``relu(conv1(x)) * sigmoid(conv2(x))``: (B, L) tokens -> (B, F)."""
         if tokens.dim() != 2 or tokens.shape[1] < self.spec.window_size:
-            raise ValueError(f"tokens must be (batch, length >= {self.spec.window_size}), got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"tokens must be (batch, length >= {self.spec.window_size}), got {tuple(tokens.shape)}"
+            )
         variant = self.spec.variant
         if variant == "malconv":
             return dense_pool(self, tokens)
@@ -173,8 +183,14 @@ def chunked_pool(model: MalConvNet, tokens: torch.Tensor) -> torch.Tensor:
     spec = model.spec
     with torch.no_grad():
         winners = sliced_search(
-            tokens, model.embed.weight, model.conv1.weight, model.conv1.bias,
-            model.conv2.weight, model.conv2.bias, spec.stride, spec.fp_slice_size,
+            tokens,
+            model.embed.weight,
+            model.conv1.weight,
+            model.conv1.bias,
+            model.conv2.weight,
+            model.conv2.bias,
+            spec.stride,
+            spec.fp_slice_size,
         ).window
     batch, filters = winners.shape
     # Candidates in window order, so an exact tie between two windows goes to the earlier one, as
@@ -227,7 +243,9 @@ def sliced_search(
     conv2 = torch.zeros((batch, filters), dtype=w1.dtype, device=device)
     for first in range(0, windows, per_slice):
         last = min(windows, first + per_slice)
-        chunk = _to_device(tokens[:, first * stride : (last - 1) * stride + window_size], device, stage).to(torch.long)
+        chunk = _to_device(tokens[:, first * stride : (last - 1) * stride + window_size], device, stage).to(
+            torch.long
+        )
         x = F.embedding(chunk, embed_weight, padding_idx=0).transpose(1, 2)
         a = F.conv1d(x, w1, b1, stride=stride)
         g = F.conv1d(x, w2, b2, stride=stride)

@@ -7,8 +7,17 @@ import os
 import pandas as pd
 
 from membench.core.plots import (
-    figure_note, flagged_note, label_methods, method_bars, method_colour, method_legend, panel_grid, plain_log_ticks,
-    save_figure, timing_by_method, use_log_scale,
+    figure_note,
+    flagged_note,
+    label_methods,
+    method_bars,
+    method_colour,
+    method_legend,
+    panel_grid,
+    plain_log_ticks,
+    save_figure,
+    timing_by_method,
+    use_log_scale,
 )
 from membench.hotconv.models import VARIANTS
 
@@ -21,7 +30,11 @@ def _variants(*tables: pd.DataFrame) -> list[str]:
 
 
 def _numeric(frame: pd.DataFrame, column: str) -> pd.Series:
-    return pd.to_numeric(frame[column], errors="coerce") if column in frame else pd.Series(float("nan"), frame.index)
+    return (
+        pd.to_numeric(frame[column], errors="coerce")
+        if column in frame
+        else pd.Series(float("nan"), frame.index)
+    )
 
 
 def largest_sweep_point(sweep: pd.DataFrame) -> pd.DataFrame:
@@ -43,8 +56,10 @@ def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.P
     point = largest_sweep_point(sweep)
     panels = []
     if not point.empty:
-        for column, label in (("step_alloc_peak_mib", "allocator peak of a step"),
-                              ("activation_mib", "saved activations of a step")):
+        for column, label in (
+            ("step_alloc_peak_mib", "allocator peak of a step"),
+            ("activation_mib", "saved activations of a step"),
+        ):
             values = _numeric(point, column).groupby(point["variant"]).max()
             if values.notna().any():
                 panels.append(("memory", label, values))
@@ -62,24 +77,46 @@ def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.P
     for ax, (kind, title, values) in zip(axes, panels):
         if kind == "time":
             shown = [v for v in variants if v in values.index]
-            method_bars(ax, shown, values["median_s"].reindex(shown), ylabel=units[kind], title=title,
-                        baseline=BASELINE, low=values["min_s"].reindex(shown), high=values["max_s"].reindex(shown),
-                        flagged=values["flagged"].reindex(shown).tolist())
+            method_bars(
+                ax,
+                shown,
+                values["median_s"].reindex(shown),
+                ylabel=units[kind],
+                title=title,
+                baseline=BASELINE,
+                low=values["min_s"].reindex(shown),
+                high=values["max_s"].reindex(shown),
+                flagged=values["flagged"].reindex(shown).tolist(),
+            )
         else:
             shown = [v for v in variants if v in values.index and pd.notna(values[v])]
-            method_bars(ax, shown, values.reindex(shown), ylabel=units[kind], title=title,
-                        baseline=None if kind == "accuracy" else BASELINE, log=False if kind == "accuracy" else None)
+            method_bars(
+                ax,
+                shown,
+                values.reindex(shown),
+                ylabel=units[kind],
+                title=title,
+                baseline=None if kind == "accuracy" else BASELINE,
+                log=False if kind == "accuracy" else None,
+            )
         label_methods(ax, shown)
         if kind == "accuracy":
             ax.set_ylim(0, 1.05)
             if "majority_accuracy" in table:
-                ax.axhline(_numeric(table, "majority_accuracy").mean(), color="black", ls="--", lw=0.8,
-                           label="majority class")
+                ax.axhline(
+                    _numeric(table, "majority_accuracy").mean(),
+                    color="black",
+                    ls="--",
+                    lw=0.8,
+                    label="majority class",
+                )
                 ax.legend(loc="lower right")
     if not point.empty:
         row = point.iloc[0]
-        fig.suptitle(f"step memory at batch {int(row['batch_size'])}, max_len {int(row['max_len']) // 1024} KiB; "
-                     f"ratios to {BASELINE}")
+        fig.suptitle(
+            f"step memory at batch {int(row['batch_size'])}, max_len {int(row['max_len']) // 1024} KiB; "
+            f"ratios to {BASELINE}"
+        )
     notes = [flagged_note(timing, "epoch time")]
     if not co2e.notna().any():
         notes.append("CO2e: not measured on this machine (no GPU energy counter or readable RAPL)")
@@ -98,10 +135,16 @@ def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     per variant and batch size when it has one."""
     measured = table[table["status"] == "ok"]
     traced = _numeric(measured, "step_alloc_peak_mib").notna().all()
-    memory_column, memory_label = (("step_alloc_peak_mib", "allocator peak of a step") if traced
-                                   else ("step_peak_tensor_mib", "live-tensor peak of a step"))
-    metrics = ((memory_column, memory_label, "MiB"), ("activation_mib", "saved activations of a step", "MiB"),
-               ("time_median_s", "step time (median)", "s"))
+    memory_column, memory_label = (
+        ("step_alloc_peak_mib", "allocator peak of a step")
+        if traced
+        else ("step_peak_tensor_mib", "live-tensor peak of a step")
+    )
+    metrics = (
+        (memory_column, memory_label, "MiB"),
+        ("activation_mib", "saved activations of a step", "MiB"),
+        ("time_median_s", "step time (median)", "s"),
+    )
     variants = _variants(measured)
     lengths = sorted(measured["max_len"].unique())
     batches = sorted(measured["batch_size"].unique())
@@ -116,12 +159,25 @@ def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
                 for style, batch_size in zip(("-", "--", ":", "-."), batches):
                     rows = measured[(measured["variant"] == variant) & (measured["batch_size"] == batch_size)]
                     rows = rows.sort_values("max_len")
-                    ax.plot(rows["max_len"] / 2**10, _numeric(rows, column), marker="o", ls=style,
-                            color=method_colour(variant), label=f"{variant}, batch {batch_size}")
+                    ax.plot(
+                        rows["max_len"] / 2**10,
+                        _numeric(rows, column),
+                        marker="o",
+                        ls=style,
+                        color=method_colour(variant),
+                        label=f"{variant}, batch {batch_size}",
+                    )
                     if column == "time_median_s":
                         flagged = rows[rows["timing_reliable"].map(lambda v: str(v).lower() != "true")]
-                        ax.scatter(flagged["max_len"] / 2**10, _numeric(flagged, column), marker="o", s=36,
-                                   facecolor="white", edgecolor=method_colour(variant), zorder=3)
+                        ax.scatter(
+                            flagged["max_len"] / 2**10,
+                            _numeric(flagged, column),
+                            marker="o",
+                            s=36,
+                            facecolor="white",
+                            edgecolor=method_colour(variant),
+                            zorder=3,
+                        )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             plain_log_ticks(ax.xaxis)
@@ -133,26 +189,41 @@ def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
             for group, batch_size in enumerate(batches):
                 rows = measured[measured["batch_size"] == batch_size].set_index("variant").reindex(variants)
                 rows = rows[_numeric(rows, column).notna()]
-                method_bars(ax, list(rows.index), _numeric(rows, column),
-                            positions=[group * (len(variants) + 1) + variants.index(v) for v in rows.index],
-                            ylabel=unit, baseline=BASELINE, log=log,
-                            low=_numeric(rows, "time_min_s") if timed else None,
-                            high=_numeric(rows, "time_max_s") if timed else None,
-                            flagged=[timed and str(r).lower() != "true" for r in rows.get("timing_reliable", [])])
-            ax.set_xticks([g * (len(variants) + 1) + (len(variants) - 1) / 2 for g in range(len(batches))],
-                          [f"batch {b}" for b in batches])
+                method_bars(
+                    ax,
+                    list(rows.index),
+                    _numeric(rows, column),
+                    positions=[group * (len(variants) + 1) + variants.index(v) for v in rows.index],
+                    ylabel=unit,
+                    baseline=BASELINE,
+                    log=log,
+                    low=_numeric(rows, "time_min_s") if timed else None,
+                    high=_numeric(rows, "time_max_s") if timed else None,
+                    flagged=[timed and str(r).lower() != "true" for r in rows.get("timing_reliable", [])],
+                )
+            ax.set_xticks(
+                [g * (len(variants) + 1) + (len(variants) - 1) / 2 for g in range(len(batches))],
+                [f"batch {b}" for b in batches],
+            )
             ax.set_xlabel(f"max_len {int(lengths[0]) // 1024} KiB" if lengths else "")
     if lines:
         axes[-1].axis("off")
         axes[-1].legend(*axes[0].get_legend_handles_labels(), loc="center")
     else:
-        method_legend(fig, variants, flagged=bool(timing["flagged"].any()) if not timing.empty else False,
-                      loc="outside upper center", ncols=3)
+        method_legend(
+            fig,
+            variants,
+            flagged=bool(timing["flagged"].any()) if not timing.empty else False,
+            loc="outside upper center",
+            ncols=3,
+        )
     notes = [flagged_note(timing, "step time", "open markers" if lines else "hatched")]
     oom = table[table["status"] == "oom"]
     if len(oom):
-        notes.append(f"{len(oom)} point(s) ran out of device memory: " +
-                     ", ".join(f"{r.variant} batch {r.batch_size} max_len {r.max_len}" for r in oom.itertuples()))
+        notes.append(
+            f"{len(oom)} point(s) ran out of device memory: "
+            + ", ".join(f"{r.variant} batch {r.batch_size} max_len {r.max_len}" for r in oom.itertuples())
+        )
     text = "\n".join(n for n in notes if n)
     if text:
         figure_note(fig, text)

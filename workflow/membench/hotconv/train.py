@@ -64,11 +64,17 @@ class TrainSpec:
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size", "max_len", "early_stopping_patience"):
             if getattr(self, key) < 1:
-                raise InputError(None, f"{key} must be a positive integer, got {getattr(self, key)}", f"key '{key}'")
+                raise InputError(
+                    None, f"{key} must be a positive integer, got {getattr(self, key)}", f"key '{key}'"
+                )
         if self.learning_rate <= 0:
-            raise InputError(None, f"learning_rate must be positive, got {self.learning_rate}", "key 'learning_rate'")
+            raise InputError(
+                None, f"learning_rate must be positive, got {self.learning_rate}", "key 'learning_rate'"
+            )
         if self.num_workers < 0 or self.memory_probe_steps < 0:
-            raise InputError(None, "num_workers and memory_probe_steps must not be negative", "key 'num_workers'")
+            raise InputError(
+                None, "num_workers and memory_probe_steps must not be negative", "key 'num_workers'"
+            )
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,9 @@ def class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
     return torch.tensor(len(labels) / (num_classes * counts), dtype=torch.float32)
 
 
-def train_epoch(model, loader, optimizer, weights, device, meter: Meter, probe_steps: int, desc: str = "") -> float:
+def train_epoch(
+    model, loader, optimizer, weights, device, meter: Meter, probe_steps: int, desc: str = ""
+) -> float:
     """One pass over ``loader``; returns the mean (class-weighted) training loss per sample.
 
     The first ``probe_steps`` steps run in meter phase ``train_probe``, the rest in ``train``.
@@ -156,7 +164,9 @@ def classification_metrics(labels: np.ndarray, probs: np.ndarray, num_classes: i
     majority = np.bincount(labels, minlength=num_classes).max() / max(len(labels), 1)
     return {
         "test_accuracy": float(accuracy_score(labels, predicted)),
-        "f1_weighted": float(f1_score(labels, predicted, average="weighted", labels=classes, zero_division=0)),
+        "f1_weighted": float(
+            f1_score(labels, predicted, average="weighted", labels=classes, zero_division=0)
+        ),
         "roc_auc": roc_auc,
         "majority_accuracy": float(majority),
         "confusion_matrix": json.dumps(confusion_matrix(labels, predicted, labels=classes).tolist()),
@@ -186,11 +196,15 @@ def train_job(
     """
     start = time.perf_counter()
     outdir = Path(outdir)
-    splits = {name: read_fold(path, files.binaries, model_spec.num_classes)
-              for name, path in (("train", files.train), ("val", files.val), ("test", files.test))}
+    splits = {
+        name: read_fold(path, files.binaries, model_spec.num_classes)
+        for name, path in (("train", files.train), ("val", files.val), ("test", files.test))
+    }
     for name, frame in splits.items():
         if frame.empty:
-            raise InputError(getattr(files, name), f"the {name} split is empty; training needs train, val and test rows")
+            raise InputError(
+                getattr(files, name), f"the {name} split is empty; training needs train, val and test rows"
+            )
     data = {name: ByteDataset.from_fold(frame, train_spec.max_len) for name, frame in splits.items()}
     weights = class_weights(splits["train"]["Label"].to_numpy(), model_spec.num_classes).to(device)
 
@@ -198,8 +212,11 @@ def train_job(
         model = MalConvNet(model_spec).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_spec.learning_rate)
     settings = {**asdict(model_spec), **asdict(train_spec), "dataset": dataset, "fold": fold}
-    identity = run_identity(settings, (files.train, files.val, files.test, files.classes, files.binaries),
-                            code_version("core", "data", "hotconv"))
+    identity = run_identity(
+        settings,
+        (files.train, files.val, files.test, files.classes, files.binaries),
+        code_version("core", "data", "hotconv"),
+    )
     state = _resume(outdir / CHECKPOINT_NAME, identity, model, optimizer)
     resumed_from = state["epoch"]
     timer = Timer("epoch", threads=torch.get_num_threads() + train_spec.num_workers, device=device)
@@ -208,45 +225,94 @@ def train_job(
 
     def loader(name: str, epoch: int):
         return make_loader(
-            data[name], train_spec.batch_size, model_spec.fp_slice_size,
-            shuffle=name == "train" and not train_spec.sort_by_size, seed=train_spec.seed * 100003 + epoch,
-            sort_by_size=train_spec.sort_by_size, num_workers=train_spec.num_workers,
+            data[name],
+            train_spec.batch_size,
+            model_spec.fp_slice_size,
+            shuffle=name == "train" and not train_spec.sort_by_size,
+            seed=train_spec.seed * 100003 + epoch,
+            sort_by_size=train_spec.sort_by_size,
+            num_workers=train_spec.num_workers,
         )
 
-    with Meter(device, sample_interval_s=sample_interval_s, trace_live_tensors=trace_live_tensors,
-               trace_allocator=trace_allocator, trace_saved_activations=trace_saved_activations,
-               grid_intensity_g_per_kwh=grid_intensity_g_per_kwh) as meter:
+    with Meter(
+        device,
+        sample_interval_s=sample_interval_s,
+        trace_live_tensors=trace_live_tensors,
+        trace_allocator=trace_allocator,
+        trace_saved_activations=trace_saved_activations,
+        grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
+    ) as meter:
         while state["epoch"] < train_spec.epochs and not state["stopped_early"]:
             epoch = state["epoch"] + 1
             with timer.sample():
-                train_loss = train_epoch(model, loader("train", epoch), optimizer, weights, device, meter,
-                                         train_spec.memory_probe_steps, desc=f"{model_spec.variant} epoch {epoch}")
+                train_loss = train_epoch(
+                    model,
+                    loader("train", epoch),
+                    optimizer,
+                    weights,
+                    device,
+                    meter,
+                    train_spec.memory_probe_steps,
+                    desc=f"{model_spec.variant} epoch {epoch}",
+                )
             epoch_s = timer.samples_s[-1]
             with meter.phase("val"):
                 val_loss, _, _ = predict(model, loader("val", epoch), weights, device)
-            _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, timer.last_load_1m,
-                          train_spec.early_stopping_patience)
+            _record_epoch(
+                state,
+                model,
+                optimizer,
+                epoch,
+                train_loss,
+                val_loss,
+                epoch_s,
+                timer.last_load_1m,
+                train_spec.early_stopping_patience,
+            )
             save_checkpoint(outdir / CHECKPOINT_NAME, state, identity)
-            log.info("%s epoch %d: train loss %.4f, val loss %.4f, %.1f s%s", model_spec.variant, epoch,
-                     train_loss, val_loss, epoch_s, " (best)" if state["best_epoch"] == epoch else "")
+            log.info(
+                "%s epoch %d: train loss %.4f, val loss %.4f, %.1f s%s",
+                model_spec.variant,
+                epoch,
+                train_loss,
+                val_loss,
+                epoch_s,
+                " (best)" if state["best_epoch"] == epoch else "",
+            )
         model.load_state_dict(state["best_model"])
         with meter.phase("test"):
             test_loss, labels, probs = predict(model, loader("test", 0), weights, device)
 
-    record = job_record("hotconv", model_spec.variant, dataset, device, train_spec.seed, train_spec.batch_size)
+    record = job_record(
+        "hotconv", model_spec.variant, dataset, device, train_spec.seed, train_spec.batch_size
+    )
     record.update(meter.summary())
     record.update(timer.fields())
     record.update(classification_metrics(labels, probs, model_spec.num_classes))
     record.update(
-        fold=fold, num_classes=model_spec.num_classes, max_len=train_spec.max_len, num_filters=model_spec.num_filters,
-        window_size=model_spec.window_size, stride=model_spec.stride, fp_slice_size=model_spec.fp_slice_size,
-        fp2_slice_size=model_spec.fp2_slice_size, learning_rate=train_spec.learning_rate, epochs=train_spec.epochs,
+        fold=fold,
+        num_classes=model_spec.num_classes,
+        max_len=train_spec.max_len,
+        num_filters=model_spec.num_filters,
+        window_size=model_spec.window_size,
+        stride=model_spec.stride,
+        fp_slice_size=model_spec.fp_slice_size,
+        fp2_slice_size=model_spec.fp2_slice_size,
+        learning_rate=train_spec.learning_rate,
+        epochs=train_spec.epochs,
         early_stopping_patience=train_spec.early_stopping_patience,
-        train_samples=len(data["train"]), val_samples=len(data["val"]), test_samples=len(data["test"]),
-        epochs_run=state["epoch"], best_epoch=state["best_epoch"], stopped_early=state["stopped_early"],
-        resumed_from_epoch=resumed_from, test_loss=test_loss, best_val_loss=state["best_val_loss"],
+        train_samples=len(data["train"]),
+        val_samples=len(data["val"]),
+        test_samples=len(data["test"]),
+        epochs_run=state["epoch"],
+        best_epoch=state["best_epoch"],
+        stopped_early=state["stopped_early"],
+        resumed_from_epoch=resumed_from,
+        test_loss=test_loss,
+        best_val_loss=state["best_val_loss"],
         epoch_s_per_epoch=json.dumps(state["epoch_s"]),
-        train_loss_per_epoch=json.dumps(state["train_loss"]), val_loss_per_epoch=json.dumps(state["val_loss"]),
+        train_loss_per_epoch=json.dumps(state["train_loss"]),
+        val_loss_per_epoch=json.dumps(state["val_loss"]),
         wall_s=time.perf_counter() - start,
     )
     return write_job_outputs(outdir, record, meter.memlog())
@@ -256,9 +322,15 @@ def _resume(path: Path, identity: dict, model, optimizer) -> dict:
     state = resume_checkpoint(path, identity)
     if state is None:
         return {
-            "epoch": 0, "stopped_early": False,
-            "best_epoch": 0, "best_val_loss": float("inf"), "epochs_without_improvement": 0,
-            "best_model": _copy_state(model), "train_loss": [], "val_loss": [], "epoch_s": [],
+            "epoch": 0,
+            "stopped_early": False,
+            "best_epoch": 0,
+            "best_val_loss": float("inf"),
+            "epochs_without_improvement": 0,
+            "best_model": _copy_state(model),
+            "train_loss": [],
+            "val_loss": [],
+            "epoch_s": [],
             "epoch_load_1m_max": [],
         }
     model.load_state_dict(state["model"])
@@ -267,15 +339,21 @@ def _resume(path: Path, identity: dict, model, optimizer) -> dict:
     return state
 
 
-def _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, epoch_s, load_1m_max, patience) -> None:
+def _record_epoch(
+    state, model, optimizer, epoch, train_loss, val_loss, epoch_s, load_1m_max, patience
+) -> None:
     state["epoch"] = epoch
     state["train_loss"].append(train_loss)
     state["val_loss"].append(val_loss)
     state["epoch_s"].append(epoch_s)
     state["epoch_load_1m_max"].append(load_1m_max)
     if val_loss < state["best_val_loss"]:
-        state.update(best_val_loss=val_loss, best_epoch=epoch, epochs_without_improvement=0,
-                     best_model=_copy_state(model))
+        state.update(
+            best_val_loss=val_loss,
+            best_epoch=epoch,
+            epochs_without_improvement=0,
+            best_model=_copy_state(model),
+        )
     else:
         state["epochs_without_improvement"] += 1
     state["stopped_early"] = state["epochs_without_improvement"] >= patience

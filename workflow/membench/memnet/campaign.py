@@ -46,8 +46,16 @@ def run_campaign(args) -> None:
         else:
             configs = generate(family, count, args.seed)
             write_table(configs, configs_path)
-        records = measure_configs(configs, family, out / family / "records", device=args.device, steps=args.train_steps,
-                                  sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+        records = measure_configs(
+            configs,
+            family,
+            out / family / "records",
+            device=args.device,
+            steps=args.train_steps,
+            sample_interval_s=args.sample_interval_s,
+            timeout_s=args.timeout_s,
+            threads=1,
+        )
         measured[family] = (configs, records)
     timm_records = _measure_timm(args, out) if args.timm_models else []
 
@@ -55,7 +63,9 @@ def run_campaign(args) -> None:
     evaluations = []
     for family, (configs, records) in measured.items():
         base = out / family
-        typed = pd.DataFrame([{"config_id": r["config_id"], **config_of(r, family)} for r in configs.to_dict("records")])
+        typed = pd.DataFrame(
+            [{"config_id": r["config_id"], **config_of(r, family)} for r in configs.to_dict("records")]
+        )
         frame, skipped = clean_records(records, typed, family)
         LOG.info("%s: %d jobs measured, %d failed or timed out", family, len(frame), skipped)
         if len(frame) < 2 * args.folds:
@@ -89,18 +99,37 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
     jobs, specs = [], []
     for name in args.timm_models:
         for batch in args.timm_batch_sizes:
-            identity = {"config_id": f"{name}_b{batch}", "filename": name, "family": "timm", "batch_size": batch}
+            identity = {
+                "config_id": f"{name}_b{batch}",
+                "filename": name,
+                "family": "timm",
+                "batch_size": batch,
+            }
 
             def job(device, steps, optimizer, interval, name=name, batch=batch):
-                return train_steps(lambda: timm.create_model(name, pretrained=False),
-                                   lambda dev, gen: (make_input(shape, "float32", batch, device=dev, generator=gen),
-                                                     torch.randint(0, 1000, (batch,), generator=gen).to(dev)),
-                                   device, steps, optimizer, interval)
+                return train_steps(
+                    lambda: timm.create_model(name, pretrained=False),
+                    lambda dev, gen: (
+                        make_input(shape, "float32", batch, device=dev, generator=gen),
+                        torch.randint(0, 1000, (batch,), generator=gen).to(dev),
+                    ),
+                    device,
+                    steps,
+                    optimizer,
+                    interval,
+                )
 
             jobs.append((identity, {"model": name, "batch": batch, "image_size": args.image_size}, job))
             specs.append((name, batch))
-    records = run_isolated(jobs, out / "timm" / "records", device=args.device, steps=args.train_steps,
-                           sample_interval_s=args.sample_interval_s, timeout_s=args.timeout_s, threads=1)
+    records = run_isolated(
+        jobs,
+        out / "timm" / "records",
+        device=args.device,
+        steps=args.train_steps,
+        sample_interval_s=args.sample_interval_s,
+        timeout_s=args.timeout_s,
+        threads=1,
+    )
     return [(name, batch, record) for (name, batch), record in zip(specs, records)]
 
 
@@ -114,11 +143,24 @@ def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[s
         family = family_of(timm.create_model(name, pretrained=False))
         estimators = trained.get(family, [])
         bins = estimators[0].bins if estimators else DEFAULT_BINS[family]
-        predicted = predict_model(timm.create_model, {"model_name": name, "pretrained": False}, shape, "float32",
-                                  batch, "adam", estimators, family, bins, name)
+        predicted = predict_model(
+            timm.create_model,
+            {"model_name": name, "pretrained": False},
+            shape,
+            "float32",
+            batch,
+            "adam",
+            estimators,
+            family,
+            bins,
+            name,
+        )
         measured = record.get("memory_mib")
-        true_bin = bins.count - 1 if record["status"] == "OOM_CRASH" else (
-            int(bins.label(np.array([measured]))[0]) if measured is not None else -1)
+        true_bin = (
+            bins.count - 1
+            if record["status"] == "OOM_CRASH"
+            else (int(bins.label(np.array([measured]))[0]) if measured is not None else -1)
+        )
         predicted["status"] = record["status"]
         predicted["measured_mib"] = measured
         predicted["true_bin"] = true_bin

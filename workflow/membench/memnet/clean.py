@@ -10,10 +10,15 @@ from membench.memnet.measure import STATUS_OK, STATUS_OOM
 from membench.memnet.models import ACTIVATION_MODULES
 
 PROVENANCE_COLUMNS = {
-    "device": "Device", "device_name": "Device Name", "torch_version": "Torch Version",
-    "memory_source": "Memory Source", "activation_mib": "Saved Activation (MiB)",
-    "cuda_peak_allocated_mib": "CUDA Peak Allocated (MiB)", "cuda_peak_reserved_mib": "CUDA Peak Reserved (MiB)",
-    "nvml_baseline_mib": "NVML Baseline (MiB)", "peak_rss_mib": "Peak RSS (MiB)",
+    "device": "Device",
+    "device_name": "Device Name",
+    "torch_version": "Torch Version",
+    "memory_source": "Memory Source",
+    "activation_mib": "Saved Activation (MiB)",
+    "cuda_peak_allocated_mib": "CUDA Peak Allocated (MiB)",
+    "cuda_peak_reserved_mib": "CUDA Peak Reserved (MiB)",
+    "nvml_baseline_mib": "NVML Baseline (MiB)",
+    "peak_rss_mib": "Peak RSS (MiB)",
 }
 
 
@@ -41,14 +46,28 @@ def clean_records(records: list[dict], configs: pd.DataFrame, family: str) -> tu
             row["Batch Normalization Layers"] = counts.get("BatchNorm1d", 0)
             row["Dropout Layers"] = counts.get("Dropout", 0)
         elif family == "cnn":
-            row.update({f"{name} Count": counts.get(name, 0)
-                        for name in ("Conv2d", "BatchNorm2d", "Dropout", "AdaptiveAvgPool2d", "Linear")})
+            row.update(
+                {
+                    f"{name} Count": counts.get(name, 0)
+                    for name in ("Conv2d", "BatchNorm2d", "Dropout", "AdaptiveAvgPool2d", "Linear")
+                }
+            )
             row["architecture"] = config["arch"]
         else:
-            row.update({"Seq Length": config["seq"], "Embedding Size": config["embed"], "Num Layers": config["layers"],
-                        "Num Heads": config["heads"]})
-            row.update({f"{name} Count": counts.get(name, 0)
-                        for name in ("NonDynamicallyQuantizableLinear", "Linear", "LayerNorm", "Dropout")})
+            row.update(
+                {
+                    "Seq Length": config["seq"],
+                    "Embedding Size": config["embed"],
+                    "Num Layers": config["layers"],
+                    "Num Heads": config["heads"],
+                }
+            )
+            row.update(
+                {
+                    f"{name} Count": counts.get(name, 0)
+                    for name in ("NonDynamicallyQuantizableLinear", "Linear", "LayerNorm", "Dropout")
+                }
+            )
         row[MEMORY_COLUMN] = record["memory_mib"] if record["status"] == STATUS_OK else 0
         row["Status"] = record["status"]
         row.update({title: record.get(key) for key, title in PROVENANCE_COLUMNS.items()})

@@ -25,13 +25,44 @@ STATUS_OK, STATUS_OOM = "SUCCESSFUL", "OOM_CRASH"
 
 # Columns every family's file must hold, in GPUMemNet's spelling.
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "mlp": ("Filename", "Depth", "Activations-Params", "Activation Function", "Total Activations",
-            "Total Parameters", "Batch Size", MEMORY_COLUMN),
-    "cnn": ("Filename", "Depth", "Activations-Params", "Activation Function", "Total Activations",
-            "Total Parameters", "Batch Size", "Conv2d Count", "BatchNorm2d Count", "Dropout Count",
-            "AdaptiveAvgPool2d Count", "Linear Count", MEMORY_COLUMN, "Status"),
-    "transformer": ("Batch Size", "Seq Length", "Embedding Size", "Num Layers", "Num Heads", "Depth",
-                    "Total Activations", "Total Parameters", MEMORY_COLUMN, "Status"),
+    "mlp": (
+        "Filename",
+        "Depth",
+        "Activations-Params",
+        "Activation Function",
+        "Total Activations",
+        "Total Parameters",
+        "Batch Size",
+        MEMORY_COLUMN,
+    ),
+    "cnn": (
+        "Filename",
+        "Depth",
+        "Activations-Params",
+        "Activation Function",
+        "Total Activations",
+        "Total Parameters",
+        "Batch Size",
+        "Conv2d Count",
+        "BatchNorm2d Count",
+        "Dropout Count",
+        "AdaptiveAvgPool2d Count",
+        "Linear Count",
+        MEMORY_COLUMN,
+        "Status",
+    ),
+    "transformer": (
+        "Batch Size",
+        "Seq Length",
+        "Embedding Size",
+        "Num Layers",
+        "Num Heads",
+        "Depth",
+        "Total Activations",
+        "Total Parameters",
+        MEMORY_COLUMN,
+        "Status",
+    ),
 }
 # Integer count columns read when present (0 when absent), named as in the Jobs frame.
 COUNT_COLUMNS = {
@@ -49,7 +80,19 @@ COUNT_COLUMNS = {
     "Num Layers": "num_layers",
     "Num Heads": "num_heads",
 }
-ACTIVATIONS = ("ELU", "GELU", "Identity", "LeakyReLU", "Mish", "PReLU", "ReLU", "SELU", "SiLU", "Softplus", "Tanh")
+ACTIVATIONS = (
+    "ELU",
+    "GELU",
+    "Identity",
+    "LeakyReLU",
+    "Mish",
+    "PReLU",
+    "ReLU",
+    "SELU",
+    "SiLU",
+    "Softplus",
+    "Tanh",
+)
 # The largest numbers a row may hold. Within them every tensor the estimators rebuild from a row
 # (FakeTensor's MLP from its layer list) stays below 2**63 bytes: 2**20 samples of 2**40 values
 # of 4 bytes are 2**62.
@@ -125,8 +168,11 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
         raise InputError(path, "no data rows")
     frame = pd.DataFrame(index=range(n))
     frame["filename"] = raw["Filename"] if "Filename" in raw else [f"row{i + 2}" for i in range(n)]
-    for column, name in (("Depth", "depth"), ("Total Activations", "total_activations"),
-                         ("Total Parameters", "total_parameters")):
+    for column, name in (
+        ("Depth", "depth"),
+        ("Total Activations", "total_activations"),
+        ("Total Parameters", "total_parameters"),
+    ):
         frame[name] = int_column(raw, column, path, 0, MAX_COUNT).to_numpy()
     frame["batch_size"] = int_column(raw, "Batch Size", path, 1, MAX_BATCH_SIZE).to_numpy()
     for column, name in COUNT_COLUMNS.items():
@@ -136,15 +182,20 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
     bad = ~status.isin([STATUS_OK, STATUS_OOM])
     if bad.any():
         i = int(bad.to_numpy().argmax())
-        raise InputError(path, f"{status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}",
-                         f"{csv_line(i)}, column Status")
+        raise InputError(
+            path, f"{status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}", f"{csv_line(i)}, column Status"
+        )
     frame["oom"] = (status == STATUS_OOM).to_numpy()
-    frame["activation"] = raw["Activation Function"].str.strip().to_numpy() if "Activation Function" in raw else ""
+    frame["activation"] = (
+        raw["Activation Function"].str.strip().to_numpy() if "Activation Function" in raw else ""
+    )
     frame["layers"] = _layer_lists(raw, path) if "Activations-Params" in raw else [[] for _ in range(n)]
     tokens = [filename_tokens(name) for name in frame["filename"]]
     frame["group"] = [_group(family, t, raw, i) for i, t in enumerate(tokens)]
-    frame["input_elements"] = [_input_elements(family, t, layers, frame.loc[i])
-                               for i, (t, layers) in enumerate(zip(tokens, frame["layers"]))]
+    frame["input_elements"] = [
+        _input_elements(family, t, layers, frame.loc[i])
+        for i, (t, layers) in enumerate(zip(tokens, frame["layers"]))
+    ]
     failed = (~frame["oom"]) & (frame["memory_mib"] <= 0)
     frame = frame[~failed].reset_index(drop=True)
     return Jobs(family, frame, str(path), dropped_failed=int(failed.sum()))
@@ -172,8 +223,11 @@ def _memory_column(raw: pd.DataFrame, path) -> pd.Series:
     where_bad = values.isna() | ~np.isfinite(values)
     if where_bad.any():
         i = int(where_bad.to_numpy().argmax())
-        raise InputError(path, f"{raw[MEMORY_COLUMN].iloc[i]!r} is not a number of MiB",
-                         f"{csv_line(i)}, column {MEMORY_COLUMN}")
+        raise InputError(
+            path,
+            f"{raw[MEMORY_COLUMN].iloc[i]!r} is not a number of MiB",
+            f"{csv_line(i)}, column {MEMORY_COLUMN}",
+        )
     negative = values < 0
     if negative.any():
         i = int(negative.to_numpy().argmax())
@@ -181,8 +235,11 @@ def _memory_column(raw: pd.DataFrame, path) -> pd.Series:
     too_large = values > MAX_MEMORY_MIB
     if too_large.any():
         i = int(too_large.to_numpy().argmax())
-        raise InputError(path, f"{raw[MEMORY_COLUMN].iloc[i]} MiB is out of range (at most 2**40)",
-                         f"{csv_line(i)}, column {MEMORY_COLUMN}")
+        raise InputError(
+            path,
+            f"{raw[MEMORY_COLUMN].iloc[i]} MiB is out of range (at most 2**40)",
+            f"{csv_line(i)}, column {MEMORY_COLUMN}",
+        )
     return values.astype(float)
 
 
@@ -191,19 +248,28 @@ def _layer_lists(raw: pd.DataFrame, path) -> list[list[tuple[str, int, int]]]:
     for i, text in enumerate(raw["Activations-Params"]):
         where = f"{csv_line(i)}, column Activations-Params"
         if len(text) > MAX_LAYER_LIST_CHARACTERS:
-            raise InputError(path, f"a layer list of {len(text)} characters; at most {MAX_LAYER_LIST_CHARACTERS} "
-                                   "are read", where)
+            raise InputError(
+                path,
+                f"a layer list of {len(text)} characters; at most {MAX_LAYER_LIST_CHARACTERS} are read",
+                where,
+            )
         try:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             raise InputError(path, f"not a Python literal list: {text[:60]!r}", where) from None
         if not isinstance(value, (list, tuple)) or not all(
-            isinstance(v, (list, tuple)) and len(v) == 3 and isinstance(v[0], str)
+            isinstance(v, (list, tuple))
+            and len(v) == 3
+            and isinstance(v[0], str)
             and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_COUNT for x in v[1:])
             for v in value
         ):
-            raise InputError(path, "expected a list of (layer name, activations, parameters) with "
-                                   "integer counts from 0 to 2**40", where)
+            raise InputError(
+                path,
+                "expected a list of (layer name, activations, parameters) with "
+                "integer counts from 0 to 2**40",
+                where,
+            )
         lists.append([(str(a), int(b), int(c)) for a, b, c in value])
     return lists
 
@@ -237,5 +303,7 @@ def _input_elements(family: str, tokens: dict[str, str], layers, row) -> int:
 def activation_code(names) -> np.ndarray:
     """GPUMemNet's encoding of the activation function: a point (sin, cos) on a half circle."""
     index = {a.lower(): i for i, a in enumerate(ACTIVATIONS)}
-    angles = np.array([index.get(str(n).lower(), len(ACTIVATIONS)) * math.pi / len(ACTIVATIONS) for n in names])
+    angles = np.array(
+        [index.get(str(n).lower(), len(ACTIVATIONS)) * math.pi / len(ACTIVATIONS) for n in names]
+    )
     return np.column_stack([np.sin(angles), np.cos(angles)])

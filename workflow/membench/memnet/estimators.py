@@ -34,14 +34,37 @@ def gpumemnet_features(jobs: Jobs) -> np.ndarray:
     f = jobs.frame
     acts_batch = f["total_activations"] * f["batch_size"]
     if jobs.family == "mlp":
-        columns = [f["depth"], f["batch_size"], f["total_parameters"], f["total_activations"],
-                   f["batchnorm_layers"], f["dropout_layers"]]
+        columns = [
+            f["depth"],
+            f["batch_size"],
+            f["total_parameters"],
+            f["total_activations"],
+            f["batchnorm_layers"],
+            f["dropout_layers"],
+        ]
     elif jobs.family == "cnn":
-        columns = [f["depth"], f["total_activations"], acts_batch, f["total_parameters"], f["batch_size"],
-                   f["conv2d_count"], f["batchnorm2d_count"], f["dropout_count"]]
+        columns = [
+            f["depth"],
+            f["total_activations"],
+            acts_batch,
+            f["total_parameters"],
+            f["batch_size"],
+            f["conv2d_count"],
+            f["batchnorm2d_count"],
+            f["dropout_count"],
+        ]
     else:
-        columns = [f["depth"], f["total_activations"], acts_batch, f["total_parameters"], f["batch_size"],
-                   f["mha_linear_count"], f["linear_count"], f["layernorm_count"], f["dropout_count"]]
+        columns = [
+            f["depth"],
+            f["total_activations"],
+            acts_batch,
+            f["total_parameters"],
+            f["batch_size"],
+            f["mha_linear_count"],
+            f["linear_count"],
+            f["layernorm_count"],
+            f["dropout_count"],
+        ]
     numeric = np.log1p(np.column_stack([np.asarray(c, dtype=float) for c in columns]))
     if jobs.family == "transformer":
         return numeric
@@ -65,14 +88,26 @@ def tensor_terms_mib(jobs: Jobs) -> np.ndarray:
     f = jobs.frame
     batch = f["batch_size"].to_numpy(float)
     kinds = ("weight", "norm", "dropout")
-    by_kind = np.array([[sum(a for n, a, _ in layers if _layer_kind(n) == k) for k in kinds] + [
-        max((a for _, a, _ in layers), default=0)] for layers in f["layers"]], dtype=float).reshape(len(f), 4)
-    return np.column_stack([
-        f["total_parameters"].to_numpy(float),
-        f["total_activations"].to_numpy(float) * batch,
-        by_kind * batch[:, None],
-        f["input_elements"].to_numpy(float) * batch,
-    ]) * BYTES_PER_VALUE / MIB
+    by_kind = np.array(
+        [
+            [sum(a for n, a, _ in layers if _layer_kind(n) == k) for k in kinds]
+            + [max((a for _, a, _ in layers), default=0)]
+            for layers in f["layers"]
+        ],
+        dtype=float,
+    ).reshape(len(f), 4)
+    return (
+        np.column_stack(
+            [
+                f["total_parameters"].to_numpy(float),
+                f["total_activations"].to_numpy(float) * batch,
+                by_kind * batch[:, None],
+                f["input_elements"].to_numpy(float) * batch,
+            ]
+        )
+        * BYTES_PER_VALUE
+        / MIB
+    )
 
 
 class Horus:
@@ -126,8 +161,10 @@ class FakeTensor:
             if family == "mlp" and row.layers:
                 return faketensor.step_bytes(
                     lambda: build_mlp_from_layers(row.layers)[0],
-                    lambda: (torch.empty(row.batch_size, row.input_elements),
-                             torch.zeros(row.batch_size, dtype=torch.long)),
+                    lambda: (
+                        torch.empty(row.batch_size, row.input_elements),
+                        torch.zeros(row.batch_size, dtype=torch.long),
+                    ),
                     self.optimizer,
                 ).total_mib
             config = config_from_tokens(family, filename_tokens(row.filename))
@@ -175,7 +212,11 @@ class TensorBytesRegression:
         return self.bins.label(mib + self.margin_mib), mib
 
     def state(self) -> dict:
-        return {"coef": self.coef.tolist(), "intercept_mib": self.intercept_mib, "margin_mib": self.margin_mib}
+        return {
+            "coef": self.coef.tolist(),
+            "intercept_mib": self.intercept_mib,
+            "margin_mib": self.margin_mib,
+        }
 
     def load_state(self, state: dict) -> None:
         self.coef = np.asarray(state["coef"], dtype=float)
@@ -203,7 +244,9 @@ class EnsembleClassifier:
     features as tokens) trained with different seeds on standardised features; the class is the
     argmax of their mean probabilities. Full-batch Adam, ``epochs`` steps, seeded."""
 
-    def __init__(self, bins: Bins, kind: str, seed: int = 0, members: int = 3, epochs: int = 200, **_) -> None:
+    def __init__(
+        self, bins: Bins, kind: str, seed: int = 0, members: int = 3, epochs: int = 200, **_
+    ) -> None:
         self.bins, self.kind, self.seed, self.members, self.epochs = bins, kind, seed, members, epochs
         self.name = f"gpumemnet_{kind}"
         self.nets: list[nn.Module] = []
@@ -211,8 +254,13 @@ class EnsembleClassifier:
 
     def _new_net(self, features: int) -> nn.Module:
         if self.kind == "mlp":
-            return nn.Sequential(nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
-                                 nn.Linear(64, self.bins.count))
+            return nn.Sequential(
+                nn.Linear(features, 64),
+                nn.ReLU(),
+                nn.Linear(64, 64),
+                nn.ReLU(),
+                nn.Linear(64, self.bins.count),
+            )
         return _TokenTransformer(features, self.bins.count)
 
     def _scaled(self, jobs: Jobs) -> torch.Tensor:
@@ -290,7 +338,9 @@ def load_estimators(directory: str | os.PathLike) -> tuple[str, Bins, list]:
         for name, entry in meta["estimators"].items():
             est = new_estimator(name, bins)
             if isinstance(est, EnsembleClassifier):
-                est.members, est.epochs, est.seed = (entry["options"][k] for k in ("members", "epochs", "seed"))
+                est.members, est.epochs, est.seed = (
+                    entry["options"][k] for k in ("members", "epochs", "seed")
+                )
                 est.mean, est.std = np.asarray(entry["state"]["mean"]), np.asarray(entry["state"]["std"])
                 with open_regular(directory / f"{name}.pt", missing=missing) as handle:
                     states = torch.load(handle, weights_only=True)

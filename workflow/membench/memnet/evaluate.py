@@ -22,7 +22,9 @@ def true_bins(jobs: Jobs, bins: Bins) -> np.ndarray:
     return np.where(jobs.frame["oom"].to_numpy(), bins.count - 1, label)
 
 
-def split_indices(jobs: Jobs, labels: np.ndarray, split: str, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def split_indices(
+    jobs: Jobs, labels: np.ndarray, split: str, folds: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, test) index pairs: stratified k-fold (plain k-fold when a class has fewer than
     ``folds`` jobs), or k-fold over architecture groups (none when there is a single group)."""
     from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
@@ -79,14 +81,22 @@ def evaluate(
                     with timers[name].sample():
                         estimator.predict(one)
                     times_ms.append(timers[name].samples_s[-1] * 1e3)
-                predictions.append(pd.DataFrame({
-                    "estimator": name, "split": split, "fold": fold, "filename": subset.frame["filename"],
-                    "true_bin": labels[rows], "pred_bin": predicted,
-                    "memory_mib": subset.frame["memory_mib"].to_numpy(float),
-                    "oom": subset.frame["oom"].to_numpy(),
-                    "pred_mib": np.nan if mib is None else mib,
-                    "inference_ms": np.median(times_ms) if times_ms else np.nan,
-                }))
+                predictions.append(
+                    pd.DataFrame(
+                        {
+                            "estimator": name,
+                            "split": split,
+                            "fold": fold,
+                            "filename": subset.frame["filename"],
+                            "true_bin": labels[rows],
+                            "pred_bin": predicted,
+                            "memory_mib": subset.frame["memory_mib"].to_numpy(float),
+                            "oom": subset.frame["oom"].to_numpy(),
+                            "pred_mib": np.nan if mib is None else mib,
+                            "inference_ms": np.median(times_ms) if times_ms else np.nan,
+                        }
+                    )
+                )
     frame = pd.concat(predictions, ignore_index=True) if predictions else pd.DataFrame()
     table = summarise(frame, estimators)
     timing = pd.DataFrame([timers[name].fields() for name in table["estimator"]])
@@ -101,8 +111,11 @@ def summarise(predictions: pd.DataFrame, estimators: tuple[str, ...]) -> pd.Data
     for name in estimators:
         row = {"estimator": name}
         for split in SPLITS:
-            part = predictions[(predictions["estimator"] == name) & (predictions["split"] == split)] \
-                if len(predictions) else predictions
+            part = (
+                predictions[(predictions["estimator"] == name) & (predictions["split"] == split)]
+                if len(predictions)
+                else predictions
+            )
             part = part[part["pred_bin"] >= 0] if len(part) else part
             prefix = "" if split == "kfold" else "grouped_"
             if not len(part):
@@ -110,15 +123,18 @@ def summarise(predictions: pd.DataFrame, estimators: tuple[str, ...]) -> pd.Data
                 continue
             truth, pred = part["true_bin"].to_numpy(), part["pred_bin"].to_numpy()
             measured = part[~part["oom"] & part["pred_mib"].notna()]
-            row.update({
-                prefix + "accuracy": float((truth == pred).mean()),
-                prefix + "f1_weighted": float(f1_score(truth, pred, average="weighted", zero_division=0)),
-                prefix + "under_rate": float((pred < truth).mean()),
-                prefix + "over_rate": float((pred > truth).mean()),
-                prefix + "mae_mib": float((measured["pred_mib"] - measured["memory_mib"]).abs().mean())
-                if len(measured) else np.nan,
-                prefix + "inference_ms": float(part.groupby("fold")["inference_ms"].first().median()),
-                prefix + "rows": int(len(part)),
-            })
+            row.update(
+                {
+                    prefix + "accuracy": float((truth == pred).mean()),
+                    prefix + "f1_weighted": float(f1_score(truth, pred, average="weighted", zero_division=0)),
+                    prefix + "under_rate": float((pred < truth).mean()),
+                    prefix + "over_rate": float((pred > truth).mean()),
+                    prefix + "mae_mib": float((measured["pred_mib"] - measured["memory_mib"]).abs().mean())
+                    if len(measured)
+                    else np.nan,
+                    prefix + "inference_ms": float(part.groupby("fold")["inference_ms"].first().median()),
+                    prefix + "rows": int(len(part)),
+                }
+            )
         rows.append(row)
     return pd.DataFrame(rows)

@@ -67,7 +67,9 @@ class _SavedPeak:
         return tensor
 
 
-def step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str = "adam") -> StepBytes:
+def step_bytes(
+    build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str = "adam"
+) -> StepBytes:
     """Count one training step (forward, cross-entropy, backward, optimizer step) of ``build()`` on
     ``make_batch()`` under ``FakeTensorMode``.
 
@@ -83,10 +85,14 @@ def step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tu
         # overflowed", "Overflow when unpacking long long"); anything else is not about the input.
         if "overflow" not in str(exc).lower():
             raise
-        raise InputError(None, f"a tensor of this training step would hold 2**63 bytes or more ({exc})") from None
+        raise InputError(
+            None, f"a tensor of this training step would hold 2**63 bytes or more ({exc})"
+        ) from None
 
 
-def _step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str) -> StepBytes:
+def _step_bytes(
+    build: Callable[[], torch.nn.Module], make_batch: Callable[[], tuple], optimizer: str
+) -> StepBytes:
     with torch.device("meta"):
         meta_model = build()
     # Non-fake inputs are allowed only so that ``to_empty`` can turn the meta storages into fake ones.
@@ -94,7 +100,9 @@ def _step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], t
         model = meta_model.to_empty(device="cpu")
         x, y = make_batch()
         params = list(model.parameters())
-        excluded = {p.untyped_storage()._cdata for p in params} | {b.untyped_storage()._cdata for b in model.buffers()}
+        excluded = {p.untyped_storage()._cdata for p in params} | {
+            b.untyped_storage()._cdata for b in model.buffers()
+        }
         saved = _SavedPeak(excluded)
         with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
             out = model(x)
@@ -102,7 +110,9 @@ def _step_bytes(build: Callable[[], torch.nn.Module], make_batch: Callable[[], t
         loss.backward()
         opt = OPTIMIZERS[optimizer](params)
         opt.step()
-        state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+        state = [
+            v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+        ]
         return StepBytes(
             parameter_bytes=_storage_bytes(params),
             gradient_bytes=_storage_bytes(p.grad for p in params if p.grad is not None),

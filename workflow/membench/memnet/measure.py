@@ -48,8 +48,14 @@ def config_of(row: dict, family: str) -> dict:
     return config
 
 
-def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, device: torch.device, steps: int,
-                optimizer: str, sample_interval_s: float) -> dict:
+def train_steps(
+    build: Callable[[], torch.nn.Module],
+    make_batch: Callable,
+    device: torch.device,
+    steps: int,
+    optimizer: str,
+    sample_interval_s: float,
+) -> dict:
     """Build ``build()`` on ``device`` and train it ``steps`` steps (cross-entropy on
     ``make_batch(device, generator)``) under the meter.
 
@@ -62,18 +68,27 @@ def train_steps(build: Callable[[], torch.nn.Module], make_batch: Callable, devi
         return _train_steps(build, make_batch, device, steps, optimizer, sample_interval_s)
 
 
-def _train_steps(build, make_batch, device: torch.device, steps: int, optimizer: str, sample_interval_s: float) -> dict:
-    record: dict[str, object] = {"device": str(device), "device_name": device_name(device),
-                                 "torch_version": torch.__version__, "train_steps": steps, "optimizer": optimizer}
+def _train_steps(
+    build, make_batch, device: torch.device, steps: int, optimizer: str, sample_interval_s: float
+) -> dict:
+    record: dict[str, object] = {
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "train_steps": steps,
+        "optimizer": optimizer,
+    }
     model = build()
     x_cpu, _ = make_batch(torch.device("cpu"), torch.Generator().manual_seed(0))
     layers = layer_summary(model, x_cpu[:2])
-    record.update({
-        "layers": [list(layer) for layer in layers],
-        "total_activations": sum(acts for _, acts, _ in layers),
-        "total_parameters": sum(p.numel() for p in model.parameters()),
-        "module_counts": module_counts(model),
-    })
+    record.update(
+        {
+            "layers": [list(layer) for layer in layers],
+            "total_activations": sum(acts for _, acts, _ in layers),
+            "total_parameters": sum(p.numel() for p in model.parameters()),
+            "module_counts": module_counts(model),
+        }
+    )
     del x_cpu
     on_cuda = device.type == "cuda"
     generator = torch.Generator().manual_seed(0)
@@ -93,7 +108,9 @@ def _train_steps(build, make_batch, device: torch.device, steps: int, optimizer:
     except Exception as exc:  # noqa: BLE001 - out of memory is a result, anything else is re-raised
         if not is_out_of_memory(exc):
             raise
-        record.update({"status": STATUS_OOM, "status_message": str(exc).splitlines()[0][:500], "memory_mib": None})
+        record.update(
+            {"status": STATUS_OOM, "status_message": str(exc).splitlines()[0][:500], "memory_mib": None}
+        )
         return record
     summary = meter.summary()
     record.update(summary)
@@ -115,17 +132,32 @@ def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, floa
     config = config_of(row, family)
 
     def job(device, steps, optimizer, sample_interval_s):
-        return train_steps(lambda: build_model(family, config),
-                           lambda dev, gen: example_batch(family, config, dev, gen),
-                           device, steps, optimizer, sample_interval_s)
+        return train_steps(
+            lambda: build_model(family, config),
+            lambda dev, gen: example_batch(family, config, dev, gen),
+            device,
+            steps,
+            optimizer,
+            sample_interval_s,
+        )
 
     return job
 
 
-def _child(path: Path, labels: dict, job: Callable, device: str, steps: int, optimizer: str,
-           sample_interval_s: float, threads: int | None) -> None:
+def _child(
+    path: Path,
+    labels: dict,
+    job: Callable,
+    device: str,
+    steps: int,
+    optimizer: str,
+    sample_interval_s: float,
+    threads: int | None,
+) -> None:
     if threads:
-        torch.set_num_threads(threads)  # this forked process's own entry point: its threads are its own to set
+        torch.set_num_threads(
+            threads
+        )  # this forked process's own entry point: its threads are its own to set
     start = time.perf_counter()
     record = dict(labels)
     record.update(job(resolve_device(device), steps, optimizer, sample_interval_s))
@@ -133,9 +165,16 @@ def _child(path: Path, labels: dict, job: Callable, device: str, steps: int, opt
     atomic.write_json(path, record)
 
 
-def run_isolated(jobs: list[tuple[dict, dict, Callable]], outdir: str | os.PathLike, device: str = "auto",
-                 steps: int = 2, optimizer: str = "adam", sample_interval_s: float = 0.02,
-                 timeout_s: float = 600.0, threads: int | None = None) -> list[dict]:
+def run_isolated(
+    jobs: list[tuple[dict, dict, Callable]],
+    outdir: str | os.PathLike,
+    device: str = "auto",
+    steps: int = 2,
+    optimizer: str = "adam",
+    sample_interval_s: float = 0.02,
+    timeout_s: float = 600.0,
+    threads: int | None = None,
+) -> list[dict]:
     """Run each ``(labels, determines, job)`` in its own forked child (a point of
     :mod:`membench.core.points`), unless ``outdir`` holds its record ``<labels["config_id"]>.json``
     from the same measurement (``determines``: what fixes the job's result, e.g. its configuration;
@@ -146,19 +185,40 @@ def run_isolated(jobs: list[tuple[dict, dict, Callable]], outdir: str | os.PathL
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     code = code_version("core", "memnet")
-    options = {"device": device, "steps": steps, "optimizer": optimizer, "sample_interval_s": sample_interval_s}
-    runs = [(Point(outdir / f"{labels['config_id']}.json",
-                   run_identity({"job": labels, "determines": determines, **options}, code=code)), labels, job)
-            for labels, determines, job in jobs]
+    options = {
+        "device": device,
+        "steps": steps,
+        "optimizer": optimizer,
+        "sample_interval_s": sample_interval_s,
+    }
+    runs = [
+        (
+            Point(
+                outdir / f"{labels['config_id']}.json",
+                run_identity({"job": labels, "determines": determines, **options}, code=code),
+            ),
+            labels,
+            job,
+        )
+        for labels, determines, job in jobs
+    ]
     todo = [run for run in runs if not is_measured(run[0])]
     LOG.info("%d of %d jobs to measure", len(todo), len(jobs))
     for i, (point, labels, job) in enumerate(todo):
-        outcome = measure(point, Fork(_child, (point.record, labels, job, device, steps, optimizer,
-                                               sample_interval_s, threads)), timeout_s)
+        outcome = measure(
+            point,
+            Fork(_child, (point.record, labels, job, device, steps, optimizer, sample_interval_s, threads)),
+            timeout_s,
+        )
         record = outcome.record
         if outcome.timed_out or record is None:
-            record = {**labels, "status": STATUS_TIMEOUT if outcome.timed_out else STATUS_FAILED,
-                      "exit_code": outcome.exit_code, "memory_mib": None, "wall_s": outcome.wall_s}
+            record = {
+                **labels,
+                "status": STATUS_TIMEOUT if outcome.timed_out else STATUS_FAILED,
+                "exit_code": outcome.exit_code,
+                "memory_mib": None,
+                "wall_s": outcome.wall_s,
+            }
             atomic.write_json(point.record, record)
         LOG.info("[%d/%d] %s: %s", i + 1, len(todo), labels["config_id"], record["status"])
     return [read_json_object(point.record, missing="rerun the measurement") for point, _, _ in runs]
@@ -166,6 +226,12 @@ def run_isolated(jobs: list[tuple[dict, dict, Callable]], outdir: str | os.PathL
 
 def measure_configs(configs: pd.DataFrame, family: str, outdir: str | os.PathLike, **options) -> list[dict]:
     """Measure the generator table's configurations (see :func:`run_isolated` for ``options``)."""
-    jobs = [({"config_id": row["config_id"], "filename": row["filename"], "family": family}, config_of(row, family),
-             config_job(family, row)) for row in configs.to_dict("records")]
+    jobs = [
+        (
+            {"config_id": row["config_id"], "filename": row["filename"], "family": family},
+            config_of(row, family),
+            config_job(family, row),
+        )
+        for row in configs.to_dict("records")
+    ]
     return run_isolated(jobs, outdir, **options)

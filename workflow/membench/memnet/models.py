@@ -17,18 +17,52 @@ MLP_PATTERNS = ("uniform", "pyramid", "inverted_pyramid", "bottleneck")
 CNN_PATTERNS = ("uniform", "pyramid", "bottleneck")
 # GPUMemNet's 11 activation functions (Identity included), by their names in the file names.
 ACTIVATION_MODULES = {
-    "elu": nn.ELU, "gelu": nn.GELU, "identity": nn.Identity, "leakyrelu": nn.LeakyReLU, "mish": nn.Mish,
-    "prelu": nn.PReLU, "relu": nn.ReLU, "selu": nn.SELU, "silu": nn.SiLU, "softplus": nn.Softplus, "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "identity": nn.Identity,
+    "leakyrelu": nn.LeakyReLU,
+    "mish": nn.Mish,
+    "prelu": nn.PReLU,
+    "relu": nn.ReLU,
+    "selu": nn.SELU,
+    "silu": nn.SiLU,
+    "softplus": nn.Softplus,
+    "tanh": nn.Tanh,
 }
 TRANSFORMER_VOCAB = 1000
 # Keys of each family's configuration, in file-name order, with their types.
 CONFIG_KEYS: dict[str, dict[str, type]] = {
-    "mlp": {"input": int, "output": int, "depth": int, "arch": str, "batch": int, "act": str,
-            "dropout": float, "batchnorm": bool},
-    "cnn": {"channels": int, "classes": int, "depth": int, "arch": str, "filters": int, "batch": int,
-            "input": int, "act": str, "dropout": float, "batchnorm": bool},
-    "transformer": {"embed": int, "layers": int, "heads": int, "seq": int, "batch": int, "classes": int,
-                    "dropout": float},
+    "mlp": {
+        "input": int,
+        "output": int,
+        "depth": int,
+        "arch": str,
+        "batch": int,
+        "act": str,
+        "dropout": float,
+        "batchnorm": bool,
+    },
+    "cnn": {
+        "channels": int,
+        "classes": int,
+        "depth": int,
+        "arch": str,
+        "filters": int,
+        "batch": int,
+        "input": int,
+        "act": str,
+        "dropout": float,
+        "batchnorm": bool,
+    },
+    "transformer": {
+        "embed": int,
+        "layers": int,
+        "heads": int,
+        "seq": int,
+        "batch": int,
+        "classes": int,
+        "dropout": float,
+    },
 }
 
 
@@ -55,7 +89,9 @@ def _activation(name: str) -> nn.Module:
     try:
         return ACTIVATION_MODULES[name.lower()]()
     except KeyError:
-        raise InputError(None, f"unknown activation {name!r}; expected one of {', '.join(ACTIVATION_MODULES)}") from None
+        raise InputError(
+            None, f"unknown activation {name!r}; expected one of {', '.join(ACTIVATION_MODULES)}"
+        ) from None
 
 
 def mlp_widths(config: dict) -> list[int]:
@@ -101,14 +137,20 @@ def build_mlp_from_layers(layers: list[tuple[str, int, int]]) -> tuple[nn.Module
         if key == "linear":
             in_features = params // activations - 1 if activations > 0 else 0
             if in_features < 1 or fan_in not in (None, in_features):
-                raise InputError(None, f"layer ({name!r}, {activations}, {params}) is no linear layer taking "
-                                       f"{fan_in or 'some'} inputs; cannot rebuild the MLP")
+                raise InputError(
+                    None,
+                    f"layer ({name!r}, {activations}, {params}) is no linear layer taking "
+                    f"{fan_in or 'some'} inputs; cannot rebuild the MLP",
+                )
             if input_features is None:
                 input_features = in_features
             modules.append(nn.Linear(in_features, activations))
         elif activations != fan_in:
-            raise InputError(None, f"layer ({name!r}, {activations}, {params}) does not take the {fan_in} outputs "
-                                   "before it; cannot rebuild the MLP")
+            raise InputError(
+                None,
+                f"layer ({name!r}, {activations}, {params}) does not take the {fan_in} outputs "
+                "before it; cannot rebuild the MLP",
+            )
         elif key == "batch_normalization":
             modules.append(nn.BatchNorm1d(activations))
         elif key == "dropout":
@@ -147,7 +189,12 @@ def build_cnn(config: dict) -> nn.Module:
             layers.append(nn.BatchNorm2d(filters))
         layers.append(_activation(config["act"]))
         channels = filters
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(config["dropout"]), nn.Linear(channels, config["classes"])]
+    layers += [
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(config["dropout"]),
+        nn.Linear(channels, config["classes"]),
+    ]
     return nn.Sequential(*layers)
 
 
@@ -157,8 +204,9 @@ class TransformerClassifier(nn.Module):
     def __init__(self, config: dict) -> None:
         super().__init__()
         self.embedding = nn.Embedding(TRANSFORMER_VOCAB, config["embed"])
-        layer = nn.TransformerEncoderLayer(config["embed"], config["heads"], 4 * config["embed"],
-                                           dropout=config["dropout"], batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            config["embed"], config["heads"], 4 * config["embed"], dropout=config["dropout"], batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, config["layers"], enable_nested_tensor=False)
         self.head = nn.Linear(config["embed"], config["classes"])
 
@@ -182,7 +230,9 @@ def example_batch(family: str, config: dict, device="cpu", generator: torch.Gene
         x = torch.randn(batch, config["input"], generator=generator).to(device)
         classes = config["output"]
     elif family == "cnn":
-        x = torch.randn(batch, config["channels"], config["input"], config["input"], generator=generator).to(device)
+        x = torch.randn(batch, config["channels"], config["input"], config["input"], generator=generator).to(
+            device
+        )
         classes = config["classes"]
     else:
         x = torch.randint(0, TRANSFORMER_VOCAB, (batch, config["seq"]), generator=generator).to(device)

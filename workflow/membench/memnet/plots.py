@@ -8,7 +8,13 @@ import numpy as np
 import pandas as pd
 
 from membench.core.plots import (
-    FONT_SIZE, figure_note, flagged_note, grouped_method_bars, method_legend, panel_grid, save_figure,
+    FONT_SIZE,
+    figure_note,
+    flagged_note,
+    grouped_method_bars,
+    method_legend,
+    panel_grid,
+    save_figure,
     timing_by_method,
 )
 
@@ -28,14 +34,25 @@ def plot_confusions(predictions: pd.DataFrame, png_path: str | os.PathLike) -> N
         part = kfold[(kfold["dataset"] == dataset) & (kfold["estimator"] == estimator)]
         # One size per dataset, so that its estimators' matrices line up.
         of_dataset = kfold[kfold["dataset"] == dataset]
-        size = int(max(of_dataset["true_bin"].max(), of_dataset["pred_bin"].max(), 0)) + 1 if len(of_dataset) else 1
+        size = (
+            int(max(of_dataset["true_bin"].max(), of_dataset["pred_bin"].max(), 0)) + 1
+            if len(of_dataset)
+            else 1
+        )
         matrix = np.zeros((size, size), dtype=int)
         np.add.at(matrix, (part["true_bin"].to_numpy(int), part["pred_bin"].to_numpy(int)), 1)
         ax.imshow(matrix, cmap="Blues", vmin=0, vmax=max(int(matrix.max()), 1))
         for (i, j), count in np.ndenumerate(matrix):
             if count:
-                ax.text(j, i, str(count), ha="center", va="center", fontsize=FONT_SIZE - 2,
-                        color="white" if count > matrix.max() / 2 else "black")
+                ax.text(
+                    j,
+                    i,
+                    str(count),
+                    ha="center",
+                    va="center",
+                    fontsize=FONT_SIZE - 2,
+                    color="white" if count > matrix.max() / 2 else "black",
+                )
         ax.set_xticks(range(size))
         ax.set_yticks(range(size))
         ax.tick_params(labelsize=FONT_SIZE - 3)
@@ -55,24 +72,53 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     estimators = list(dict.fromkeys(table["estimator"]))
     timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
     fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
-    for ax, column, title, unit in ((axes[0], "accuracy", "accuracy (k-fold)", "fraction"),
-                                    (axes[1], "under_rate", "under-estimation rate (k-fold)", "fraction of jobs")):
-        grouped_method_bars(ax, table, "dataset", estimators, column, ylabel=unit, title=title,
-                            method_column="estimator", log=False)
+    for ax, column, title, unit in (
+        (axes[0], "accuracy", "accuracy (k-fold)", "fraction"),
+        (axes[1], "under_rate", "under-estimation rate (k-fold)", "fraction of jobs"),
+    ):
+        grouped_method_bars(
+            ax,
+            table,
+            "dataset",
+            estimators,
+            column,
+            ylabel=unit,
+            title=title,
+            method_column="estimator",
+            log=False,
+        )
         ax.set_ylim(0, 1.05)
     timing = timing_by_method(table, "estimator") if timed else None
     if timed:
-        frame = table.assign(**{name: pd.to_numeric(table[source], errors="coerce") * 1e3 for name, source in
-                                (("inference_median_ms", "time_median_s"), ("inference_min_ms", "time_min_s"),
-                                 ("inference_max_ms", "time_max_s"))})
-        grouped_method_bars(axes[2], frame, "dataset", estimators, "inference_median_ms", ylabel="ms",
-                            title="inference time of one job (median)", baseline=BASELINE,
-                            method_column="estimator", low_column="inference_min_ms", high_column="inference_max_ms",
-                            flag_timing=True)
+        frame = table.assign(
+            **{
+                name: pd.to_numeric(table[source], errors="coerce") * 1e3
+                for name, source in (
+                    ("inference_median_ms", "time_median_s"),
+                    ("inference_min_ms", "time_min_s"),
+                    ("inference_max_ms", "time_max_s"),
+                )
+            }
+        )
+        grouped_method_bars(
+            axes[2],
+            frame,
+            "dataset",
+            estimators,
+            "inference_median_ms",
+            ylabel="ms",
+            title="inference time of one job (median)",
+            baseline=BASELINE,
+            method_column="estimator",
+            low_column="inference_min_ms",
+            high_column="inference_max_ms",
+            flag_timing=True,
+        )
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=15)
-    method_legend(fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center",
-                  ncols=3)
+    method_legend(
+        fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center", ncols=3
+    )
     note = flagged_note(timing, "inference time") if timed else ""
     if note:
         figure_note(fig, note)

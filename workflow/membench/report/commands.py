@@ -11,12 +11,12 @@ import json
 
 from membench.core.atomic import write_json, write_text
 from membench.core.errors import InputError
+from membench.core.options import InputDir, InputFile, OutputFile
 from membench.report.html import page
 from membench.report.pages import summary_fragment, table_page
 from membench.report.provenance import machine_from_tables, provenance, read_provenance, timing_load
 from membench.report.published import load_published
 from membench.report.summary import headline_from_tables, read_table_files, scale_line
-from membench.core.options import InputDir, InputFile, OutputFile
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -25,25 +25,54 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
     record = steps.add_parser("provenance", help="command line, commit, configuration differences, machine")
     record.add_argument("--command", required=True, help="the command line that ran the workflow")
-    record.add_argument("--config-json", type=InputFile, required=True, help="the run's configuration as JSON")
+    record.add_argument(
+        "--config-json", type=InputFile, required=True, help="the run's configuration as JSON"
+    )
     record.add_argument("--default-config", type=InputFile, required=True, help="the default config.yaml")
-    record.add_argument("--schema", type=InputFile, required=True, help="the config schema (its defaults complete the default)")
-    record.add_argument("--checkout", type=InputDir, required=True, help="directory of the workflow's checkout (for its commit)")
+    record.add_argument(
+        "--schema",
+        type=InputFile,
+        required=True,
+        help="the config schema (its defaults complete the default)",
+    )
+    record.add_argument(
+        "--checkout",
+        type=InputDir,
+        required=True,
+        help="directory of the workflow's checkout (for its commit)",
+    )
     record.add_argument("--out", type=OutputFile, required=True, help="provenance JSON to write")
 
     summary = steps.add_parser("summary", help="the landing summary: headline table, scale line, provenance")
-    summary.add_argument("--table", type=InputFile, action="append", required=True, dest="tables",
-                         help="an aggregated table the headline reads (<name>.csv, e.g. hotconv.csv); repeat for each")
+    summary.add_argument(
+        "--table",
+        type=InputFile,
+        action="append",
+        required=True,
+        dest="tables",
+        help="an aggregated table the headline reads (<name>.csv, e.g. hotconv.csv); repeat for each",
+    )
     summary.add_argument("--published", type=InputFile, required=True, help="published figures YAML")
-    summary.add_argument("--provenance", type=InputFile, required=True, help="provenance JSON (membench report provenance)")
-    summary.add_argument("--out-html", type=OutputFile, required=True, help="the summary as a page of its own")
-    summary.add_argument("--out-fragment", type=OutputFile, required=True, help="the summary as a fragment for the landing text")
+    summary.add_argument(
+        "--provenance", type=InputFile, required=True, help="provenance JSON (membench report provenance)"
+    )
+    summary.add_argument(
+        "--out-html", type=OutputFile, required=True, help="the summary as a page of its own"
+    )
+    summary.add_argument(
+        "--out-fragment",
+        type=OutputFile,
+        required=True,
+        help="the summary as a fragment for the landing text",
+    )
     summary.add_argument("--out-csv", type=OutputFile, required=True, help="the headline table as CSV")
 
     table = steps.add_parser("table", help="one aggregated table's page: curated columns, downloads")
     table.add_argument("--name", required=True, help="the table's name (e.g. hotconv_sweep)")
     table.add_argument("--csv", type=InputFile, required=True, help="the table's CSV")
-    table.add_argument("--parquet", type=InputFile, help="the table's Parquet twin, to download beside the CSV")
+    table.add_argument(
+        "--parquet", type=InputFile, help="the table's Parquet twin, to download beside the CSV"
+    )
     table.add_argument("--out", type=OutputFile, required=True, help="HTML page to write")
     return parser
 
@@ -54,14 +83,19 @@ def run(args: argparse.Namespace) -> None:
             config = json.loads(args.config_json)
         except json.JSONDecodeError as exc:
             raise InputError(None, f"--config-json is not valid JSON ({exc.msg})") from None
-        write_json(args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout))
+        write_json(
+            args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout)
+        )
     elif args.step == "summary":
         published = load_published(args.published)
         tables = read_table_files(args.tables)
         headline = headline_from_tables(tables, published)
         fragment = summary_fragment(
-            headline, scale_line(tables, published), read_provenance(args.provenance),
-            machine_from_tables(tables), timing_load(tables),
+            headline,
+            scale_line(tables, published),
+            read_provenance(args.provenance),
+            machine_from_tables(tables),
+            timing_load(tables),
         )
         write_text(args.out_fragment, fragment)
         write_text(args.out_html, page("membench: summary of the results", fragment))

@@ -87,7 +87,9 @@ def format_cell(value) -> str:
     return str(value)
 
 
-def table_html(frame: pd.DataFrame, columns: list[str] | None = None, flag_columns: tuple[str, ...] = ()) -> str:
+def table_html(
+    frame: pd.DataFrame, columns: list[str] | None = None, flag_columns: tuple[str, ...] = ()
+) -> str:
     """``frame`` (or its ``columns`` that exist) as one HTML ``<table>``, every value escaped.
 
     Numeric cells carry their value in ``data-value`` (for sorting) and align right; cells of
@@ -133,7 +135,7 @@ def download_links(paths: list[str | os.PathLike]) -> str:
 def page(title: str, body: str) -> str:
     """A complete HTML document around ``body``, with the table style and the sort script."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}"
         "body { font: 14px/1.45 system-ui, sans-serif; margin: 1em; color: #1f2328; }</style></head>\n"
         f"<body>\n<h2>{html.escape(title)}</h2>\n{body}\n<script>{SORT_SCRIPT}</script>\n</body></html>\n"

@@ -17,8 +17,15 @@ from membench.report.views import TABLE_VIEWS, read_table
 # figure definitions head it; the published figures with their notes, and the reasons of timing
 # flags, follow in a table and a list of their own, so that every row stays one line high.
 SYSTEM_COLUMNS = (
-    "method", "memory_mib", "memory_ratio", "time_ratio", "timing", "quality_value", "quality_change",
-    "quality_detail", "verdict",
+    "method",
+    "memory_mib",
+    "memory_ratio",
+    "time_ratio",
+    "timing",
+    "quality_value",
+    "quality_change",
+    "quality_detail",
+    "verdict",
 )
 PUBLISHED_COLUMNS = ("system", "dataset", "method", "published", "verdict", "note")
 READING = (
@@ -96,21 +103,30 @@ def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:
     rows = [
         ("command", provenance.get("command", "")),
         ("commit", provenance.get("commit", "")),
-        ("configuration", "the default (config/config.yaml with the schema's defaults)" if not differences
-         else f"differs from the default at {len(differences)} key(s), listed below"),
+        (
+            "configuration",
+            "the default (config/config.yaml with the schema's defaults)"
+            if not differences
+            else f"differs from the default at {len(differences)} key(s), listed below",
+        ),
         ("CPU", f"{provenance.get('cpu_model', '')}, {provenance.get('cpu_cores', '')} cores"),
         ("platform", provenance.get("platform", "")),
     ]
     rows += [(column, value) for column, value in machine.items()]
-    rows.append((
-        "load while timing (1-minute load average, highest)",
-        ", ".join(f"{name} {load:.2f}" for name, load in loads.items()) or "not recorded by the timing jobs",
-    ))
+    rows.append(
+        (
+            "load while timing (1-minute load average, highest)",
+            ", ".join(f"{name} {load:.2f}" for name, load in loads.items())
+            or "not recorded by the timing jobs",
+        )
+    )
     frame = pd.DataFrame(rows, columns=["what", "value"])
     listing = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in differences)
     folded = (
         f"<details><summary>{len(differences)} configuration key(s) differ from the default</summary>"
-        f"<ul>{listing}</ul></details>" if differences else ""
+        f"<ul>{listing}</ul></details>"
+        if differences
+        else ""
     )
     return table_html(frame, ["what", "value"]) + folded
 

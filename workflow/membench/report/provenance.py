@@ -17,16 +17,26 @@ from membench.core.validate import open_regular, read_json_object
 
 # Columns of the aggregated tables that say what measured them.
 MACHINE_COLUMNS = (
-    "device", "device_name", "gpu_name", "host", "torch_threads", "torch_version", "cuda_version",
-    "gpu_driver_version", "python_version",
+    "device",
+    "device_name",
+    "gpu_name",
+    "host",
+    "torch_threads",
+    "torch_version",
+    "cuda_version",
+    "gpu_driver_version",
+    "python_version",
 )
 
 
 def git_commit(checkout: str | os.PathLike) -> str:
     """The checkout's commit (with ``+uncommitted changes`` when its tracked files differ), or
     ``not a git checkout``."""
+
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", os.fspath(checkout), *args], capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            ["git", "-C", os.fspath(checkout), *args], capture_output=True, text=True, timeout=30
+        )
 
     try:
         head = git("rev-parse", "HEAD")

@@ -63,7 +63,9 @@ def _check_figure(path, index: int, figure) -> None:
     where = f"figure {figure['id']!r}"
     for field, allowed in (("system", SYSTEMS), ("metric", METRICS), ("compare", COMPARISONS)):
         if figure.get(field) not in allowed:
-            raise InputError(path, f"'{field}' is {figure.get(field)!r}, expected one of {', '.join(allowed)}", where=where)
+            raise InputError(
+                path, f"'{field}' is {figure.get(field)!r}, expected one of {', '.join(allowed)}", where=where
+            )
     for field in ("value", "tolerance"):
         value = figure.get(field)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

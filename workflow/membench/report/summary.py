@@ -89,7 +89,9 @@ def read_table_files(paths: Iterable[str | os.PathLike]) -> dict[str, pd.DataFra
         frame = read_table(path)
         missing = [key for key in TABLE_KEYS[name] if key not in frame.columns]
         if missing:
-            raise InputError(path, f"missing column(s) {', '.join(missing)}; expected a table written by membench")
+            raise InputError(
+                path, f"missing column(s) {', '.join(missing)}; expected a table written by membench"
+            )
         tables[name] = frame
     return tables
 
@@ -131,7 +133,9 @@ def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
                 devices.setdefault(kind, set())
                 if isinstance(name, str) and name:
                     devices[kind].add(name)
-    where = ", ".join(f"{kind} ({', '.join(sorted(names))})" if names else kind for kind, names in sorted(devices.items()))
+    where = ", ".join(
+        f"{kind} ({', '.join(sorted(names))})" if names else kind for kind, names in sorted(devices.items())
+    )
     verdicts = [verdict for _, row_verdicts in _judged_rows(tables, published) for verdict in row_verdicts]
     total, comparable = len(verdicts), sum(verdict in (MET, NOT_MET) for verdict in verdicts)
     if total == 0:
@@ -141,7 +145,9 @@ def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
     elif comparable == total:
         setting = f"all {total} published figures beside a measured one are in their paper's setting"
     else:
-        setting = f"{comparable} of {total} published figures beside a measured one are in their paper's setting"
+        setting = (
+            f"{comparable} of {total} published figures beside a measured one are in their paper's setting"
+        )
     return f"Measured on {where or 'an unrecorded device'}; {setting}."
 
 
@@ -158,10 +164,14 @@ def _value(row: pd.Series | dict, column: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _first_column(frame: pd.DataFrame, columns: tuple[str, ...], baseline: pd.Series | None = None) -> str | None:
+def _first_column(
+    frame: pd.DataFrame, columns: tuple[str, ...], baseline: pd.Series | None = None
+) -> str | None:
     """The first of ``columns`` that holds a number in ``frame``; with ``baseline`` (a row mask),
     the first that holds one in a baseline row too (so that it gives ratios), if any does."""
-    held = [c for c in columns if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    held = [
+        c for c in columns if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()
+    ]
     if baseline is not None:
         for column in held:
             if pd.to_numeric(frame.loc[baseline, column], errors="coerce").notna().any():
@@ -170,8 +180,10 @@ def _first_column(frame: pd.DataFrame, columns: tuple[str, ...], baseline: pd.Se
 
 
 def _is_true(value) -> bool:
-    return value is True or (isinstance(value, str) and value.strip().lower() == "true") or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1
+    return (
+        value is True
+        or (isinstance(value, str) and value.strip().lower() == "true")
+        or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1)
     )
 
 
@@ -201,13 +213,22 @@ def _context(row: pd.Series) -> dict:
 
 
 def _method_row(system: str, dataset: str, method: str, baseline: str) -> dict:
-    return {"system": system, "dataset": dataset, "method": method, "baseline": baseline, "figures": {}, "context": {}}
+    return {
+        "system": system,
+        "dataset": dataset,
+        "method": method,
+        "baseline": baseline,
+        "figures": {},
+        "context": {},
+    }
 
 
 def _values_by(frame: pd.DataFrame, key: str, column: str) -> dict:
     """``{row[key]: (value of column, the row's context)}`` over the rows that hold a value."""
     return {
-        row[key]: (_value(row, column), _context(row)) for _, row in frame.iterrows() if _value(row, column) is not None
+        row[key]: (_value(row, column), _context(row))
+        for _, row in frame.iterrows()
+        if _value(row, column) is not None
     }
 
 
@@ -242,14 +263,18 @@ def _set_time(rows: dict[str, dict], frame: pd.DataFrame, key: str, baseline_of,
         if flag == base[2] or baseline_of(method) == method:
             flags = [flag] if flag else []
         else:
-            flags = [f"{who}: {text}" for who, text in ((method, flag), (baseline_of(method), base[2])) if text]
+            flags = [
+                f"{who}: {text}" for who, text in ((method, flag), (baseline_of(method), base[2])) if text
+            ]
         target["time_figure"], target["time_ratio"] = label, seconds / base[0]
         target["timing_flag"] = "; ".join(flags)
         target["figures"]["time_ratio"] = (seconds / base[0], context, bool(flags))
         target["figures"]["speedup"] = (base[0] / seconds, context, bool(flags))
 
 
-def _set_quality(rows: dict[str, dict], frame: pd.DataFrame, key: str, column: str, label: str, baseline_of) -> None:
+def _set_quality(
+    rows: dict[str, dict], frame: pd.DataFrame, key: str, column: str, label: str, baseline_of
+) -> None:
     values = _values_by(frame, key, column)
     for method, (value, context) in values.items():
         if method not in rows:
@@ -294,7 +319,13 @@ def _hotconv(tables: dict[str, pd.DataFrame]) -> list[dict]:
     elif train is not None and (column := _first_column(train, ("train_activation_mib",))):
         _set_memory(rows, train, column, "variant", lambda m: baseline)
     if train is not None:
-        _set_time(rows, train, "variant", lambda m: baseline, (("time_per_epoch_s", "mean s per epoch (first included)", False),))
+        _set_time(
+            rows,
+            train,
+            "variant",
+            lambda m: baseline,
+            (("time_per_epoch_s", "mean s per epoch (first included)", False),),
+        )
         _set_quality(rows, train, "variant", "test_accuracy", "test accuracy", lambda m: baseline)
     return list(rows.values())
 
@@ -306,7 +337,9 @@ def _division(tables: dict[str, pd.DataFrame]) -> list[dict]:
         return []
     baseline = "vanilla"
     methods = sorted(set().union(*(set(frame["variant"]) for frame in parts)))
-    dataset = str(accuracy["dataset"].iloc[0]) if accuracy is not None and "dataset" in accuracy.columns else ""
+    dataset = (
+        str(accuracy["dataset"].iloc[0]) if accuracy is not None and "dataset" in accuracy.columns else ""
+    )
     rows = {m: _method_row("division", dataset, m, baseline) for m in methods}
     if memory is not None:
         point = _largest_point(memory, ("batch_size",))
@@ -338,7 +371,13 @@ def _appclass(tables: dict[str, pd.DataFrame]) -> list[dict]:
     memory_columns = ("iterations_alloc_peak_mib", "alloc_peak_mib", "algorithm_rss_mib")
     if column := _first_column(pair, memory_columns, baseline=pair["variant"] == baseline):
         _set_memory(rows, pair, column, "variant", lambda m: baseline)
-    _set_time(rows, pair, "variant", lambda m: baseline, (("iterations_ms", "ms of belief-propagation iterations", False),))
+    _set_time(
+        rows,
+        pair,
+        "variant",
+        lambda m: baseline,
+        (("iterations_ms", "ms of belief-propagation iterations", False),),
+    )
     for _, row in pair.iterrows():
         target = rows[row["variant"]]
         target["quality"] = "agrees with the reference (1 yes, 0 no)"
@@ -390,7 +429,8 @@ def _robust(tables: dict[str, pd.DataFrame]) -> list[dict]:
     runs = frame.drop_duplicates(keys).copy()
     several_eps = "eps" in runs.columns and runs["eps"].nunique() > 1
     runs["method"] = [
-        f"{row['variant']} (eps {row['eps']:g})" if several_eps else row["variant"] for _, row in runs.iterrows()
+        f"{row['variant']} (eps {row['eps']:g})" if several_eps else row["variant"]
+        for _, row in runs.iterrows()
     ]
     baseline_of = {}
     for _, row in runs.iterrows():
@@ -467,7 +507,9 @@ def _judge(row: dict, published: list[dict]) -> list[str]:
             else:
                 met = value >= figure["value"] - figure["tolerance"]
             verdicts.append(MET if met else NOT_MET)
-            notes.append(f"{figure['id']}: measured {figure['metric']} {value:.4g} vs published {figure['value']:g}")
+            notes.append(
+                f"{figure['id']}: measured {figure['metric']} {value:.4g} vs published {figure['value']:g}"
+            )
     row["published"] = "; ".join(texts)
     row["note"] = "; ".join(notes)
     comparable = [v for v in verdicts if v != NOT_COMPARABLE]

@@ -12,9 +12,9 @@ import textwrap
 
 import pandas as pd
 
+from membench.core.options import InputDir, InputFile
 from membench.report.published import default_published_path, load_published
 from membench.report.summary import headline_from_tables, read_tables, scale_line
-from membench.core.options import InputDir, InputFile
 
 WIDTH = 100
 # method, memory MiB, memory ratio, time ratio, quality, change, verdict
@@ -23,9 +23,18 @@ _ROW = "  {:<26.26} {:>10} {:>7} {:>8} {:>8} {:>8}  {:<16}"
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
-    parser.add_argument("--tables", type=InputDir, default="results/tables", help="directory of the aggregated tables (default: %(default)s)")
-    parser.add_argument("--published", type=InputFile, default=None,
-                        help="published figures YAML (default: resources/published_figures.yaml of this checkout)")
+    parser.add_argument(
+        "--tables",
+        type=InputDir,
+        default="results/tables",
+        help="directory of the aggregated tables (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--published",
+        type=InputFile,
+        default=None,
+        help="published figures YAML (default: resources/published_figures.yaml of this checkout)",
+    )
     return parser
 
 
@@ -46,7 +55,9 @@ def format_summary(headline: pd.DataFrame, scale: str) -> str:
     lines = textwrap.wrap(scale, WIDTH)
     lines += textwrap.wrap(
         "ratios: method / baseline (below 1: less memory, faster); '?' marks a timing that is flagged "
-        "(not a finding); change: quality minus the baseline's.", WIDTH)
+        "(not a finding); change: quality minus the baseline's.",
+        WIDTH,
+    )
     for (system, dataset), block in headline.groupby(["system", "dataset"], sort=False):
         first = block.iloc[0]
         baselines = set(block["baseline"].dropna())
@@ -54,25 +65,44 @@ def format_summary(headline: pd.DataFrame, scale: str) -> str:
         lines.append("")
         lines += textwrap.wrap(
             f"{system} ({dataset}), baseline {baseline}: memory = {_text(first['memory_figure'])}, "
-            f"time = {_text(first.get('time_figure'))}, quality = {_text(first['quality'])}", WIDTH,
-            subsequent_indent="    ")
+            f"time = {_text(first.get('time_figure'))}, quality = {_text(first['quality'])}",
+            WIDTH,
+            subsequent_indent="    ",
+        )
         lines.append(_ROW.format("method", "memory MiB", "mem x", "time x", "quality", "change", "verdict"))
         notes = []
         for _, row in block.iterrows():
-            time = _number(row["time_ratio"]) + ("?" if isinstance(row["timing_flag"], str) and row["timing_flag"] else "")
-            lines.append(_ROW.format(
-                row["method"], _number(row["memory_mib"], 4), _number(row["memory_ratio"]), time,
-                _number(row["quality_value"]), _number(row["quality_change"], 2, signed=True), row["verdict"]))
+            time = _number(row["time_ratio"]) + (
+                "?" if isinstance(row["timing_flag"], str) and row["timing_flag"] else ""
+            )
+            lines.append(
+                _ROW.format(
+                    row["method"],
+                    _number(row["memory_mib"], 4),
+                    _number(row["memory_ratio"]),
+                    time,
+                    _number(row["quality_value"]),
+                    _number(row["quality_change"], 2, signed=True),
+                    row["verdict"],
+                )
+            )
             details = [f"baseline {row['baseline']}"] if baseline != row["baseline"] else []
             details += [row["quality_detail"]] if isinstance(row["quality_detail"], str) else []
             if details:
                 notes.append(f"    {row['method']}: {'; '.join(details)}"[:WIDTH])
             if isinstance(row["published"], str) and row["published"]:
-                notes += textwrap.wrap(f"{row['method']}: published {row['published']}. {row['note']}", WIDTH,
-                                       initial_indent="    ", subsequent_indent="      ")
+                notes += textwrap.wrap(
+                    f"{row['method']}: published {row['published']}. {row['note']}",
+                    WIDTH,
+                    initial_indent="    ",
+                    subsequent_indent="      ",
+                )
         flags = sorted({flag for flag in block["timing_flag"] if isinstance(flag, str) and flag})
-        notes += [line for flag in flags for line in textwrap.wrap(f"? {flag}", WIDTH, initial_indent="    ",
-                                                                     subsequent_indent="      ")]
+        notes += [
+            line
+            for flag in flags
+            for line in textwrap.wrap(f"? {flag}", WIDTH, initial_indent="    ", subsequent_indent="      ")
+        ]
         lines += notes
     return "\n".join(lines)
 

@@ -22,7 +22,9 @@ def _random_start(x: torch.Tensor, eps: float, generator: torch.Generator | None
     return (x + delta).clamp(0, 1) - x
 
 
-def _input_gradient_sign(model: nn.Module, x: torch.Tensor, delta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _input_gradient_sign(
+    model: nn.Module, x: torch.Tensor, delta: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
     delta = delta.detach().requires_grad_(True)
     loss = F.cross_entropy(model(x + delta), y, reduction="sum")
     (grad,) = torch.autograd.grad(loss, delta)
@@ -36,7 +38,12 @@ def _project(x: torch.Tensor, delta: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def pgd(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float, steps: int,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    alpha: float,
+    steps: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """PGD (Madry et al.): a uniform random start in the eps-ball, then ``steps`` signed-gradient
@@ -48,7 +55,11 @@ def pgd(
 
 
 def fgsm_rs(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    alpha: float,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """FGSM with a random start (Wong et al. 2020, alpha = 1.25 eps): one signed-gradient step of
@@ -57,7 +68,13 @@ def fgsm_rs(
 
 
 def attack(
-    name: str, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, alpha: float, steps: int,
+    name: str,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    alpha: float,
+    steps: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """The training attack ``name`` (``"pgd"`` with ``steps`` steps, or ``"fgsm"``: FGSM-RS)."""
@@ -74,8 +91,15 @@ def _correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
 
 
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, eps: float, steps: int, restarts: int,
-    alpha: float | None = None, batch_size: int = 512, seed: int = 0,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    eps: float,
+    steps: int,
+    restarts: int,
+    alpha: float | None = None,
+    batch_size: int = 512,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """Clean and robust accuracy (fractions in [0, 1]) of ``model`` on ``(x, y)``.
 
@@ -91,7 +115,7 @@ def evaluate(
     device = next(model.parameters()).device
     try:
         for start in range(0, len(x), batch_size):
-            xb, yb = x[start:start + batch_size].to(device), y[start:start + batch_size].to(device)
+            xb, yb = x[start : start + batch_size].to(device), y[start : start + batch_size].to(device)
             still_correct = _correct(model, xb, yb)
             clean += int(still_correct.sum())
             for _ in range(restarts):

@@ -11,12 +11,26 @@ from pathlib import Path
 
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_meter_options
+from membench.core.options import (
+    BATCH_SIZE,
+    EPOCHS,
+    LEARNING_RATE,
+    MOMENTUM,
+    SEED,
+    THREADS,
+    TIMEOUT_S,
+    WEIGHT_DECAY,
+    InputDir,
+    InputFile,
+    OutputDir,
+    OutputFile,
+    integer,
+    real,
+)
 from membench.robust.attacks import ATTACKS
 from membench.robust.data import SOURCES
 from membench.robust.models import MODELS
 from membench.robust.train import GUARD_ACTIONS, LEARNING_RATE_SCHEDULES, OPTIMIZERS
-from membench.core.options import (BATCH_SIZE, EPOCHS, LEARNING_RATE, MOMENTUM, SEED, THREADS, TIMEOUT_S, WEIGHT_DECAY,
-                                   InputDir, InputFile, OutputDir, OutputFile, integer, real)
 
 SYSTEM = "robust"
 MODES = ("sequential", "parallel")
@@ -82,20 +96,40 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
     train = steps.add_parser("train", help="one adversarial training run, evaluated with a fresh PGD attack")
-    train.add_argument("--outdir", type=OutputDir, required=True, help="job directory: metrics.json, memlog.csv, history.csv, checkpoint")
+    train.add_argument(
+        "--outdir",
+        type=OutputDir,
+        required=True,
+        help="job directory: metrics.json, memlog.csv, history.csv, checkpoint",
+    )
     train.add_argument("--mode", default="sequential", choices=MODES)
     train.add_argument("--dataset", default="digits", choices=SOURCES)
-    train.add_argument("--root", type=InputDir, default=None, help="directory of the MNIST idx files or CIFAR-10 python batches")
-    train.add_argument("--test-fraction", type=FRACTION, default=0.2, help="digits: share held out for testing")
+    train.add_argument(
+        "--root",
+        type=InputDir,
+        default=None,
+        help="directory of the MNIST idx files or CIFAR-10 python batches",
+    )
+    train.add_argument(
+        "--test-fraction", type=FRACTION, default=0.2, help="digits: share held out for testing"
+    )
     train.add_argument("--train-limit", type=SAMPLES, default=None, help="keep the first N training samples")
     train.add_argument("--test-limit", type=SAMPLES, default=None, help="keep the first N test samples")
     train.add_argument("--model", default="mlp", choices=MODELS)
     train.add_argument("--hidden-units", type=integer(1, 65536), default=256, help="MLP hidden width")
     train.add_argument("--attack", default="pgd", choices=ATTACKS, help="training attack (fgsm: FGSM-RS)")
-    train.add_argument("--eps", type=real(0, 1, exclusive_low=True), default=0.1, help="L-inf radius on [0, 1] inputs")
-    train.add_argument("--attack-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the training attack (FGSM-RS: 1)")
-    train.add_argument("--alpha", type=real(0, 1, exclusive_low=True), default=None,
-                       help="training attack step; default 2.5 eps / attack steps (PGD), 1.25 eps (FGSM-RS)")
+    train.add_argument(
+        "--eps", type=real(0, 1, exclusive_low=True), default=0.1, help="L-inf radius on [0, 1] inputs"
+    )
+    train.add_argument(
+        "--attack-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the training attack (FGSM-RS: 1)"
+    )
+    train.add_argument(
+        "--alpha",
+        type=real(0, 1, exclusive_low=True),
+        default=None,
+        help="training attack step; default 2.5 eps / attack steps (PGD), 1.25 eps (FGSM-RS)",
+    )
     train.add_argument("--epochs", type=EPOCHS, default=10)
     train.add_argument("--batch-size", type=BATCH_SIZE, default=32)
     train.add_argument("--learning-rate", type=LEARNING_RATE, default=0.01, help="(peak) learning rate")
@@ -103,34 +137,85 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     train.add_argument("--learning-rate-schedule", default="cyclic", choices=LEARNING_RATE_SCHEDULES)
     train.add_argument("--momentum", type=MOMENTUM, default=0.9, help="SGD momentum")
     train.add_argument("--weight-decay", type=WEIGHT_DECAY, default=0.0)
-    train.add_argument("--threads", type=THREADS, default=1, help="torch threads of the trainer (and of each producer)")
-    train.add_argument("--producers", type=integer(1, 1024), default=1, help="parallel: adversary-generating processes P")
-    train.add_argument("--publish-every", type=integer(1, 1_000_000), default=1, help="parallel: trainer steps between weight publications k")
-    train.add_argument("--max-staleness", type=integer(0, 1_000_000), default=4,
-                       help="parallel: a batch staler than this is attacked again on current weights")
-    train.add_argument("--transport", default="shared_memory", choices=TRANSPORTS,
-                       help="parallel: producers as child processes on this node (shared_memory), or as ranks "
-                       "1..P of a process group started by torchrun or srun (distributed; this process is a rank)")
-    train.add_argument("--queue-size", type=integer(1, 1024), default=None, help="parallel: attacked batches in flight (default 2 P)")
-    train.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0, help="parallel: longest wait for any process")
-    train.add_argument("--eval-attack-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation")
-    train.add_argument("--eval-restarts", type=integer(1, 1000), default=5, help="random restarts of the final evaluation")
+    train.add_argument(
+        "--threads", type=THREADS, default=1, help="torch threads of the trainer (and of each producer)"
+    )
+    train.add_argument(
+        "--producers", type=integer(1, 1024), default=1, help="parallel: adversary-generating processes P"
+    )
+    train.add_argument(
+        "--publish-every",
+        type=integer(1, 1_000_000),
+        default=1,
+        help="parallel: trainer steps between weight publications k",
+    )
+    train.add_argument(
+        "--max-staleness",
+        type=integer(0, 1_000_000),
+        default=4,
+        help="parallel: a batch staler than this is attacked again on current weights",
+    )
+    train.add_argument(
+        "--transport",
+        default="shared_memory",
+        choices=TRANSPORTS,
+        help="parallel: producers as child processes on this node (shared_memory), or as ranks "
+        "1..P of a process group started by torchrun or srun (distributed; this process is a rank)",
+    )
+    train.add_argument(
+        "--queue-size",
+        type=integer(1, 1024),
+        default=None,
+        help="parallel: attacked batches in flight (default 2 P)",
+    )
+    train.add_argument(
+        "--timeout-s", type=TIMEOUT_S, default=300.0, help="parallel: longest wait for any process"
+    )
+    train.add_argument(
+        "--eval-attack-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation"
+    )
+    train.add_argument(
+        "--eval-restarts", type=integer(1, 1000), default=5, help="random restarts of the final evaluation"
+    )
     train.add_argument("--eval-samples", type=SAMPLES, default=None, help="evaluate the first N test samples")
-    train.add_argument("--guard-attack-steps", type=ATTACK_STEPS, default=10, help="PGD steps of the per-epoch overfitting check")
-    train.add_argument("--guard-samples", type=SAMPLES, default=256, help="training samples the check attacks")
-    train.add_argument("--guard-drop", type=real(0, 1, exclusive_low=True), default=0.5,
-                       help="relative fall of the check's robust accuracy below its best that triggers the guard")
+    train.add_argument(
+        "--guard-attack-steps",
+        type=ATTACK_STEPS,
+        default=10,
+        help="PGD steps of the per-epoch overfitting check",
+    )
+    train.add_argument(
+        "--guard-samples", type=SAMPLES, default=256, help="training samples the check attacks"
+    )
+    train.add_argument(
+        "--guard-drop",
+        type=real(0, 1, exclusive_low=True),
+        default=0.5,
+        help="relative fall of the check's robust accuracy below its best that triggers the guard",
+    )
     train.add_argument("--guard-action", default="shrink", choices=GUARD_ACTIONS)
-    train.add_argument("--guard-shrink", type=FRACTION, default=0.5, help="factor on alpha when the guard shrinks it")
+    train.add_argument(
+        "--guard-shrink", type=FRACTION, default=0.5, help="factor on alpha when the guard shrinks it"
+    )
     train.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     train.add_argument("--seed", type=SEED, default=0)
     add_meter_options(parser=train)
 
-    table = steps.add_parser("table", help="scaling table: one row per run and scaling series, with speed-ups")
-    table.add_argument("--out", type=OutputFile, required=True, help="CSV path (the Parquet twin is written beside it)")
-    table.add_argument("--attack-steps", type=ATTACK_STEPS, required=True, help="attack steps of the strong-scaling series")
-    table.add_argument("--weak-base-attack-steps", type=ATTACK_STEPS, required=True,
-                       help="weak scaling: attack steps = this x producers")
+    table = steps.add_parser(
+        "table", help="scaling table: one row per run and scaling series, with speed-ups"
+    )
+    table.add_argument(
+        "--out", type=OutputFile, required=True, help="CSV path (the Parquet twin is written beside it)"
+    )
+    table.add_argument(
+        "--attack-steps", type=ATTACK_STEPS, required=True, help="attack steps of the strong-scaling series"
+    )
+    table.add_argument(
+        "--weak-base-attack-steps",
+        type=ATTACK_STEPS,
+        required=True,
+        help="weak scaling: attack steps = this x producers",
+    )
     table.add_argument("metrics", type=InputFile, nargs="+", help="metrics.json of the runs")
 
     scaling = steps.add_parser("plot-scaling", help="speed-up and robust accuracy against producers")
@@ -164,8 +249,10 @@ def run(args: argparse.Namespace) -> None:
             print(f"membench robust: error: {exc}", file=sys.stderr)
             sys.exit(1)
         except KeyboardInterrupt:
-            print("membench robust: interrupted; producers stopped, last finished epoch checkpointed",
-                  file=sys.stderr)
+            print(
+                "membench robust: interrupted; producers stopped, last finished epoch checkpointed",
+                file=sys.stderr,
+            )
             sys.exit(130)
     elif args.step == "table":
         from membench.core.tables import parquet_path_for, write_table

@@ -42,12 +42,24 @@ def _digits(test_fraction: float, seed: int) -> tuple[np.ndarray, ...]:
     from sklearn.model_selection import train_test_split
 
     images, labels = digits_arrays()
-    return train_test_split((images / 16.0).astype(np.float32)[:, None], labels, test_size=test_fraction,
-                            stratify=labels, random_state=seed)
+    return train_test_split(
+        (images / 16.0).astype(np.float32)[:, None],
+        labels,
+        test_size=test_fraction,
+        stratify=labels,
+        random_state=seed,
+    )
 
 
-def load_dataset(source: str, root: str | os.PathLike | None = None, *, test_fraction: float = 0.2,
-                 seed: int = 0, train_limit: int | None = None, test_limit: int | None = None) -> Dataset:
+def load_dataset(
+    source: str,
+    root: str | os.PathLike | None = None,
+    *,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    train_limit: int | None = None,
+    test_limit: int | None = None,
+) -> Dataset:
     """Load dataset ``source`` (``digits``, or ``mnist`` / ``cifar10`` from directory ``root``).
 
     ``test_fraction`` and ``seed`` shape the digits split; ``train_limit`` / ``test_limit`` keep the
@@ -61,19 +73,35 @@ def load_dataset(source: str, root: str | os.PathLike | None = None, *, test_fra
         if not os.path.isdir(root):
             raise InputError(root, f"{source} root is not a directory")
         if source == "mnist":
-            (train_images, y_train), (test_images, y_test) = (mnist_arrays(root, s) for s in ("train", "test"))
-            x_train, x_test = (images[:, None].astype(np.float32) / 255 for images in (train_images, test_images))
+            (train_images, y_train), (test_images, y_test) = (
+                mnist_arrays(root, s) for s in ("train", "test")
+            )
+            x_train, x_test = (
+                images[:, None].astype(np.float32) / 255 for images in (train_images, test_images)
+            )
         else:
             train_images, y_train, _ = cifar_arrays(root, "cifar10", "train")
             test_images, y_test, _ = cifar_arrays(root, "cifar10", "test")
-            x_train, x_test = (images.transpose(0, 3, 1, 2).astype(np.float32) / 255
-                               for images in (train_images, test_images))
+            x_train, x_test = (
+                images.transpose(0, 3, 1, 2).astype(np.float32) / 255
+                for images in (train_images, test_images)
+            )
     else:
-        raise InputError(None, f"unknown dataset source {source!r}; expected one of {', '.join(SOURCES)}", "option --source")
+        raise InputError(
+            None,
+            f"unknown dataset source {source!r}; expected one of {', '.join(SOURCES)}",
+            "option --source",
+        )
     x_train, y_train = x_train[:train_limit], y_train[:train_limit]
     x_test, y_test = x_test[:test_limit], y_test[:test_limit]
     for split, x in (("train", x_train), ("test", x_test)):
         if len(x) == 0:
             raise InputError(root, f"the {split} split of {source} is empty")
-    return Dataset(source, torch.from_numpy(np.ascontiguousarray(x_train)), torch.from_numpy(y_train),
-                   torch.from_numpy(np.ascontiguousarray(x_test)), torch.from_numpy(y_test), 10)
+    return Dataset(
+        source,
+        torch.from_numpy(np.ascontiguousarray(x_train)),
+        torch.from_numpy(y_train),
+        torch.from_numpy(np.ascontiguousarray(x_test)),
+        torch.from_numpy(y_test),
+        10,
+    )

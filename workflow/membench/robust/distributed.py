@@ -115,8 +115,17 @@ class DistributedSource:
     trainer has not taken.
     """
 
-    def __init__(self, spec: ModelSpec, y_train: torch.Tensor, producers: int, publish_every: int,
-                 queue_size: int, timeout_s: float, comm_device: str = "cpu", join_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        y_train: torch.Tensor,
+        producers: int,
+        publish_every: int,
+        queue_size: int,
+        timeout_s: float,
+        comm_device: str = "cpu",
+        join_timeout_s: float = 10.0,
+    ) -> None:
         self.spec, self.y_train = spec, y_train
         self.producers, self.publish_every = producers, publish_every
         self.credits = max(1, queue_size // producers)
@@ -160,7 +169,9 @@ class DistributedSource:
 
         threading.Thread(target=wait, name=f"membench-producer-{rank}-watch", daemon=True).start()
 
-    def _control(self, kind: float, a: float = 0.0, b: float = 0.0, payload: torch.Tensor | None = None) -> None:
+    def _control(
+        self, kind: float, a: float = 0.0, b: float = 0.0, payload: torch.Tensor | None = None
+    ) -> None:
         for rank in range(1, self.producers + 1):
             messages = [(_TAG_CONTROL, _header(kind, a, b).to(self.comm_device))]
             if payload is not None:
@@ -182,7 +193,9 @@ class DistributedSource:
         for _ in range(len(batches)):
             got_epoch, b, rank, version, x_adv = self._next_batch(batches)
             if got_epoch != epoch:
-                raise RuntimeError(f"producer {rank} sent batch {b} of epoch {got_epoch} during epoch {epoch}")
+                raise RuntimeError(
+                    f"producer {rank} sent batch {b} of epoch {got_epoch} during epoch {epoch}"
+                )
             yield AdversarialBatch(b, x_adv, self.y_train[batches[b]], version, rank - 1)
 
     def _next_batch(self, batches: list[torch.Tensor]):
@@ -195,19 +208,28 @@ class DistributedSource:
                 break
             except queue_module.Empty:
                 if time.monotonic() > deadline:
-                    raise ProducerFailed(f"no attacked batch from any producer within {self.timeout_s:g} s") from None
+                    raise ProducerFailed(
+                        f"no attacked batch from any producer within {self.timeout_s:g} s"
+                    ) from None
         if error is not None:
             raise _producer_lost(rank, error)
         epoch, b, _, version = (int(v) for v in header.tolist())
         if header[0] == FAILED:
             text = torch.empty(int(header[1]), dtype=torch.uint8, device=self.comm_device)
-            _wait(dist.irecv(text, rank, tag=_TAG_BATCH_PAYLOAD), f"error report of producer rank {rank}",
-                  ProducerFailed)
+            _wait(
+                dist.irecv(text, rank, tag=_TAG_BATCH_PAYLOAD),
+                f"error report of producer rank {rank}",
+                ProducerFailed,
+            )
             raise ProducerFailed(f"producer rank {rank} failed: {bytes(text.cpu().tolist()).decode()}")
         if not 0 <= b < len(batches):
             raise RuntimeError(f"producer {rank} sent batch {b}, which epoch {epoch} does not have")
         x_adv = torch.empty((len(batches[b]), *self.spec.input_shape), device=self.comm_device)
-        _wait(dist.irecv(x_adv, rank, tag=_TAG_BATCH_PAYLOAD), f"batch {b}", lambda text: _producer_lost(rank, text))
+        _wait(
+            dist.irecv(x_adv, rank, tag=_TAG_BATCH_PAYLOAD),
+            f"batch {b}",
+            lambda text: _producer_lost(rank, text),
+        )
         self.wait_s += time.perf_counter() - start
         self._watch(rank)
         self._outbox.send(rank, [(_TAG_CONTROL, _header(CREDIT, 1).to(self.comm_device))])
@@ -217,16 +239,26 @@ class DistributedSource:
 class _Producer:
     """One producer rank: its model copy, credits, and the trainer's control messages."""
 
-    def __init__(self, rank: int, spec: ModelSpec, settings: TrainSettings, device: torch.device,
-                 comm_device: torch.device) -> None:
+    def __init__(
+        self,
+        rank: int,
+        spec: ModelSpec,
+        settings: TrainSettings,
+        device: torch.device,
+        comm_device: torch.device,
+    ) -> None:
         self.rank, self.device, self.comm_device = rank, device, comm_device
-        self.model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed)
+        self.model = build_model(
+            spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed
+        )
         self.model.to(device).train()
         self.num_weights = len(flatten_weights(self.model))
         self.version, self.alpha, self.credits = -1, settings.alpha, 0
         self.epochs: list[tuple[int, torch.Tensor]] = []
         self.closed = False
-        self.outbox = _Outbox(lambda peer, exc: TrainerGone(f"lost the trainer (rank 0) while sending a batch: {exc}"))
+        self.outbox = _Outbox(
+            lambda peer, exc: TrainerGone(f"lost the trainer (rank 0) while sending a batch: {exc}")
+        )
         self._post()
 
     def _post(self) -> None:
@@ -234,8 +266,11 @@ class _Producer:
         self.work = dist.irecv(self.header, TRAINER, tag=_TAG_CONTROL)
 
     def _payload(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
-        _wait(dist.irecv(tensor, TRAINER, tag=_TAG_CONTROL_PAYLOAD), f"lost the trainer (rank 0) while receiving {what}",
-              TrainerGone)
+        _wait(
+            dist.irecv(tensor, TRAINER, tag=_TAG_CONTROL_PAYLOAD),
+            f"lost the trainer (rank 0) while receiving {what}",
+            TrainerGone,
+        )
         return tensor.cpu()
 
     def poll(self, block: bool) -> bool:
@@ -263,15 +298,26 @@ class _Producer:
             pass
 
     def send_batch(self, epoch: int, b: int, x_adv: torch.Tensor) -> None:
-        self.outbox.send(TRAINER, [
-            (_TAG_BATCH, _header(epoch, b, self.rank, self.version).to(self.comm_device)),
-            (_TAG_BATCH_PAYLOAD, x_adv.to(self.comm_device).contiguous()),
-        ])
+        self.outbox.send(
+            TRAINER,
+            [
+                (_TAG_BATCH, _header(epoch, b, self.rank, self.version).to(self.comm_device)),
+                (_TAG_BATCH_PAYLOAD, x_adv.to(self.comm_device).contiguous()),
+            ],
+        )
         self.credits -= 1
 
 
-def run_producer(rank: int, producers: int, spec: ModelSpec, settings: TrainSettings, x_train: torch.Tensor,
-                 y_train: torch.Tensor, device: torch.device, comm_device: torch.device) -> None:
+def run_producer(
+    rank: int,
+    producers: int,
+    spec: ModelSpec,
+    settings: TrainSettings,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    device: torch.device,
+    comm_device: torch.device,
+) -> None:
     """Producer rank ``rank`` (1..P): attack batch b of every epoch the trainer opens when
     b mod P = rank - 1, on the newest weights received, until the trainer closes the run."""
     try:
@@ -291,15 +337,25 @@ def run_producer(rank: int, producers: int, spec: ModelSpec, settings: TrainSett
                     break
                 idx = batches[b]
                 x, y = x_train[idx].to(device), y_train[idx].to(device)
-                x_adv = attack(settings.attack, producer.model, x, y, settings.eps, producer.alpha, settings.steps,
-                               batch_generator(settings.seed, epoch, b))
+                x_adv = attack(
+                    settings.attack,
+                    producer.model,
+                    x,
+                    y,
+                    settings.eps,
+                    producer.alpha,
+                    settings.steps,
+                    batch_generator(settings.seed, epoch, b),
+                )
                 producer.send_batch(epoch, b, x_adv)
     except TrainerGone:
         raise
     except Exception:
         text = torch.tensor(list(traceback.format_exc().strip().splitlines()[-1].encode()), dtype=torch.uint8)
-        work = [dist.isend(_header(FAILED, len(text)).to(comm_device), TRAINER, tag=_TAG_BATCH),
-                dist.isend(text.to(comm_device), TRAINER, tag=_TAG_BATCH_PAYLOAD)]
+        work = [
+            dist.isend(_header(FAILED, len(text)).to(comm_device), TRAINER, tag=_TAG_BATCH),
+            dist.isend(text.to(comm_device), TRAINER, tag=_TAG_BATCH_PAYLOAD),
+        ]
         for w in work:
             _wait(w, "lost the trainer (rank 0) while reporting this error", TrainerGone)
         raise

@@ -75,7 +75,9 @@ class PreActResNet18(nn.Module):
         return self.linear(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, hidden_units: int, seed: int) -> nn.Module:
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, hidden_units: int, seed: int
+) -> nn.Module:
     """A freshly initialised model ``name`` for inputs of shape ``(C, H, W)``, seeded by ``seed``."""
     with seeded(seed):
         if name == "mlp":

@@ -73,7 +73,7 @@ def flatten_weights(model: nn.Module) -> torch.Tensor:
 def load_flat_weights(model: nn.Module, flat: torch.Tensor) -> None:
     offset = 0
     for t in _float_state(model):
-        t.copy_(flat[offset:offset + t.numel()].view_as(t))
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
 
 
@@ -102,21 +102,41 @@ def _wait(condition, stop, parent_pid: int, timeout_s: float, what: str):
         time.sleep(_POLL_S)
 
 
-def _producer_main(rank: int, producers: int, spec: ModelSpec, settings: TrainSettings, device: str, threads: int,
-                   x_train: torch.Tensor, y_train: torch.Tensor, shared: dict, batches_queue, errors, stop,
-                   parent_pid: int, timeout_s: float) -> None:
+def _producer_main(
+    rank: int,
+    producers: int,
+    spec: ModelSpec,
+    settings: TrainSettings,
+    device: str,
+    threads: int,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    shared: dict,
+    batches_queue,
+    errors,
+    stop,
+    parent_pid: int,
+    timeout_s: float,
+) -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer handles Ctrl-C and stops us
     try:
         torch.set_num_threads(threads)  # this process's own entry point: its threads are its own to set
-        model = build_model(spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed).to(device)
+        model = build_model(
+            spec.name, spec.input_shape, spec.num_classes, spec.hidden_units, settings.seed
+        ).to(device)
         model.train()
         with shared["lock"]:
             shared["ready"].value += 1
         version, last_epoch = -1, -1  # epochs count from 0; -1 means none opened yet
         while True:
-            epoch = _wait(lambda: (e if (e := shared["epoch"].value) != last_epoch else None),
-                          stop, parent_pid, timeout_s, "next epoch")
+            epoch = _wait(
+                lambda: e if (e := shared["epoch"].value) != last_epoch else None,
+                stop,
+                parent_pid,
+                timeout_s,
+                "next epoch",
+            )
             if epoch == _CLOSED:
                 return
             last_epoch = epoch
@@ -129,8 +149,16 @@ def _producer_main(rank: int, producers: int, spec: ModelSpec, settings: TrainSe
                     alpha = shared["alpha"].value
                 idx = batches[b]
                 x, y = x_train[idx].to(device), y_train[idx].to(device)
-                x_adv = attack(settings.attack, model, x, y, settings.eps, alpha, settings.steps,
-                               batch_generator(settings.seed, epoch, b)).cpu()
+                x_adv = attack(
+                    settings.attack,
+                    model,
+                    x,
+                    y,
+                    settings.eps,
+                    alpha,
+                    settings.steps,
+                    batch_generator(settings.seed, epoch, b),
+                ).cpu()
                 item = (epoch, b, rank, version, x_adv.numpy())
 
                 def put():
@@ -158,14 +186,29 @@ class ParallelSource:
     ``startup_timeout_s`` bounds the producers' start (a spawned process imports torch afresh).
     """
 
-    def __init__(self, spec: ModelSpec, x_train: torch.Tensor, y_train: torch.Tensor, settings: TrainSettings,
-                 producers: int, publish_every: int, queue_size: int, timeout_s: float,
-                 device: str = "cpu", threads_per_producer: int = 1, join_timeout_s: float = 10.0,
-                 startup_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        x_train: torch.Tensor,
+        y_train: torch.Tensor,
+        settings: TrainSettings,
+        producers: int,
+        publish_every: int,
+        queue_size: int,
+        timeout_s: float,
+        device: str = "cpu",
+        threads_per_producer: int = 1,
+        join_timeout_s: float = 10.0,
+        startup_timeout_s: float = 600.0,
+    ) -> None:
         self.spec, self.settings = spec, settings
         self.x_train, self.y_train = x_train, y_train
         self.producers, self.publish_every, self.queue_size = producers, publish_every, queue_size
-        self.timeout_s, self.join_timeout_s, self.startup_timeout_s = timeout_s, join_timeout_s, startup_timeout_s
+        self.timeout_s, self.join_timeout_s, self.startup_timeout_s = (
+            timeout_s,
+            join_timeout_s,
+            startup_timeout_s,
+        )
         self.device, self.threads_per_producer = device, threads_per_producer
         self.wait_s = 0.0
         self.startup_s = 0.0
@@ -176,8 +219,13 @@ class ParallelSource:
     def __enter__(self) -> "ParallelSource":
         start = time.perf_counter()
         ctx = self._context
-        model = build_model(self.spec.name, self.spec.input_shape, self.spec.num_classes, self.spec.hidden_units,
-                            self.settings.seed)
+        model = build_model(
+            self.spec.name,
+            self.spec.input_shape,
+            self.spec.num_classes,
+            self.spec.hidden_units,
+            self.settings.seed,
+        )
         self.shared = {
             "weights": flatten_weights(model).share_memory_(),
             "version": ctx.Value("q", -1, lock=False),
@@ -194,10 +242,26 @@ class ParallelSource:
         try:
             for rank in range(self.producers):
                 process = ctx.Process(
-                    target=_producer_main, name=f"membench-producer-{rank}", daemon=True,
-                    args=(rank, self.producers, self.spec, self.settings, self.device, self.threads_per_producer,
-                          x_train, y_train, self.shared, self.queue, self.errors, self.stop, os.getpid(),
-                          self.timeout_s))
+                    target=_producer_main,
+                    name=f"membench-producer-{rank}",
+                    daemon=True,
+                    args=(
+                        rank,
+                        self.producers,
+                        self.spec,
+                        self.settings,
+                        self.device,
+                        self.threads_per_producer,
+                        x_train,
+                        y_train,
+                        self.shared,
+                        self.queue,
+                        self.errors,
+                        self.stop,
+                        os.getpid(),
+                        self.timeout_s,
+                    ),
+                )
                 process.start()
                 self.processes.append(process)
                 print(f"producer {rank} pid {process.pid}", file=sys.stderr, flush=True)
@@ -266,7 +330,9 @@ class ParallelSource:
         for _ in range(len(batches)):
             got_epoch, b, rank, version, x_adv = self._next_batch()
             if got_epoch != epoch:
-                raise RuntimeError(f"producer {rank} sent batch {b} of epoch {got_epoch} during epoch {epoch}")
+                raise RuntimeError(
+                    f"producer {rank} sent batch {b} of epoch {got_epoch} during epoch {epoch}"
+                )
             yield AdversarialBatch(b, torch.from_numpy(x_adv), self.y_train[batches[b]], version, rank)
 
     def _next_batch(self):
@@ -295,5 +361,6 @@ class ParallelSource:
                             break
                 except queue_module.Empty:
                     pass
-                raise ProducerFailed(f"producer {rank} (pid {process.pid}) died with exit code "
-                                     f"{process.exitcode}{detail}")
+                raise ProducerFailed(
+                    f"producer {rank} (pid {process.pid}) died with exit code {process.exitcode}{detail}"
+                )

@@ -12,8 +12,21 @@ Runs are named ``<dataset>/eps<eps>/<variant>`` (variants as :func:`membench.rob
 
 from __future__ import annotations
 
-_DATA_KEYS = ("test_fraction", "train_limit", "test_limit", "model", "hidden_units", "epochs", "batch_size",
-              "learning_rate", "optimizer", "learning_rate_schedule", "momentum", "weight_decay", "timeout_s")
+_DATA_KEYS = (
+    "test_fraction",
+    "train_limit",
+    "test_limit",
+    "model",
+    "hidden_units",
+    "epochs",
+    "batch_size",
+    "learning_rate",
+    "optimizer",
+    "learning_rate_schedule",
+    "momentum",
+    "weight_decay",
+    "timeout_s",
+)
 
 
 def _eps_name(eps: float) -> str:
@@ -33,25 +46,53 @@ def plan_runs(robust: dict) -> dict[str, dict]:
     def add(eps_value: float, variant: str, options: dict) -> None:
         runs[f"{dataset}/{_eps_name(eps_value)}/{variant}"] = {**common, "eps": eps_value, **options}
 
-    step_counts = [robust["attack_steps"]] + [robust["weak_base_attack_steps"] * p for p in robust["producers"]]
+    step_counts = [robust["attack_steps"]] + [
+        robust["weak_base_attack_steps"] * p for p in robust["producers"]
+    ]
     for steps in dict.fromkeys(step_counts):
         for t in threads:
-            add(eps, f"seq-pgd{steps}-t{t}", {"mode": "sequential", "attack": "pgd", "attack_steps": steps, "threads": t})
+            add(
+                eps,
+                f"seq-pgd{steps}-t{t}",
+                {"mode": "sequential", "attack": "pgd", "attack_steps": steps, "threads": t},
+            )
         for p in robust["producers"]:
             if steps not in (robust["attack_steps"], robust["weak_base_attack_steps"] * p):
                 continue
             for k in robust["publish_every"]:
-                add(eps, f"par-pgd{steps}-p{p}-k{k}", {
-                    "mode": "parallel", "attack": "pgd", "attack_steps": steps, "threads": 1, "producers": p,
-                    "publish_every": k, "max_staleness": robust["max_staleness"], "queue_size": robust["queue_size"],
-                    "transport": robust["transport"],
-                })
+                add(
+                    eps,
+                    f"par-pgd{steps}-p{p}-k{k}",
+                    {
+                        "mode": "parallel",
+                        "attack": "pgd",
+                        "attack_steps": steps,
+                        "threads": 1,
+                        "producers": p,
+                        "publish_every": k,
+                        "max_staleness": robust["max_staleness"],
+                        "queue_size": robust["queue_size"],
+                        "transport": robust["transport"],
+                    },
+                )
     if robust["fgsm"]:
         for t in threads:
-            add(eps, f"seq-fgsm-t{t}", {"mode": "sequential", "attack": "fgsm", "attack_steps": 1, "threads": t})
+            add(
+                eps,
+                f"seq-fgsm-t{t}",
+                {"mode": "sequential", "attack": "fgsm", "attack_steps": 1, "threads": t},
+            )
     for hard in robust["hard_eps"]:
-        add(hard, f"seq-pgd{robust['attack_steps']}-t{max(threads)}",
-            {"mode": "sequential", "attack": "pgd", "attack_steps": robust["attack_steps"], "threads": max(threads)})
+        add(
+            hard,
+            f"seq-pgd{robust['attack_steps']}-t{max(threads)}",
+            {
+                "mode": "sequential",
+                "attack": "pgd",
+                "attack_steps": robust["attack_steps"],
+                "threads": max(threads),
+            },
+        )
     return runs
 
 

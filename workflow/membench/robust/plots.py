@@ -17,7 +17,12 @@ def _series(frame: pd.DataFrame):
     parallel = frame[frame["scaling"].isin(["strong", "weak"])]
     for (scaling, k), rows in parallel.groupby(["scaling", "publish_every"], sort=True):
         method = f"parallel_k{int(k)}"
-        yield f"{scaling}, k={int(k)}", method_colour(method), _SCALING_STYLE[scaling], rows.sort_values("producers")
+        yield (
+            f"{scaling}, k={int(k)}",
+            method_colour(method),
+            _SCALING_STYLE[scaling],
+            rows.sort_values("producers"),
+        )
 
 
 def plot_scaling(frame: pd.DataFrame, png_path: str | os.PathLike) -> None:
@@ -28,14 +33,22 @@ def plot_scaling(frame: pd.DataFrame, png_path: str | os.PathLike) -> None:
     producers = sorted(frame.loc[frame["mode"] == "parallel", "producers"].unique())
     for label, color, style, rows in _series(frame):
         speed_ax.plot(rows["producers"], rows["speedup"], marker="o", color=color, ls=style, label=label)
-        acc_ax.plot(rows["producers"], rows["robust_accuracy"], marker="o", color=color, ls=style, label=label)
+        acc_ax.plot(
+            rows["producers"], rows["robust_accuracy"], marker="o", color=color, ls=style, label=label
+        )
         baseline = rows["robust_accuracy"] - rows["robust_accuracy_delta"]
         acc_ax.plot(rows["producers"], baseline, linestyle=":", marker="x", color=BASELINE_COLOUR)
     for ax in (speed_ax, acc_ax):
         ax.set_xticks(producers)
     if producers:
-        speed_ax.plot(producers, [p + 1 for p in producers], linestyle="-.", color="black", lw=0.8,
-                      label="P + 1 (all cores busy)")
+        speed_ax.plot(
+            producers,
+            [p + 1 for p in producers],
+            linestyle="-.",
+            color="black",
+            lw=0.8,
+            label="P + 1 (all cores busy)",
+        )
     speed_ax.axhline(1.0, color="black", linewidth=0.8)
     speed_ax.set_xlabel("producers P")
     speed_ax.set_ylabel("over the best sequential run (x)")
@@ -54,9 +67,23 @@ def plot_staleness(frame: pd.DataFrame, png_path: str | os.PathLike) -> None:
     against P; colour by k, solid strong and dashed weak scaling."""
     fig, (ax,) = new_figure(height_in=3.8)
     for label, color, style, rows in _series(frame):
-        ax.plot(rows["producers"], rows["staleness_mean"], marker="o", color=color, ls=style, label=f"{label} mean")
-        ax.plot(rows["producers"], rows["staleness_max"], marker="^", color=color, ls=style, alpha=0.5,
-                label=f"{label} max")
+        ax.plot(
+            rows["producers"],
+            rows["staleness_mean"],
+            marker="o",
+            color=color,
+            ls=style,
+            label=f"{label} mean",
+        )
+        ax.plot(
+            rows["producers"],
+            rows["staleness_max"],
+            marker="^",
+            color=color,
+            ls=style,
+            alpha=0.5,
+            label=f"{label} max",
+        )
     ax.set_xticks(sorted(frame.loc[frame["mode"] == "parallel", "producers"].unique()))
     ax.set_xlabel("producers P")
     ax.set_ylabel("staleness (trainer steps)")

@@ -79,7 +79,9 @@ class AdversarialBatch:
 class BatchSource(Protocol):
     def start(self, model: nn.Module, step: int, alpha: float) -> None: ...
 
-    def epoch(self, epoch: int, batches: list[torch.Tensor], model: nn.Module) -> Iterator[AdversarialBatch]: ...
+    def epoch(
+        self, epoch: int, batches: list[torch.Tensor], model: nn.Module
+    ) -> Iterator[AdversarialBatch]: ...
 
     def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None: ...
 
@@ -114,7 +116,9 @@ def batch_generator(seed: int, epoch: int, batch: int) -> torch.Generator:
 class SequentialSource:
     """The trainer attacks each batch itself, on its current weights (staleness 0)."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings, device: torch.device) -> None:
+    def __init__(
+        self, x: torch.Tensor, y: torch.Tensor, settings: TrainSettings, device: torch.device
+    ) -> None:
         self.x, self.y, self.settings, self.device = x, y, settings, device
         self.alpha = settings.alpha
 
@@ -125,7 +129,9 @@ class SequentialSource:
         s = self.settings
         for b, idx in enumerate(batches):
             x, y = self.x[idx].to(self.device), self.y[idx].to(self.device)
-            x_adv = attack(s.attack, model, x, y, s.eps, self.alpha, s.steps, batch_generator(s.seed, epoch, b))
+            x_adv = attack(
+                s.attack, model, x, y, s.eps, self.alpha, s.steps, batch_generator(s.seed, epoch, b)
+            )
             yield AdversarialBatch(b, x_adv, y)
 
     def after_step(self, model: nn.Module, step: int, alpha: float, force: bool = False) -> None:
@@ -136,10 +142,16 @@ def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: i
     """Optimiser and per-step learning-rate schedule (``cyclic``: linear 0 -> learning_rate over the first 2/5
     of the steps, then back to 0, as Wong et al.)."""
     if settings.optimizer == "adam":
-        optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay)
+        optimizer = torch.optim.Adam(
+            model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
+        )
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=settings.learning_rate, momentum=settings.momentum,
-                                    weight_decay=settings.weight_decay)
+        optimizer = torch.optim.SGD(
+            model.parameters(),
+            lr=settings.learning_rate,
+            momentum=settings.momentum,
+            weight_decay=settings.weight_decay,
+        )
     total = max(1, settings.epochs * steps_per_epoch)
     peak = 0.4 * total
 
@@ -152,8 +164,14 @@ def make_optimizer(model: nn.Module, settings: TrainSettings, steps_per_epoch: i
 
 
 def train(
-    model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor, settings: TrainSettings,
-    source: BatchSource, checkpoint_path: str | os.PathLike, device: torch.device, identity: dict,
+    model: nn.Module,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    settings: TrainSettings,
+    source: BatchSource,
+    checkpoint_path: str | os.PathLike,
+    device: torch.device,
+    identity: dict,
 ) -> TrainResult:
     """Train ``model`` adversarially for ``settings.epochs`` epochs on batches from ``source``.
 
@@ -223,15 +241,23 @@ def _resume(run: _Run, checkpoint_path: str | os.PathLike, identity: dict) -> No
     run.scheduler.load_state_dict(state["scheduler"])
     run.good_state = {"model": state["good_model"], "optimizer": state["good_optimizer"]}
     run.step, run.guard_best = state["step"], state["guard_best"]
-    run.result = TrainResult(history=state["history"], staleness=state["staleness"].tolist(),
-                             train_wall_s=state["train_wall_s"], trained_samples=state["trained_samples"],
-                             regenerated_batches=state["regenerated_batches"], guard_events=state["guard_events"],
-                             guard_stopped=state["guard_stopped"], alpha=state["alpha"], epochs_done=state["epochs_done"],
-                             resumed_from_epoch=state["epochs_done"])
+    run.result = TrainResult(
+        history=state["history"],
+        staleness=state["staleness"].tolist(),
+        train_wall_s=state["train_wall_s"],
+        trained_samples=state["trained_samples"],
+        regenerated_batches=state["regenerated_batches"],
+        guard_events=state["guard_events"],
+        guard_stopped=state["guard_stopped"],
+        alpha=state["alpha"],
+        epochs_done=state["epochs_done"],
+        resumed_from_epoch=state["epochs_done"],
+    )
 
 
-def _train_epoch(run: _Run, x_train: torch.Tensor, s: TrainSettings, source: BatchSource, epoch: int,
-                 device: torch.device) -> _EpochFigures:
+def _train_epoch(
+    run: _Run, x_train: torch.Tensor, s: TrainSettings, source: BatchSource, epoch: int, device: torch.device
+) -> _EpochFigures:
     """One optimiser step on each batch of ``epoch``, in the order ``source`` delivers them; a batch
     staler than ``max_staleness`` is attacked again on the current weights."""
     batches = epoch_batches(len(x_train), s.batch_size, s.seed, epoch)
@@ -244,8 +270,16 @@ def _train_epoch(run: _Run, x_train: torch.Tensor, s: TrainSettings, source: Bat
         staleness = 0 if item.version is None else run.step - item.version
         x_adv, y = item.x_adv.to(device), item.y.to(device)
         if s.max_staleness is not None and staleness > s.max_staleness:
-            x_adv = attack(s.attack, run.model, x_train[batches[item.batch]].to(device), y, s.eps, run.result.alpha,
-                           s.steps, batch_generator(s.seed, epoch, item.batch))
+            x_adv = attack(
+                s.attack,
+                run.model,
+                x_train[batches[item.batch]].to(device),
+                y,
+                s.eps,
+                run.result.alpha,
+                s.steps,
+                batch_generator(s.seed, epoch, item.batch),
+            )
             run.result.regenerated_batches += 1
             staleness = 0
         figures.staleness.append(staleness)
@@ -254,7 +288,9 @@ def _train_epoch(run: _Run, x_train: torch.Tensor, s: TrainSettings, source: Bat
         figures.correct += correct
         source.after_step(run.model, run.step, run.result.alpha)
     if not all(seen):
-        raise RuntimeError(f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived")
+        raise RuntimeError(
+            f"epoch {epoch}: batches {[b for b, s_ in enumerate(seen) if not s_]} never arrived"
+        )
     return figures
 
 
@@ -270,8 +306,9 @@ def _step(run: _Run, x_adv: torch.Tensor, y: torch.Tensor) -> tuple[float, float
     return loss.item(), float((logits.argmax(1) == y).sum())
 
 
-def _guard(run: _Run, x_guard: torch.Tensor, y_guard: torch.Tensor, s: TrainSettings, source: BatchSource,
-           epoch: int) -> tuple[str, float]:
+def _guard(
+    run: _Run, x_guard: torch.Tensor, y_guard: torch.Tensor, s: TrainSettings, source: BatchSource, epoch: int
+) -> tuple[str, float]:
     """The catastrophic-overfitting guard after ``epoch``: ``(event, robust accuracy)``. A cliff restores
     the last good state and shrinks alpha or stops (the event names which); otherwise this state is good."""
     _, accuracy = evaluate(run.model, x_guard, y_guard, s.eps, s.guard_steps, 1, seed=s.seed + epoch)
@@ -290,8 +327,15 @@ def _guard(run: _Run, x_guard: torch.Tensor, y_guard: torch.Tensor, s: TrainSett
     return "", accuracy
 
 
-def _record_epoch(result: TrainResult, epoch: int, figures: _EpochFigures, samples: int, timer: Timer,
-                  guard_accuracy: float, event: str) -> None:
+def _record_epoch(
+    result: TrainResult,
+    epoch: int,
+    figures: _EpochFigures,
+    samples: int,
+    timer: Timer,
+    guard_accuracy: float,
+    event: str,
+) -> None:
     """Count ``epoch`` (from 0; ``samples`` trained, timed by ``timer``'s last sample) into ``result``
     and add its history row."""
     epoch_wall_s = timer.samples_s[-1]
@@ -299,23 +343,40 @@ def _record_epoch(result: TrainResult, epoch: int, figures: _EpochFigures, sampl
     result.trained_samples += samples
     result.staleness.extend(figures.staleness)
     result.epochs_done = epoch + 1
-    result.history.append({
-        "epoch": epoch + 1, "train_loss": figures.loss_sum / samples, "train_adv_accuracy": figures.correct / samples,
-        "guard_robust_accuracy": guard_accuracy, "guard_event": event, "alpha": result.alpha,
-        "epoch_wall_s": epoch_wall_s, "load_1m_max": timer.last_load_1m,
-        "staleness_mean": sum(figures.staleness) / len(figures.staleness), "staleness_max": max(figures.staleness),
-    })
+    result.history.append(
+        {
+            "epoch": epoch + 1,
+            "train_loss": figures.loss_sum / samples,
+            "train_adv_accuracy": figures.correct / samples,
+            "guard_robust_accuracy": guard_accuracy,
+            "guard_event": event,
+            "alpha": result.alpha,
+            "epoch_wall_s": epoch_wall_s,
+            "load_1m_max": timer.last_load_1m,
+            "staleness_mean": sum(figures.staleness) / len(figures.staleness),
+            "staleness_max": max(figures.staleness),
+        }
+    )
 
 
 def _checkpoint_state(run: _Run) -> dict:
     """What the checkpoint after an epoch holds: everything :func:`_resume` reads back."""
     result = run.result
     return {
-        "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(), "good_model": run.good_state["model"],
-        "good_optimizer": run.good_state["optimizer"], "step": run.step, "guard_best": run.guard_best,
-        "history": result.history, "staleness": torch.tensor(result.staleness, dtype=torch.int64),
-        "train_wall_s": result.train_wall_s, "trained_samples": result.trained_samples,
-        "regenerated_batches": result.regenerated_batches, "guard_events": result.guard_events,
-        "guard_stopped": result.guard_stopped, "alpha": result.alpha, "epochs_done": result.epochs_done,
+        "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "good_model": run.good_state["model"],
+        "good_optimizer": run.good_state["optimizer"],
+        "step": run.step,
+        "guard_best": run.guard_best,
+        "history": result.history,
+        "staleness": torch.tensor(result.staleness, dtype=torch.int64),
+        "train_wall_s": result.train_wall_s,
+        "trained_samples": result.trained_samples,
+        "regenerated_batches": result.regenerated_batches,
+        "guard_events": result.guard_events,
+        "guard_stopped": result.guard_stopped,
+        "alpha": result.alpha,
+        "epochs_done": result.epochs_done,
     }

@@ -12,7 +12,6 @@ from membench.core.meter import add_meter_options
 from membench.core.metrics import job_record, write_job_outputs
 from membench.core.options import BATCH_SIZE, SEED, STEPS, InputFile, OutputDir, OutputFile, integer
 
-
 # Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
 # step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
 # these parsers and the rules.
@@ -33,11 +32,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
     check = steps.add_parser("check", help="run the reference step under the meter; write metrics.json")
-    check.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv")
+    check.add_argument(
+        "--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv"
+    )
     check.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
     check.add_argument("--batch-size", type=BATCH_SIZE, default=32)
     check.add_argument("--train-steps", type=STEPS, default=20, help="training steps per timed block")
-    check.add_argument("--repeats", type=integer(1, 1000), default=5, help="timed blocks with and without the meter")
+    check.add_argument(
+        "--repeats", type=integer(1, 1000), default=5, help="timed blocks with and without the meter"
+    )
     add_meter_options(check)
     check.add_argument("--seed", type=SEED, default=0)
     plot = steps.add_parser("plot", help="plot a job's memlog.csv (memory over time)")
@@ -54,11 +57,11 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
+    import pandas as pd
+
     from membench.core.meter import MEMLOG_COLUMNS
     from membench.core.plots import plot_memlog
     from membench.core.validate import read_csv_columns
-
-    import pandas as pd
 
     memlog = read_csv_columns(args.memlog, MEMLOG_COLUMNS)
     for column in MEMLOG_COLUMNS:
@@ -100,6 +103,12 @@ def _check(args: argparse.Namespace) -> None:
     path = write_job_outputs(args.outdir, record, memlog)
     logging.info(
         "meter check on %s (%s): overhead %.2f%% (sampler CPU %.3f%%), sources nvml=%s allocator=%s rapl=%s -> %s",
-        record["device"], record["device_name"], record["meter_overhead_pct"], record["sampler_cpu_pct"],
-        record["nvml_available"], record["allocator_available"], record["rapl_available"], path,
+        record["device"],
+        record["device_name"],
+        record["meter_overhead_pct"],
+        record["sampler_cpu_pct"],
+        record["nvml_available"],
+        record["allocator_available"],
+        record["rapl_available"],
+        path,
     )

@@ -93,7 +93,9 @@ def _decompressed_size(handle: IO[bytes], path: Path) -> int:
         while chunk := stream.read(_CHUNK_BYTES):
             size += len(chunk)
             if size > MAX_CONTENT_BYTES:
-                raise InputError(path, f"decompresses to more than {MAX_CONTENT_BYTES} bytes, the limit of a binary")
+                raise InputError(
+                    path, f"decompresses to more than {MAX_CONTENT_BYTES} bytes, the limit of a binary"
+                )
     return size
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from membench.core.options import SEED, InputDir, InputFile, OutputDir, OutputFile, integer, real
 from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
 from membench.data.bodmas.synthetic import SyntheticSpec
-from membench.core.options import SEED, InputDir, InputFile, OutputDir, OutputFile, integer, real
 
 # The range of every numeric field of SyntheticSpec and FoldSpec, as its option's type. Files of
 # up to 1 GiB; the config schema repeats the ranges of the fields it sets.
@@ -96,22 +96,30 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
-    synthetic = steps.add_parser("synthetic", help="write a synthetic BODMAS-shaped set (metadata + binaries)")
+    synthetic = steps.add_parser(
+        "synthetic", help="write a synthetic BODMAS-shaped set (metadata + binaries)"
+    )
     synthetic.add_argument("--outdir", type=OutputDir, required=True)
     _add_dataclass_options(synthetic, SyntheticSpec)
 
     elf = steps.add_parser("elf", help="collect ELF programs and shared libraries found on this machine")
     elf.add_argument("--outdir", type=OutputDir, required=True)
-    elf.add_argument("--search-dir", type=InputDir, action="append", required=True, help="directory to search (repeatable)")
+    elf.add_argument(
+        "--search-dir", type=InputDir, action="append", required=True, help="directory to search (repeatable)"
+    )
     elf.add_argument("--max-files", type=integer(4, 1_000_000), default=200)
     elf.add_argument("--max-file-bytes", type=FILE_BYTES, default=1 << 20)
     elf.add_argument("--seed", type=SEED, default=0)
 
     fold = steps.add_parser("fold", help="validate a dataset and write one fold's train/val/test CSVs")
-    fold.add_argument("--metadata", type=InputFile, required=True, help="bodmas_metadata.csv (sha, timestamp, family)")
+    fold.add_argument(
+        "--metadata", type=InputFile, required=True, help="bodmas_metadata.csv (sha, timestamp, family)"
+    )
     fold.add_argument("--binaries", type=InputDir, required=True, help="directory of <sha>.exe files")
     fold.add_argument("--dataset", required=True, help="dataset name used in the fold file names")
-    fold.add_argument("--fold", type=integer(0, 1000), required=True, help="0 (time split) or 1..k (stratified)")
+    fold.add_argument(
+        "--fold", type=integer(0, 1000), required=True, help="0 (time split) or 1..k (stratified)"
+    )
     fold.add_argument("--outdir", type=OutputDir, required=True)
     _add_dataclass_options(fold, FoldSpec)
 
@@ -122,7 +130,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     classes.add_argument("--top-families", type=TOP_FAMILIES, default=10)
 
     stats = steps.add_parser("stats", help="samples, classes and size quantiles per split")
-    stats.add_argument("--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it")
+    stats.add_argument(
+        "--out", type=OutputFile, required=True, help="table CSV; the Parquet twin is written beside it"
+    )
     stats.add_argument("folds", type=InputFile, nargs="+", help="fold CSV files")
 
     plot = steps.add_parser("plot-sizes", help="file-size distribution per dataset and class")
@@ -143,7 +153,14 @@ def run(args: argparse.Namespace) -> None:
     elif args.step == "fold":
         from membench.data.bodmas.folds import make_fold
 
-        make_fold(args.metadata, args.binaries, args.dataset, args.fold, args.outdir, _spec_from_args(FoldSpec, args))
+        make_fold(
+            args.metadata,
+            args.binaries,
+            args.dataset,
+            args.fold,
+            args.outdir,
+            _spec_from_args(FoldSpec, args),
+        )
     elif args.step == "classes":
         from membench.data.bodmas.folds import write_classes
 

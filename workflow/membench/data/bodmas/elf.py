@@ -55,7 +55,9 @@ def elf_kind(header: bytes) -> str | None:
     return "library" if e_type == 3 else "program"
 
 
-def find_elf_files(search_dirs: Iterable[str | os.PathLike], max_file_bytes: int) -> Iterator[tuple[Path, str]]:
+def find_elf_files(
+    search_dirs: Iterable[str | os.PathLike], max_file_bytes: int
+) -> Iterator[tuple[Path, str]]:
     """Yield ``(path, kind)`` for regular ELF files under ``search_dirs``, in sorted order.
 
     Symbolic links are skipped (they would repeat files); unreadable files and anything but
@@ -70,7 +72,11 @@ def find_elf_files(search_dirs: Iterable[str | os.PathLike], max_file_bytes: int
             for name in sorted(filenames):
                 path = Path(dirpath) / name
                 try:
-                    if path.is_symlink() or not path.is_file() or not 0 < path.stat().st_size <= max_file_bytes:
+                    if (
+                        path.is_symlink()
+                        or not path.is_file()
+                        or not 0 < path.stat().st_size <= max_file_bytes
+                    ):
                         continue
                     with open_regular(path) as handle:
                         kind = elf_kind(handle.read(4096))
@@ -120,7 +126,9 @@ def build_elf_set(
         seen.add(sha)
         atomic.write_bytes(binaries / binary_name(sha), content)
         timestamp = pd.Timestamp(path.stat().st_mtime, unit="s", tz="UTC")
-        rows.append((sha, timestamp.strftime("%Y-%m-%d %H:%M:%S+00:00"), "" if kind == "program" else LIBRARY_FAMILY))
+        rows.append(
+            (sha, timestamp.strftime("%Y-%m-%d %H:%M:%S+00:00"), "" if kind == "program" else LIBRARY_FAMILY)
+        )
     metadata = pd.DataFrame(rows, columns=["sha", "timestamp", "family"])
     atomic.write_csv(outdir / "metadata.csv", metadata)
     return metadata

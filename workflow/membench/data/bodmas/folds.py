@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 from sklearn.model_selection import StratifiedKFold, train_test_split
+from tqdm import tqdm
 
 from membench.core import atomic
 from membench.core.errors import InputError
@@ -87,14 +87,20 @@ def read_metadata(metadata_path: str | os.PathLike, binaries_dir: str | os.PathL
     unique_column(frame, "sha", path)
     for i, sha in enumerate(frame["sha"]):
         if not _SHA_PATTERN.match(sha):
-            raise InputError(path, f"sha {sha!r} is not a plain file-name token (letters, digits, '_', '.', '-')", csv_line(i))
+            raise InputError(
+                path,
+                f"sha {sha!r} is not a plain file-name token (letters, digits, '_', '.', '-')",
+                csv_line(i),
+            )
     timestamps = pd.to_datetime(frame["timestamp"], errors="coerce", utc=True, format="mixed")
     if timestamps.isna().any():
         i = int(timestamps.isna().to_numpy().argmax())
         raise InputError(path, f"timestamp {frame['timestamp'].iloc[i]!r} is not a date", csv_line(i))
     frame["timestamp"] = timestamps
     names, sizes = [], []
-    for i, sha in enumerate(tqdm(frame["sha"], desc=f"checking binaries of {path.name}", unit="file", mininterval=10)):
+    for i, sha in enumerate(
+        tqdm(frame["sha"], desc=f"checking binaries of {path.name}", unit="file", mininterval=10)
+    ):
         name = binary_name(sha)
         file = safe_join(binaries_dir, name, path, csv_line(i))
         try:
@@ -107,7 +113,9 @@ def read_metadata(metadata_path: str | os.PathLike, binaries_dir: str | os.PathL
     return frame
 
 
-def assign_labels(metadata: pd.DataFrame, label_mode: str, top_families: int, path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def assign_labels(
+    metadata: pd.DataFrame, label_mode: str, top_families: int, path
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Add a ``Label`` column; return the labelled rows and the class table (Label, Name, Count)."""
     if label_mode == "binary":
         labelled = metadata.assign(Label=(metadata["family"] != "").astype("int64"))
@@ -126,11 +134,14 @@ def assign_labels(metadata: pd.DataFrame, label_mode: str, top_families: int, pa
         raise InputError(path, f"label mode {label_mode!r} is not one of {', '.join(LABEL_MODES)}")
     counts = labelled["Label"].value_counts()
     classes = pd.DataFrame(
-        [(label, name, int(counts.get(label, 0))) for label, name in names.items()], columns=["Label", "Name", "Count"]
+        [(label, name, int(counts.get(label, 0))) for label, name in names.items()],
+        columns=["Label", "Name", "Count"],
     )
     present = classes[classes["Count"] > 0]
     if len(present) < 2:
-        raise InputError(path, f"label mode {label_mode!r} leaves {len(present)} class(es); at least 2 are needed")
+        raise InputError(
+            path, f"label mode {label_mode!r} leaves {len(present)} class(es); at least 2 are needed"
+        )
     return labelled.reset_index(drop=True), classes
 
 
@@ -142,7 +153,8 @@ def split_folds(metadata: pd.DataFrame, spec: FoldSpec, path) -> list[dict[str, 
     smallest = int(metadata["Label"].value_counts().min())
     if smallest < spec.folds:
         raise InputError(
-            path, f"the smallest class has {smallest} sample(s), fewer than the {spec.folds} stratified folds asked for"
+            path,
+            f"the smallest class has {smallest} sample(s), fewer than the {spec.folds} stratified folds asked for",
         )
     splits = [_time_split(metadata, spec, path)]
     stratified = StratifiedKFold(n_splits=spec.folds, shuffle=True, random_state=spec.seed)
@@ -174,7 +186,9 @@ def make_fold(
     return written
 
 
-def write_classes(metadata_path: str | os.PathLike, out_path: str | os.PathLike, label_mode: str, top_families: int) -> pd.DataFrame:
+def write_classes(
+    metadata_path: str | os.PathLike, out_path: str | os.PathLike, label_mode: str, top_families: int
+) -> pd.DataFrame:
     """Write the class table (Label, Name, Count) of a dataset under ``label_mode``."""
     frame = read_csv_columns(metadata_path, METADATA_COLUMNS)
     frame["family"] = frame["family"].str.strip()
@@ -215,7 +229,9 @@ def _ordered(frame: pd.DataFrame, sort_by_size: bool) -> pd.DataFrame:
     return frame.sort_values("FileName", kind="stable")
 
 
-def read_fold(csv_path: str | os.PathLike, binaries_dir: str | os.PathLike, num_classes: int | None = None) -> pd.DataFrame:
+def read_fold(
+    csv_path: str | os.PathLike, binaries_dir: str | os.PathLike, num_classes: int | None = None
+) -> pd.DataFrame:
     """Read a fold CSV and check it: columns, integer labels in range, sizes, files inside ``binaries_dir``.
 
     Returns columns ``FileName, Label, File_Size, path`` (``path``: the resolved binary).
@@ -231,4 +247,3 @@ def read_fold(csv_path: str | os.PathLike, binaries_dir: str | os.PathLike, num_
         resolved.append(str(file))
     frame["path"] = resolved
     return frame
-

@@ -15,13 +15,28 @@ from membench.core.validate import int_column, read_csv_columns
 from membench.data.bodmas import FOLD_COLUMNS
 
 STATS_COLUMNS = (
-    "dataset", "fold", "split", "samples", "classes", "class_counts",
-    "min_bytes", "p25_bytes", "median_bytes", "p75_bytes", "p95_bytes", "max_bytes", "total_mib",
+    "dataset",
+    "fold",
+    "split",
+    "samples",
+    "classes",
+    "class_counts",
+    "min_bytes",
+    "p25_bytes",
+    "median_bytes",
+    "p75_bytes",
+    "p95_bytes",
+    "max_bytes",
+    "total_mib",
 )
 
 
 def split_statistics(
-    fold_csv: str | os.PathLike, dataset: str, fold: int, split: str, class_names: dict[int, str] | None = None
+    fold_csv: str | os.PathLike,
+    dataset: str,
+    fold: int,
+    split: str,
+    class_names: dict[int, str] | None = None,
 ) -> dict[str, object]:
     """One statistics row for one split file; ``class_names`` labels the per-class counts."""
     frame = _read_fold_table(fold_csv)
@@ -34,7 +49,9 @@ def split_statistics(
         "split": split,
         "samples": int(len(frame)),
         "classes": int(len(counts)),
-        "class_counts": " ".join(f"{(class_names or {}).get(label, label)}:{count}" for label, count in counts.items()),
+        "class_counts": " ".join(
+            f"{(class_names or {}).get(label, label)}:{count}" for label, count in counts.items()
+        ),
         **{name: float(q) for name, q in zip(STATS_COLUMNS[6:12], quantiles)},
         "total_mib": float(sizes.sum()) / 2**20,
     }
@@ -54,8 +71,11 @@ def parse_fold_path(path: str | os.PathLike) -> tuple[str, str, int]:
     name is an :class:`InputError` (the name is how a fold file says what it holds)."""
     match = re.fullmatch(r"(train|val|test)_(.+)_fold_(\d{1,6})\.csv", Path(path).name)
     if match is None:
-        raise InputError(path, "a fold file's name must be <train|val|test>_<dataset>_fold_<i>.csv,"
-                               " as membench bodmas fold writes it")
+        raise InputError(
+            path,
+            "a fold file's name must be <train|val|test>_<dataset>_fold_<i>.csv,"
+            " as membench bodmas fold writes it",
+        )
     return match.group(1), match.group(2), int(match.group(3))
 
 

@@ -64,7 +64,9 @@ def generate_synthetic(outdir: str | os.PathLike, spec: SyntheticSpec) -> pd.Dat
             family = ""
         else:
             family = classes[1 + int(rng.choice(spec.families, p=family_weights))]
-        size = int(np.clip(rng.lognormal(np.log(spec.median_bytes), spec.size_sigma), spec.min_bytes, spec.max_bytes))
+        size = int(
+            np.clip(rng.lognormal(np.log(spec.median_bytes), spec.size_sigma), spec.min_bytes, spec.max_bytes)
+        )
         content = _file_content(rng, size, motifs[family], spec.motif_copies)
         sha = hashlib.sha256(content).hexdigest()
         data = gzip.compress(content, mtime=0) if rng.random() < spec.gzip_fraction else content

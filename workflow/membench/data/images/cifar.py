@@ -24,7 +24,11 @@ from membench.core.validate import open_regular
 from membench.data.images.lmdb_store import write_lmdb
 
 CIFAR_FILES = {
-    "cifar10": {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"], "meta": "batches.meta"},
+    "cifar10": {
+        "train": [f"data_batch_{i}" for i in range(1, 6)],
+        "test": ["test_batch"],
+        "meta": "batches.meta",
+    },
     "cifar100": {"train": ["train"], "test": ["test"], "meta": "meta"},
 }
 _ALLOWED_GLOBALS = {
@@ -59,7 +63,9 @@ def _reconstruct_within(reconstruct, file_bytes: int):
         except (TypeError, ValueError) as exc:
             raise pickle.UnpicklingError(f"malformed array header ({exc})") from None
         if nbytes > file_bytes:
-            raise pickle.UnpicklingError(f"an array of {nbytes} bytes declared in a file of {file_bytes} bytes")
+            raise pickle.UnpicklingError(
+                f"an array of {nbytes} bytes declared in a file of {file_bytes} bytes"
+            )
         return reconstruct(subtype, shape, dtype)
 
     return checked
@@ -93,7 +99,9 @@ def _images_and_labels(batch: dict, label_key: str, num_classes: int, path) -> t
         raise InputError(path, f"expected a list of {data.shape[0]} labels", f"key {label_key!r}")
     for i, label in enumerate(labels):
         if not isinstance(label, int) or not 0 <= label < num_classes:
-            raise InputError(path, f"label {label!r} at position {i} outside 0..{num_classes - 1}", f"key {label_key!r}")
+            raise InputError(
+                path, f"label {label!r} at position {i} outside 0..{num_classes - 1}", f"key {label_key!r}"
+            )
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
 
 
@@ -117,11 +125,15 @@ def _read_split(batch_dir, variant: str, split: str) -> tuple[list[tuple[np.ndar
     return parts, classes
 
 
-def cifar_arrays(batch_dir: str | os.PathLike, variant: str, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def cifar_arrays(
+    batch_dir: str | os.PathLike, variant: str, split: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The ``split`` (``train`` or ``test``) of CIFAR ``variant`` in ``batch_dir`` as arrays:
     images ``(N, 32, 32, 3)`` uint8, labels ``(N,)`` int64, and the class names."""
     if variant not in CIFAR_FILES:
-        raise InputError(None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant")
+        raise InputError(
+            None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant"
+        )
     parts, classes = _read_split(batch_dir, variant, split)
     images = np.concatenate([images for images, _ in parts])
     labels = np.concatenate([np.asarray(labels, dtype=np.int64) for _, labels in parts])
@@ -132,7 +144,9 @@ def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_di
     """Convert the ``split`` (``train`` or ``test``) batches of CIFAR ``variant`` (``cifar10`` or
     ``cifar100``, fine labels) in ``batch_dir`` to an image LMDB at ``out_dir``."""
     if variant not in CIFAR_FILES:
-        raise InputError(None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant")
+        raise InputError(
+            None, f"variant must be one of {', '.join(CIFAR_FILES)}, got {variant!r}", "option --variant"
+        )
     if split not in ("train", "test"):
         raise InputError(None, f"split must be train or test, got {split!r}", "option --split")
     parts, classes = _read_split(batch_dir, variant, split)
@@ -140,4 +154,12 @@ def cifar_to_lmdb(batch_dir: str | os.PathLike, variant: str, split: str, out_di
     records = ((label, _png(image)) for images, labels in parts for image, label in zip(images, labels))
     batch_dir, files = Path(batch_dir), CIFAR_FILES[variant]
     inputs = [batch_dir / files["meta"]] + [batch_dir / name for name in files[split]]
-    return write_lmdb(out_dir, records, count, classes, count * 3200, description=f"{variant} {split} -> lmdb", inputs=inputs)
+    return write_lmdb(
+        out_dir,
+        records,
+        count,
+        classes,
+        count * 3200,
+        description=f"{variant} {split} -> lmdb",
+        inputs=inputs,
+    )

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import logging
 
-from membench.data.images.generate import DigitsSpec
 from membench.core.options import IMAGE_SIZE, SEED, TIMEOUT_S, InputDir, OutputDir, integer, real
+from membench.data.images.generate import DigitsSpec
 
 # The range of every field of DigitsSpec, as its option's type (the config schema repeats them).
 PIXELS = integer(8, 4096)
@@ -43,22 +43,34 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     digits = steps.add_parser("digits", help="draw scikit-learn digits as an image folder (train/val)")
     digits.add_argument("--outdir", type=OutputDir, required=True)
     for field in dataclasses.fields(DigitsSpec):
-        digits.add_argument("--" + field.name.replace("_", "-"), type=FIELD_TYPES[field.name], default=field.default)
+        digits.add_argument(
+            "--" + field.name.replace("_", "-"), type=FIELD_TYPES[field.name], default=field.default
+        )
 
     folder = steps.add_parser("lmdb", help="ImageFolder root/<split>/<class>/<image> to one LMDB")
     folder.add_argument("--root", type=InputDir, required=True)
     folder.add_argument("--split", required=True)
-    folder.add_argument("--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)")
-    folder.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
-                        help="check that every file parses as an image")
+    folder.add_argument(
+        "--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)"
+    )
+    folder.add_argument(
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check that every file parses as an image",
+    )
 
     cifar = steps.add_parser("cifar", help="CIFAR-10/100 python batches to one LMDB")
     cifar.add_argument("--root", type=InputDir, required=True, help="directory of the python batches")
     cifar.add_argument("--source", required=True, choices=("cifar10", "cifar100"))
     cifar.add_argument("--split", required=True, choices=("train", "test"))
-    cifar.add_argument("--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)")
+    cifar.add_argument(
+        "--outdir", type=OutputDir, required=True, help="LMDB directory to create (replaced atomically)"
+    )
 
-    check = steps.add_parser("check", help="read and decode every record of an image LMDB (in a child process)")
+    check = steps.add_parser(
+        "check", help="read and decode every record of an image LMDB (in a child process)"
+    )
     check.add_argument("--lmdb", type=InputDir, required=True, help="LMDB directory")
     check.add_argument("--timeout-s", type=TIMEOUT_S, default=3600.0)
     return parser

@@ -29,9 +29,13 @@ def scan_image_folder(split_dir: str | os.PathLike) -> tuple[list[tuple[Path, in
         raise InputError(split_dir, "no class directories (expected root/<split>/<class>/<image>)")
     items = []
     for label, name in enumerate(classes):
-        files = sorted(p for p in (split_dir / name).iterdir() if not p.is_dir() and p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(
+            p for p in (split_dir / name).iterdir() if not p.is_dir() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
         if not files:
-            raise InputError(split_dir / name, f"class directory holds no images ({', '.join(IMAGE_SUFFIXES)})")
+            raise InputError(
+                split_dir / name, f"class directory holds no images ({', '.join(IMAGE_SUFFIXES)})"
+            )
         items.extend((regular_file(f), label) for f in files)
     return items, classes
 
@@ -47,7 +51,9 @@ def _checked_bytes(file: Path, verify: bool) -> bytes:
     return data
 
 
-def folder_to_lmdb(root: str | os.PathLike, split: str, out_dir: str | os.PathLike, verify: bool = True) -> Path:
+def folder_to_lmdb(
+    root: str | os.PathLike, split: str, out_dir: str | os.PathLike, verify: bool = True
+) -> Path:
     """Write ``root/<split>`` as an image LMDB at ``out_dir`` (atomic); return ``out_dir``.
 
     The encoded image bytes are stored as they are on disk (no re-encoding); ``verify`` checks
@@ -57,4 +63,6 @@ def folder_to_lmdb(root: str | os.PathLike, split: str, out_dir: str | os.PathLi
     items, classes = scan_image_folder(split_dir)
     total_bytes = sum(f.stat().st_size for f, _ in items)
     records = ((label, _checked_bytes(f, verify)) for f, label in items)
-    return write_lmdb(out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb", inputs=[split_dir])
+    return write_lmdb(
+        out_dir, records, len(items), classes, total_bytes, description=f"{split} -> lmdb", inputs=[split_dir]
+    )

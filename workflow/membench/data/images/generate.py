@@ -56,7 +56,9 @@ def draw_digit(digit: np.ndarray, spec: DigitsSpec, rng: np.random.Generator) ->
     glyph = Image.fromarray((digit * (255.0 / 16.0)).astype(np.uint8)).resize((size, size), Image.BILINEAR)
     alpha = np.zeros((spec.image_size, spec.image_size), dtype=np.float32)
     centre = (spec.image_size - size) // 2
-    top, left = np.clip(centre + rng.integers(-spec.max_shift, spec.max_shift + 1, size=2), 0, spec.image_size - size)
+    top, left = np.clip(
+        centre + rng.integers(-spec.max_shift, spec.max_shift + 1, size=2), 0, spec.image_size - size
+    )
     alpha[top : top + size, left : left + size] = np.asarray(glyph, dtype=np.float32) / 255.0
     background = rng.uniform(0.0, spec.background_max, size=3)
     foreground = rng.uniform(spec.foreground_min, 255.0, size=3)
@@ -79,8 +81,14 @@ def generate_digits_folder(outdir: str | os.PathLike, spec: DigitsSpec) -> dict[
     return counts
 
 
-def _draw_all(outdir: Path, images: np.ndarray, labels: np.ndarray, spec: DigitsSpec, rng: np.random.Generator,
-              counts: dict[str, int]) -> None:
+def _draw_all(
+    outdir: Path,
+    images: np.ndarray,
+    labels: np.ndarray,
+    spec: DigitsSpec,
+    rng: np.random.Generator,
+    counts: dict[str, int],
+) -> None:
     for label in range(10):
         indices = np.flatnonzero(labels == label)
         rng.shuffle(indices)

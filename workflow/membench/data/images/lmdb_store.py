@@ -60,11 +60,13 @@ def decode_record(value: bytes, path, key: bytes, num_classes: int) -> tuple[int
     """Split a record into ``(label, image bytes)``; raise :class:`InputError` naming the key if corrupt."""
     where = f"key {key.decode(errors='replace')!r}"
     if len(value) <= LABEL.size:
-        raise InputError(path, f"corrupt record: {len(value)} bytes, expected an 8-byte label and image bytes", where)
+        raise InputError(
+            path, f"corrupt record: {len(value)} bytes, expected an 8-byte label and image bytes", where
+        )
     (label,) = LABEL.unpack_from(value)
     if not 0 <= label < num_classes:
         raise InputError(path, f"corrupt record: label {label} outside 0..{num_classes - 1}", where)
-    return label, bytes(value[LABEL.size:])
+    return label, bytes(value[LABEL.size :])
 
 
 def write_lmdb(
@@ -91,7 +93,9 @@ def write_lmdb(
         written = 0
         try:
             txn = env.begin(write=True)
-            for index, (label, image_bytes) in enumerate(tqdm(records, total=count, desc=description, unit="img")):
+            for index, (label, image_bytes) in enumerate(
+                tqdm(records, total=count, desc=description, unit="img")
+            ):
                 txn.put(record_key(index), encode_record(label, image_bytes))
                 written += 1
                 if written % 1000 == 0:
@@ -117,8 +121,11 @@ def _check_data_file(data_file: Path) -> None:
         head = handle.read(_META_READ_BYTES)
         size = os.fstat(handle.fileno()).st_size
     # Meta page 0 starts the file, meta page 1 starts one page in (the page size is not known yet).
-    metas = [meta for offset in (0, *sorted(_PAGE_SIZES)) if (meta := _meta_page(head, offset))
-             and (offset == 0 or offset == meta[0])]
+    metas = [
+        meta
+        for offset in (0, *sorted(_PAGE_SIZES))
+        if (meta := _meta_page(head, offset)) and (offset == 0 or offset == meta[0])
+    ]
     if not metas:
         raise InputError(data_file, "not an LMDB data file or its header is damaged (no valid meta page)")
     page_bytes, last_page, _ = max(metas, key=lambda meta: meta[2])
@@ -166,7 +173,9 @@ def check_lmdb(path: str | os.PathLike, timeout_s: float = 3600.0) -> int:
         receiver.close()
     if outcome is None:
         if child.exitcode is not None and child.exitcode < 0:
-            raise InputError(path / "data.mdb", f"the LMDB reader crashed (signal {-child.exitcode}): the file is damaged")
+            raise InputError(
+                path / "data.mdb", f"the LMDB reader crashed (signal {-child.exitcode}): the file is damaged"
+            )
         raise InputError(path, f"reading every record took more than {timeout_s:g} s")
     kind, value = outcome
     if kind == "error":
@@ -195,7 +204,9 @@ def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     try:
         env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)
     except lmdb.Error as exc:
-        raise InputError(path / "data.mdb", f"cannot open the LMDB, the file is damaged or not an LMDB ({exc})") from None
+        raise InputError(
+            path / "data.mdb", f"cannot open the LMDB, the file is damaged or not an LMDB ({exc})"
+        ) from None
     try:
         with env.begin() as txn:
             raw = {key: txn.get(key) for key in (b"__format__", b"__len__", b"__classes__")}
@@ -207,19 +218,25 @@ def read_metadata(path: str | os.PathLike) -> tuple[int, list[str]]:
     values = {}
     for key, value in raw.items():
         if value is None:
-            raise InputError(path, "metadata key missing (not a membench image LMDB)", f"key {key.decode()!r}")
+            raise InputError(
+                path, "metadata key missing (not a membench image LMDB)", f"key {key.decode()!r}"
+            )
         try:
             values[key] = json.loads(value)
         except (ValueError, UnicodeDecodeError):  # JSONDecodeError, or an integer of over 4300 digits
             raise InputError(path, "metadata is not valid JSON", f"key {key.decode()!r}") from None
     if values[b"__format__"] != FORMAT:
-        raise InputError(path, f"unsupported format {values[b'__format__']!r}, expected {FORMAT!r}", "key '__format__'")
+        raise InputError(
+            path, f"unsupported format {values[b'__format__']!r}, expected {FORMAT!r}", "key '__format__'"
+        )
     length, classes = values[b"__len__"], values[b"__classes__"]
     if type(length) is not int or length < 0:  # JSON true is a Python bool, an int subclass
         raise InputError(path, f"expected a non-negative integer, got {length!r}", "key '__len__'")
     # Readers size index arrays, samplers and ranges by the length: it must be one the LMDB holds.
     if length > entries - len(raw):
-        raise InputError(path, f"{length} records named, but the LMDB holds {entries - len(raw)}", "key '__len__'")
+        raise InputError(
+            path, f"{length} records named, but the LMDB holds {entries - len(raw)}", "key '__len__'"
+        )
     if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
         raise InputError(path, "expected a non-empty JSON list of class names", "key '__classes__'")
     return length, classes
@@ -252,7 +269,9 @@ class ImageLMDB(torch.utils.data.Dataset):
     def _environment(self) -> lmdb.Environment:
         if self._env is None or self._pid != os.getpid():
             try:
-                self._env = lmdb.open(str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=True)
+                self._env = lmdb.open(
+                    str(self.path), readonly=True, lock=False, readahead=False, meminit=False, subdir=True
+                )
             except lmdb.Error as exc:
                 raise InputError(self.path / "data.mdb", f"cannot open the LMDB ({exc})") from None
             self._pid = os.getpid()
@@ -267,7 +286,9 @@ class ImageLMDB(torch.utils.data.Dataset):
             with self._environment().begin() as txn:
                 value = txn.get(key)
         except lmdb.Error as exc:
-            raise InputError(self.path / "data.mdb", f"the LMDB is damaged ({exc})", f"key {key.decode()!r}") from None
+            raise InputError(
+                self.path / "data.mdb", f"the LMDB is damaged ({exc})", f"key {key.decode()!r}"
+            ) from None
         if value is None:
             raise InputError(self.path, "record missing", f"key {key.decode()!r}")
         return decode_record(value, self.path, key, len(self.classes))

@@ -53,10 +53,14 @@ def read_idx(path: str | os.PathLike, ndim: int) -> np.ndarray:
     header_bytes = 4 + 4 * ndim
     if len(raw) < header_bytes:
         raise InputError(path, "file ends inside the header", "header")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = header_bytes + math.prod(shape)  # exact: numpy's product wraps at 2**64 (2**31 x 2**31 x 4 is 0)
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    expected = header_bytes + math.prod(
+        shape
+    )  # exact: numpy's product wraps at 2**64 (2**31 x 2**31 x 4 is 0)
     if len(raw) != expected:
-        raise InputError(path, f"header announces shape {shape} ({expected} bytes) but the file has {len(raw)} bytes")
+        raise InputError(
+            path, f"header announces shape {shape} ({expected} bytes) but the file has {len(raw)} bytes"
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=header_bytes).reshape(shape)
 
 

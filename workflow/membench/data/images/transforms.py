@@ -17,7 +17,9 @@ from PIL import Image
 from membench.core.errors import InputError
 
 
-def decode_image(image_bytes: bytes, path, where: str | None = None, problem: str = "corrupt record: image bytes") -> Image.Image:
+def decode_image(
+    image_bytes: bytes, path, where: str | None = None, problem: str = "corrupt record: image bytes"
+) -> Image.Image:
     """Decode encoded image bytes to an RGB PIL image (every pixel read, so a truncated file fails).
 
     Raises :class:`InputError` naming ``path`` and ``where`` when the bytes are not an image, are
@@ -32,7 +34,9 @@ def decode_image(image_bytes: bytes, path, where: str | None = None, problem: st
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise InputError(path, f"{problem} declare too many pixels ({exc})", where) from None
     except Exception as exc:  # PIL raises many types (OSError, SyntaxError, struct.error, ...) on bad bytes
-        raise InputError(path, f"{problem} do not decode as an image ({type(exc).__name__}: {exc})", where) from None
+        raise InputError(
+            path, f"{problem} do not decode as an image ({type(exc).__name__}: {exc})", where
+        ) from None
 
 
 def to_tensor(image: Image.Image) -> torch.Tensor:
