@@ -133,7 +133,8 @@ def _division(results: Path) -> list[str]:
         "",
         "Memory of one training step in float32 (`membench division memory --amp none`: activation bytes",
         "saved for backward, allocator peak of the step); throughput with AMP (`membench division speed",
-        "--amp fp16`, median of 16 steps after 3 warm-up steps). The paper: activations 20.48 / 1.97 / 1.94 /",
+        "--amp fp16`, median of 16 steps after 3 warm-up steps). The paper: activations 20.48 / "
+        "1.97 / 1.94 /",
         "3.59 GB and 469 / 381 / 308 / 122 img/s (vanilla / DIVISION / ActNN / checkpoint, AMP).",
         "",
         *_table(
@@ -158,7 +159,8 @@ def _appclass(results: Path) -> list[str]:
     if record is None:
         return lines + ["Not run or failed."]
     lines += [
-        f"Data graph {record['data_nodes']:,} nodes / {record['data_edges']:,} edges; pattern {record['pattern_nodes']} nodes /"
+        f"Data graph {record['data_nodes']:,} nodes / {record['data_edges']:,} edges; pattern "
+        f"{record['pattern_nodes']} nodes /"
         f" {record['pattern_edges']} edges; median of {record['repeats']} runs (`membench appclass bench`).",
         "",
         *_table(
@@ -199,7 +201,8 @@ def main() -> None:
         "Written by `.ci/gpu-acceptance` from the figures it measured; nothing else ran on the machine.",
         "",
         *_device_lines(),
-        f"- command: `{args.command.strip()}` (stages and seconds: {'; '.join(s for s in stages if s) or '-'})",
+        f"- command: `{args.command.strip()}` (stages and seconds: "
+        f"{'; '.join(s for s in stages if s) or '-'})",
         f"- `pytest -m gpu`: {suite}",
         f"- failed steps: {', '.join(failures) or 'none'}",
         "",

@@ -397,7 +397,8 @@ _AREA_RECT = {
 }
 _RESULT_ROWS = """Array.from(document.querySelectorAll('nav table tbody tr')).map(row => {
     const view = row.querySelector('td:last-child a');
-    return {label: Array.from(row.cells).slice(0, -1).map(cell => cell.textContent).filter(Boolean).join(' / '),
+    return {label: Array.from(row.cells).slice(0, -1).map(cell => cell.textContent)
+                   .filter(Boolean).join(' / '),
             download: view ? view.getAttribute('download') : null,
             href: view ? view.getAttribute('href').slice(0, 64) : null};
 })"""
@@ -531,7 +532,8 @@ class ReportWalk:
         self.summary.viewed += 1
         if content == "img":
             decoded = self.browser.wait_for(
-                "(() => { const image = document.querySelector('#app > div').lastElementChild.querySelector('img');"
+                "(() => { const image = document.querySelector('#app > div').lastElementChild"
+                ".querySelector('img');"
                 " return image && image.complete ? [image.naturalWidth, image.naturalHeight] : null; })()",
                 f"the image of {label} to load",
             )
@@ -597,7 +599,8 @@ class ReportWalk:
             if problem is None or time.monotonic() > deadline:
                 break
             time.sleep(0.25)
-        name = f"{len(self.summary.screenshots):02d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', label).strip('_')[:80]}.png"
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:80]
+        name = f"{len(self.summary.screenshots):02d}-{slug}.png"
         target = self.screenshots / name
         target.write_bytes(png)
         self.summary.screenshots.append(target)
@@ -681,14 +684,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"browser check: table {label}: {len(rows)} table(s), rows {', '.join(map(str, rows))}")
     if summary.screenshots:
         print(
-            f"browser check: visited the landing page, Statistics and {len(summary.sections)} result section(s) "
-            f"({', '.join(summary.sections)}); {summary.viewed} result(s) viewed, {summary.downloads} download "
-            f"link(s), {len(summary.tables)} view(s) with tables; {len(summary.screenshots)} screenshot(s) in "
+            f"browser check: visited the landing page, Statistics and {len(summary.sections)} "
+            "result section(s) "
+            f"({', '.join(summary.sections)}); {summary.viewed} result(s) viewed, "
+            f"{summary.downloads} download "
+            f"link(s), {len(summary.tables)} view(s) with tables; {len(summary.screenshots)} "
+            "screenshot(s) in "
             f"{args.screenshots} ({time.monotonic() - start:.1f} s)"
         )
     else:
         print(
-            f"browser check: the report did not render, so nothing was visited ({time.monotonic() - start:.1f} s)"
+            "browser check: the report did not render, so nothing was visited "
+            f"({time.monotonic() - start:.1f} s)"
         )
     if summary.failures:
         for failure in summary.failures:

@@ -176,7 +176,8 @@ FAKE_BROWSER = textwrap.dedent("""\
             command = json.loads(raw)
             if command["method"] == "Browser.close":
                 raise SystemExit(0)
-            result = {{"targetId": "page", "sessionId": "one", "echo": [command["method"], command.get("sessionId")]}}
+            echo = [command["method"], command.get("sessionId")]
+            result = {{"targetId": "page", "sessionId": "one", "echo": echo}}
             reply = json.dumps({{"id": command["id"], "result": result}}).encode()
             entry = {{"level": "error", "text": command["method"]}}
             event = json.dumps({{"method": "Log.entryAdded", "params": {{"entry": entry}}}}).encode()

@@ -81,7 +81,8 @@ def test_an_error_is_one_bounded_line_whatever_the_input_holds(tmp_path, capsys)
     data = tmp_path / "jobs.csv"
     data.write_text(
         "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
-        f'Batch Size,Max GPU Memory (MiB)\na.out,1,"[(\'linear\', 3, 15)]",ReLU,3,15,"{"x" * 20_000_000}\ny",9\n'
+        "Batch Size,Max GPU Memory (MiB)\na.out,1,\"[('linear', 3, "
+        f'15)]",ReLU,3,15,"{"x" * 20_000_000}\ny",9\n'
     )
     out = tmp_path / "t.csv"
     assert main(["memnet", "evaluate", "--data", str(data), "--family", "mlp", "--out", str(out)]) == 2

@@ -223,7 +223,8 @@ def test_missing_user_data_is_listed_in_one_line(tmp_path):
         check_settings(config, source="my.yaml")
     assert str(error.value) == (
         f"my.yaml: 3 dataset path(s) named in the config do not exist: bodmas.datasets.own.binaries: "
-        f"{tmp_path / 'binaries'}, images.datasets.own.root: {tmp_path / 'images'}, memnet.published.gpumemnet_mlp.path: "
+        f"{tmp_path / 'binaries'}, images.datasets.own.root: {tmp_path / 'images'}, "
+        "memnet.published.gpumemnet_mlp.path: "
         f"{tmp_path / 'mlp.csv'}; point these keys at your copies of the data (see config/README.md)"
     )
 

@@ -15,7 +15,8 @@ from membench.core.oom import is_out_of_memory, oom_fields
         RuntimeError("pack_2bit: cudaMalloc failed: cudaErrorMemoryAllocation"),
         RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
         RuntimeError(
-            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes."
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 1 bytes."
         ),
         MemoryError(),
     ],

@@ -15,7 +15,10 @@ HEADER = (
     "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
     "Batch Size,Max GPU Memory (MiB)\n"
 )
-GOOD_ROW = "input:4_output:2_arch:uniform.out,2,\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\",ReLU,8,23,16,1500\n"
+GOOD_ROW = (
+    "input:4_output:2_arch:uniform.out,2,"
+    "\"[('linear', 3, 15), ('ReLU', 3, 0), ('linear', 2, 8)]\",ReLU,8,23,16,1500\n"
+)
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -1,8 +1,8 @@
 """Adversarial but realistic command lines, each run as a user runs it (``membench ...`` in a process
-of its own, with a time limit: :func:`faults.run_membench`), and each outcome sorted: a clear one-line error (or a correct run), a
-traceback, a hang, a user file lost, code executed, a stale result. The counts are the figures of
-docs/reliability.md ("Adversarial command lines"); with ``MEMBENCH_FAULT_REPORT`` set they are written
-there too.
+of its own, with a time limit: :func:`faults.run_membench`), and each outcome sorted: a clear
+one-line error (or a correct run), a traceback, a hang, a user file lost, code executed, a stale
+result. The counts are the figures of docs/reliability.md ("Adversarial command lines"); with
+``MEMBENCH_FAULT_REPORT`` set they are written there too.
 """
 
 from __future__ import annotations

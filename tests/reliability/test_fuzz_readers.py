@@ -296,7 +296,8 @@ _GPUMEMNET = {
         b"input:6_output:3_arch:pyramid.out,1,\"[('linear', 3, 21)]\",Tanh,3,21,4,0\n"
     ),
     "cnn": (
-        b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,Batch Size,"
+        b"Filename,Depth,Activations-Params,Activation Function,Total Activations,Total "
+        b"Parameters,Batch Size,"
         b"Conv2d Count,BatchNorm2d Count,Dropout Count,AdaptiveAvgPool2d Count,Linear Count,"
         b"Max GPU Memory (MiB),Status\n"
         b"input:32_channels:3_arch:plain.out,2,\"[('conv2d', 3072, 84), ('linear', 10, 30730)]\",ReLU,3082,"

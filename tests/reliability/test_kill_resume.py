@@ -210,9 +210,11 @@ def _records(path):
 
 
 def test_lmdb_build_is_never_left_half_written_after_kill_9(all_digits_folder, tmp_path):
-    command = lambda out: faults.membench(
-        "images", "lmdb", "--root", all_digits_folder, "--split", "train", "--outdir", out
-    )  # noqa: E731
+    def command(out):
+        return faults.membench(
+            "images", "lmdb", "--root", all_digits_folder, "--split", "train", "--outdir", out
+        )
+
     reference = faults.run(command(tmp_path / "clean"))
     outdir = tmp_path / "killed"
 

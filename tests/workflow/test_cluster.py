@@ -96,8 +96,8 @@ from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSet
 
 snakefile, configfile, workdir = map(Path, sys.argv[1:])
 with SnakemakeApi(OutputSettings()) as api:
-    workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=snakefile, workdir=workdir,
-                                config_settings=ConfigSettings(configfiles=[configfile]))
+    workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=snakefile,
+                                workdir=workdir, config_settings=ConfigSettings(configfiles=[configfile]))
     print(json.dumps(sorted(workflow_api._workflow._localrules)))
 """
 

@@ -319,7 +319,8 @@ def _dataset_paths(node, found):
 
 
 def _with_data_in(tmp_path: Path, config: dict) -> Path:
-    """``config`` written to a file, every user data path it names replaced by an empty file in ``tmp_path``."""
+    """``config`` written to a file, every user data path it names replaced by an empty file in
+    ``tmp_path``."""
     for holder, key in _dataset_paths(config, []):
         placed = tmp_path / "data" / Path(holder[key]).name
         placed.parent.mkdir(parents=True, exist_ok=True)

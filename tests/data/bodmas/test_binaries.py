@@ -98,7 +98,8 @@ def test_decompressed_size_is_bounded(tmp_path, monkeypatch):
     path.write_bytes(gzip.compress(bytes(4 * 2**20), mtime=0))
     with pytest.raises(
         InputError,
-        match=rf"^{re.escape(str(path))}: decompresses to more than {3 * 2**20} bytes, the limit of a binary$",
+        match=rf"^{re.escape(str(path))}: decompresses to more than {3 * 2**20} bytes,"
+        r" the limit of a binary$",
     ):
         content_size(path)
 

@@ -416,7 +416,8 @@ def compare(
     extra_args: list[str],
     build_manifest: str | os.PathLike,
 ) -> pd.DataFrame:
-    """Run each spec as a ``membench appclass run`` process and a ``bench`` process, interleaved over ``rounds``.
+    """Run each spec as a ``membench appclass run`` process and a ``bench`` process, interleaved
+    over ``rounds``.
 
     ``run_s`` is the whole ``run`` process (start, reading, matching, printing, exit) and
     ``prints_first_variant_bytes`` whether its standard output equals the first variant's, byte for

@@ -60,7 +60,8 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
         "--kernels",
         choices=KERNEL_CHOICES,
         default="auto",
-        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if loadable)",
+        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if"
+        " loadable)",
     )
     parser.add_argument(
         "--build-manifest",

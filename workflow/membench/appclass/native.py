@@ -137,7 +137,8 @@ def initialise(
     minus_cnull = torch.zeros(pattern.num_edges, dtype=dtype).neg_()
 
     def edge_statistics(distances):
-        """Per node, by source and by forward_rows: the smallest edge distance and the exp-sums over its edges."""
+        """Per node, by source and by forward_rows: the smallest edge distance and the exp-sums over
+        its edges."""
         ce_min_src = ops.group_min(distances, src, data.num_nodes, src_bounds, positions)
         exp_sums_src = ops.group_exp_sums(distances, src, ce_min_src, src_bounds, positions)
         if forward_rows is src:

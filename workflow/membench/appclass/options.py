@@ -39,7 +39,8 @@ class AppclassOptions:
         if self.forward_message_index not in FORWARD_MESSAGE_INDEX:
             raise InputError(
                 None,
-                f"forward_message_index {self.forward_message_index!r} is not one of {', '.join(FORWARD_MESSAGE_INDEX)}",
+                f"forward_message_index {self.forward_message_index!r} is not one of "
+                f"{', '.join(FORWARD_MESSAGE_INDEX)}",
                 "key 'forward_message_index'",
             )
 

@@ -252,13 +252,15 @@ def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> Mod
     if manifest["torch_version"] != torch.__version__:
         raise InputError(
             manifest_path,
-            f"kernels were built for torch {manifest['torch_version']}, this is torch {torch.__version__}; rebuild",
+            f"kernels were built for torch {manifest['torch_version']}, this is torch "
+            f"{torch.__version__}; rebuild",
             "key 'torch_version'",
         )
     if "source_sha256" not in manifest or "sources" not in manifest:
         raise InputError(
             manifest_path,
-            f"the build records no source digest (an older membench built it); rebuild with `{build_command}`",
+            "the build records no source digest (an older membench built it); rebuild with "
+            f"`{build_command}`",
         )
     sources = [spec.source_dir / str(name) for name in manifest["sources"]]
     missing = [path for path in sources if not path.is_file()]
@@ -271,7 +273,8 @@ def load_extension(manifest_path: str | os.PathLike, spec: ExtensionSpec) -> Mod
     if sources_digest(sources) != manifest["source_sha256"]:
         raise InputError(
             manifest_path,
-            f"the kernels were built from other sources than {spec.source_dir} holds now; rebuild with `{build_command}`",
+            f"the kernels were built from other sources than {spec.source_dir} holds now; rebuild "
+            f"with `{build_command}`",
             "key 'source_sha256'",
         )
     library = manifest_path.parent / manifest["library"]

@@ -120,9 +120,10 @@ def method_bars(
 ) -> None:
     """Bars of ``values`` coloured by method under ``title``, ``ylabel`` naming the unit, each
     annotated with its ratio to ``baseline``'s value (when it is among ``methods``). ``low`` and
-    ``high`` draw error bars from low to high; ``flagged`` bars are hatched (an unreliable timing). ``log`` defaults to :func:`use_log_scale`; a log axis
-    says so in its label. ``colour_methods`` names the method whose colour each bar takes when the
-    bars are configurations of methods (appclass variants of the torch implementation)."""
+    ``high`` draw error bars from low to high; ``flagged`` bars are hatched (an unreliable timing).
+    ``log`` defaults to :func:`use_log_scale`; a log axis says so in its label. ``colour_methods``
+    names the method whose colour each bar takes when the bars are configurations of methods
+    (appclass variants of the torch implementation)."""
     positions = list(range(len(methods))) if positions is None else list(positions)
     values = [float("nan") if v is None else float(v) for v in values]
     flagged = [False] * len(values) if flagged is None else list(flagged)

@@ -105,7 +105,8 @@ def _read_table(path: str | os.PathLike, id_columns: int, kind: str) -> np.ndarr
     if num_cols < id_columns + 1:
         raise InputError(
             path,
-            f"header says {num_cols} column(s); a {kind} table needs {id_columns} id column(s) and at least one feature",
+            f"header says {num_cols} column(s); a {kind} table needs {id_columns} id column(s) and "
+            "at least one feature",
             "line 1",
         )
     table = _parse_single_spaced(path)
@@ -280,13 +281,15 @@ def read_graph_pair(
     if pattern.node_feature_dim != data.node_feature_dim:
         raise InputError(
             pattern_vertices,
-            f"{pattern.node_feature_dim} node feature(s) but the data graph {data_vertices} has {data.node_feature_dim}",
+            f"{pattern.node_feature_dim} node feature(s) but the data graph {data_vertices} has "
+            f"{data.node_feature_dim}",
             "line 1",
         )
     if pattern.edge_feature_dim != data.edge_feature_dim:
         raise InputError(
             pattern_edges,
-            f"{pattern.edge_feature_dim} edge feature(s) but the data graph {data_edges} has {data.edge_feature_dim}",
+            f"{pattern.edge_feature_dim} edge feature(s) but the data graph {data_edges} has "
+            f"{data.edge_feature_dim}",
             "line 1",
         )
     return data, pattern

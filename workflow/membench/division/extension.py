@@ -70,5 +70,6 @@ def build_extension(
 
 
 def load_extension(manifest_path: str | os.PathLike) -> ModuleType:
-    """Import the built kernels named by a build manifest (see :func:`membench.core.extension.load_extension`)."""
+    """Import the built kernels named by a build manifest (see
+    :func:`membench.core.extension.load_extension`)."""
     return extension.load_extension(manifest_path, SPEC)

@@ -148,7 +148,8 @@ def _start(
     device: torch.device,
     ranks: Ranks,
 ) -> _Run:
-    """A fresh run: the optimiser with its per-step cosine schedule, the precision, the data-parallel model."""
+    """A fresh run: the optimiser with its per-step cosine schedule, the precision, the data-parallel
+    model."""
     optimizer = make_optimizer(model, spec.learning_rate, spec.momentum, spec.weight_decay)
     precision = Precision(spec.amp, device)
     trained = data_parallel(model, ranks, device)

@@ -54,7 +54,8 @@ REFERENCE_VARIANT = "hotconv_eco"
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The model and the training step of a sweep (model keys as :class:`~membench.hotconv.models.ModelSpec`)."""
+    """The model and the training step of a sweep (model keys as
+    :class:`~membench.hotconv.models.ModelSpec`)."""
 
     num_filters: int = 256
     window_size: int = 512

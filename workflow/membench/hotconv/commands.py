@@ -277,7 +277,8 @@ def _bench(args: argparse.Namespace) -> None:
     )
     path = write_job_outputs(args.outdir, record)
     logging.info(
-        "%s batch %d max_len %d: %s, step allocator peak %s MiB, step tensor peak %s MiB, activations %s MiB, "
+        "%s batch %d max_len %d: %s, step allocator peak %s MiB, step tensor peak %s MiB, "
+        "activations %s MiB, "
         "step %s ms -> %s",
         args.variant,
         args.batch_size,

@@ -53,7 +53,8 @@ class ByteDataset(Dataset):
 
     @classmethod
     def from_fold(cls, fold: pd.DataFrame, max_len: int) -> "ByteDataset":
-        """From a frame read by :func:`membench.data.bodmas.folds.read_fold` (columns path, Label, File_Size)."""
+        """From a frame read by :func:`membench.data.bodmas.folds.read_fold` (columns path, Label,
+        File_Size)."""
         return cls(list(fold["path"]), list(fold["Label"]), max_len, list(fold["File_Size"]))
 
     def __len__(self) -> int:

@@ -67,7 +67,8 @@ CONFIG_KEYS: dict[str, dict[str, type]] = {
 
 
 def config_filename(family: str, config: dict) -> str:
-    """GPUMemNet-style file name of a configuration, e.g. ``input:64_output:10_depth:2_..._batchnorm:True.out``."""
+    """GPUMemNet-style file name of a configuration, e.g.
+    ``input:64_output:10_depth:2_..._batchnorm:True.out``."""
     return "_".join(f"{key}:{config[key]}" for key in CONFIG_KEYS[family]) + ".out"
 
 

@@ -34,7 +34,8 @@ UNITS = (
 STYLE = """
 .membench-table-wrap { overflow-x: auto; max-width: 100%; }
 table.membench-table { border-collapse: collapse; font: 13px/1.35 system-ui, sans-serif; margin: 0.5em 0; }
-table.membench-table th, table.membench-table td { border: 1px solid #d0d4da; padding: 3px 7px; vertical-align: top; }
+table.membench-table th, table.membench-table td {
+  border: 1px solid #d0d4da; padding: 3px 7px; vertical-align: top; }
 table.membench-table th { background: #eef1f5; text-align: left; white-space: nowrap; cursor: pointer; }
 table.membench-table td { white-space: nowrap; }
 table.membench-table td.long { white-space: normal; min-width: 24em; max-width: 48em; }

@@ -89,7 +89,8 @@ def _system_table(block: pd.DataFrame) -> str:
     heading = (
         f"{first['system']} ({first['dataset']}): baseline "
         f"{first['baseline'] if len(baselines) == 1 else 'per method'}; memory: "
-        f"{_named(first['memory_figure'])}; time: {_named(first['time_figure'])}; quality: {_named(first['quality'])}"
+        f"{_named(first['memory_figure'])}; time: {_named(first['time_figure'])}; quality: "
+        f"{_named(first['quality'])}"
     )
     return f"<h4>{html.escape(heading)}</h4>\n{table_html(block, columns, flag_columns=('timing',))}"
 

@@ -141,7 +141,10 @@ def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
     if total == 0:
         setting = "no published figure applies to the methods measured"
     elif comparable == 0:
-        setting = f"none of the {total} published figures beside a measured one is in its paper's hardware, scale and data: not the paper setting"
+        setting = (
+            f"none of the {total} published figures beside a measured one is in its paper's hardware,"
+            " scale and data: not the paper setting"
+        )
     elif comparable == total:
         setting = f"all {total} published figures beside a measured one are in their paper's setting"
     else:

@@ -102,7 +102,8 @@ def _check(args: argparse.Namespace) -> None:
     record["wall_s"] = time.perf_counter() - start
     path = write_job_outputs(args.outdir, record, memlog)
     logging.info(
-        "meter check on %s (%s): overhead %.2f%% (sampler CPU %.3f%%), sources nvml=%s allocator=%s rapl=%s -> %s",
+        "meter check on %s (%s): overhead %.2f%% (sampler CPU %.3f%%), sources nvml=%s allocator=%s "
+        "rapl=%s -> %s",
         record["device"],
         record["device_name"],
         record["meter_overhead_pct"],

@@ -105,7 +105,8 @@ def build_elf_set(
     if not found["program"] or not found["library"]:
         raise InputError(
             ", ".join(map(str, search_dirs)),
-            f"need both programs and shared libraries; found {len(found['program'])} and {len(found['library'])}",
+            f"need both programs and shared libraries; found {len(found['program'])} and "
+            f"{len(found['library'])}",
         )
     per_kind = max_files // 2
     chosen = []

@@ -154,7 +154,8 @@ def split_folds(metadata: pd.DataFrame, spec: FoldSpec, path) -> list[dict[str, 
     if smallest < spec.folds:
         raise InputError(
             path,
-            f"the smallest class has {smallest} sample(s), fewer than the {spec.folds} stratified folds asked for",
+            f"the smallest class has {smallest} sample(s), fewer than the {spec.folds} stratified "
+            "folds asked for",
         )
     splits = [_time_split(metadata, spec, path)]
     stratified = StratifiedKFold(n_splits=spec.folds, shuffle=True, random_state=spec.seed)
