@@ -229,6 +229,15 @@ def test_cifar_refuses_pickles_that_would_run_code(tmp_path):
     assert not (tmp_path / "train.lmdb").exists()
 
 
+def test_a_cifar_batch_naming_an_unknown_codec_is_a_one_line_error(tmp_path):
+    # Python 2 pickles carry byte strings as _codecs.encode(text, "latin1"); a damaged one can name
+    # any encoding, which Python answers with LookupError.
+    batch = tmp_path / "data_batch_1"
+    batch.write_bytes(b"\x80\x02c_codecs\nencode\nq\x00X\x01\x00\x00\x00xX\x06\x00\x00\x00matin1\x86R.")
+    with pytest.raises(InputError, match="not a plain CIFAR python batch .*unknown encoding: matin1"):
+        load_cifar_batch(batch)
+
+
 @pytest.mark.timeout(20)
 def test_a_cifar_batch_declaring_a_huge_array_is_refused_before_numpy_allocates_it(tmp_path):
     # 69 bytes: numpy's _reconstruct(ndarray, (2**43,), int8), which allocates 8 TiB at once.

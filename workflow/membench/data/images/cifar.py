@@ -77,7 +77,7 @@ def load_cifar_batch(path: str | os.PathLike) -> dict:
     with open_regular(path, missing="CIFAR batch file not found") as handle:
         try:
             obj = _RestrictedUnpickler(handle, os.fstat(handle.fileno()).st_size, encoding="bytes").load()
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, LookupError) as exc:
             raise InputError(path, f"not a plain CIFAR python batch ({exc})") from None
     if not isinstance(obj, dict):
         raise InputError(path, f"expected a dict, found {type(obj).__name__}")
