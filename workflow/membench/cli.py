@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+__all__ = ["ENVIRONMENT", "GROUPS", "main"]
+
 # group -> (module defining ``build_parser(prog)`` and ``run(args)``, one-line description)
 GROUPS: dict[str, tuple[str, str]] = {
     "meter": ("membench.core.commands.meter", "what this machine lets the meter read, and its overhead"),

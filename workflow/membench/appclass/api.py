@@ -13,6 +13,8 @@ from membench.appclass.options import IMPLEMENTATIONS, PRECISIONS, AppclassOptio
 from membench.core.errors import InputError
 from membench.data.graphs import Graph
 
+__all__ = ["classify"]
+
 PhaseFactory = Callable[[str], ContextManager]
 
 

@@ -29,6 +29,23 @@ from membench.core.timing import Timer
 from membench.core.validate import open_regular
 from membench.data.graphs import Graph, read_graph_pair
 
+__all__ = [
+    "agreement",
+    "AGREEMENT_ATOL",
+    "AGREEMENT_RTOL",
+    "BenchSpec",
+    "compare",
+    "COMPARE_COLUMNS",
+    "COPY_REPEATS",
+    "measure_bench",
+    "read_reference_beliefs",
+    "REFERENCE_ALLOC_NOTE",
+    "reference_fields",
+    "run_bench_job",
+    "streaming_copy_ms",
+    "summarise_comparison",
+]
+
 log = logging.getLogger(__name__)
 
 AGREEMENT_RTOL = {"float64": 1e-9, "float32": 1e-3}

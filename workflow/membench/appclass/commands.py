@@ -26,6 +26,8 @@ from membench.core.options import (
     real,
 )
 
+__all__ = ["build_parser", "CONFIG_KEYS", "FEATURE_DIM", "GRAPH_FILES", "PLOT_COLUMNS", "REPEATS", "run"]
+
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
 PLOT_COLUMNS = (
     "dataset",

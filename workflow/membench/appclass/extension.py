@@ -14,6 +14,8 @@ from types import ModuleType
 from membench.core import extension
 from membench.core.errors import InputError
 
+__all__ = ["build_extension", "DEFAULT_MANIFEST", "KERNEL_CHOICES", "select_kernels", "SPEC"]
+
 # Where the workflow's build rule writes it; `membench appclass run` looks here by default.
 DEFAULT_MANIFEST = Path("results/build/appclass") / extension.MANIFEST_NAME
 KERNEL_CHOICES = extension.KERNEL_CHOICES

@@ -25,6 +25,18 @@ import torch
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
 
+__all__ = [
+    "beliefs",
+    "column_max",
+    "default_chunk_edges",
+    "DISTANCE_CHUNK_BYTES",
+    "FastState",
+    "initialise",
+    "iterate",
+    "normprob_",
+    "pairwise_distance",
+]
+
 DISTANCE_CHUNK_BYTES = 8 * 2**20  # (rows x pattern rows x features) temporaries of the distance
 
 

@@ -25,6 +25,18 @@ import torch
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
 
+__all__ = [
+    "beliefs",
+    "edge_parts",
+    "EDGE_PARTS_PER_THREAD",
+    "EdgeParts",
+    "initialise",
+    "iterate",
+    "NativeState",
+    "nodes_with_edges",
+    "owner_bounds",
+]
+
 EDGE_PARTS_PER_THREAD = 4  # destination ranges per thread in the edge pass (RMAT-18: 4 and 8 alike, 1 slower)
 
 

@@ -6,6 +6,15 @@ from dataclasses import dataclass
 
 from membench.core.errors import InputError
 
+__all__ = [
+    "AppclassOptions",
+    "formula_bytes",
+    "FORWARD_MESSAGE_INDEX",
+    "IMPLEMENTATIONS",
+    "NORMALISATIONS",
+    "PRECISIONS",
+]
+
 IMPLEMENTATIONS = ("reference", "torch")
 NORMALISATIONS = ("reference", "stable")
 FORWARD_MESSAGE_INDEX = ("src", "dst")

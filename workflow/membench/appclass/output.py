@@ -8,6 +8,8 @@ import numpy as np
 
 from membench.core import atomic
 
+__all__ = ["format_beliefs", "format_value", "write_npy"]
+
 
 def format_value(value: float) -> str:
     """C's ``%e`` of one double as glibc prints it (``-nan`` for a NaN with its sign bit set)."""

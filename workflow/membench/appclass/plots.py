@@ -22,6 +22,8 @@ from membench.core.plots import (
     timing_by_method,
 )
 
+__all__ = ["BASELINE_IMPLEMENTATION", "plot_runtime", "plot_speedup", "speedups"]
+
 BASELINE_IMPLEMENTATION = "reference"
 
 

@@ -15,6 +15,17 @@ import numpy as np
 from membench.appclass.options import AppclassOptions
 from membench.data.graphs import Graph
 
+__all__ = [
+    "beliefs",
+    "column_max",
+    "DBL_MAX",
+    "initialise",
+    "iterate",
+    "normprob",
+    "pairwise_distance",
+    "ReferenceState",
+]
+
 DBL_MAX = np.finfo(np.float64).max
 
 

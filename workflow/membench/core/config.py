@@ -22,6 +22,17 @@ import yaml
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = [
+    "APPCLASS_REFERENCE",
+    "check_config",
+    "check_settings",
+    "coerce_overrides",
+    "dataset_paths",
+    "load_schema",
+    "MAX_TEXT_CHARACTERS",
+    "MEMNET_FAMILIES",
+]
+
 _SCALAR_TYPES = {"integer": int, "number": (int, float), "boolean": bool}
 # A value given as text is parsed as YAML, which takes seconds and hundreds of MB for a long list;
 # no setting of the workflow is written in more characters than this.

@@ -8,6 +8,8 @@ import torch
 
 from membench.core.errors import InputError
 
+__all__ = ["DEVICE_CHOICES", "device_name", "resolve_device", "synchronize"]
+
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 

@@ -22,6 +22,8 @@ from torch import nn
 
 from membench.core.errors import InputError
 
+__all__ = ["data_parallel", "launched_ranks", "per_process_batch", "process_group", "Ranks", "SINGLE_PROCESS"]
+
 
 @dataclass(frozen=True)
 class Ranks:

@@ -36,6 +36,21 @@ from membench.core import atomic
 from membench.core.errors import InputError
 from membench.core.validate import open_regular, read_json_object, regular_file
 
+__all__ = [
+    "build_extension",
+    "build_lock",
+    "cuda_build_possible",
+    "CUDA_CHOICES",
+    "cxx_compiler_present",
+    "DEFAULT_LOCK_TIMEOUT_S",
+    "ExtensionSpec",
+    "KERNEL_CHOICES",
+    "load_extension",
+    "LOCK_NAME",
+    "MANIFEST_NAME",
+    "sources_digest",
+]
+
 MANIFEST_NAME = "manifest.json"
 CUDA_CHOICES = ("auto", "yes", "no")
 KERNEL_CHOICES = ("auto", "torch", "extension")

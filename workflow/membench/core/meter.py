@@ -63,6 +63,17 @@ from membench.core.device import synchronize
 from membench.core.options import real
 from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
+__all__ = [
+    "add_allocator_option",
+    "add_meter_options",
+    "co2e_g",
+    "DEFAULT_GRID_INTENSITY_G_PER_KWH",
+    "MEMLOG_COLUMNS",
+    "Meter",
+    "MIB",
+    "PhaseResult",
+]
+
 MIB = 2**20
 DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
 _Batch = TypeVar("_Batch")

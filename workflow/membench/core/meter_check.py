@@ -15,6 +15,8 @@ from membench.core.meter import Meter
 from membench.core.seeding import seeded
 from membench.core.timing import Timer
 
+__all__ = ["reference_model", "run_meter_check"]
+
 
 def reference_model(num_classes: int = 10) -> nn.Module:
     """A small CNN (conv-bn-relu x2, pooling, linear) for 3x32x32 inputs."""

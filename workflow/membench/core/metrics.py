@@ -26,6 +26,15 @@ from membench.core.validate import read_json_object
 if TYPE_CHECKING:
     import torch
 
+__all__ = [
+    "check_record",
+    "job_record",
+    "MEASURED_FIELDS",
+    "read_metrics",
+    "REQUIRED_FIELDS",
+    "write_job_outputs",
+]
+
 REQUIRED_FIELDS = (
     "system",
     "variant",

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["is_out_of_memory", "oom_fields", "OOM_STATUS"]
+
 OOM_STATUS = "oom"
 _MESSAGE_MARKERS = (
     "CUDA error: out of memory",

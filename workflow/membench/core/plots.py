@@ -15,6 +15,32 @@ from typing import Sequence
 import matplotlib
 import pandas as pd
 
+__all__ = [
+    "BASELINE_COLOUR",
+    "BASELINE_METHODS",
+    "figure_note",
+    "FLAG_HATCH",
+    "flagged_note",
+    "FONT_SIZE",
+    "grouped_method_bars",
+    "label_methods",
+    "LOG_SCALE_RATIO",
+    "method_bars",
+    "method_colour",
+    "METHOD_COLOURS",
+    "method_legend",
+    "new_figure",
+    "panel_grid",
+    "plain_log_ticks",
+    "plot_memlog",
+    "ratio_label",
+    "REPORT_WIDTH_IN",
+    "SAVE_DPI",
+    "save_figure",
+    "timing_by_method",
+    "use_log_scale",
+]
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+__all__ = ["membench_command", "process_alive", "start_ticks_of"]
+
 
 def process_alive(pid: int, start_ticks: int | None = None) -> bool:
     """True when process ``pid`` runs on this host and, if ``start_ticks`` is given, is the process

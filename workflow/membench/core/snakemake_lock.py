@@ -18,6 +18,8 @@ from pathlib import Path
 
 from membench.core.processes import process_alive, start_ticks_of
 
+__all__ = ["clear_stale_lock", "OWNER_NAME", "record_owner"]
+
 OWNER_NAME = "membench-lock-owner.json"
 
 

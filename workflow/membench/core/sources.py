@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+__all__ = ["current_rss_bytes", "MIB", "nvml_lookups", "NvmlGpu", "peak_rss_bytes", "RaplPackages"]
+
 MIB = 2**20
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 

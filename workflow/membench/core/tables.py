@@ -11,6 +11,8 @@ import pandas as pd
 from membench.core import atomic
 from membench.core.metrics import MEASURED_FIELDS, REQUIRED_FIELDS, read_metrics
 
+__all__ = ["aggregate_metrics", "metrics_table", "parquet_path_for", "write_table"]
+
 
 def metrics_table(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per job from its ``metrics.json``; stable column order.

@@ -38,6 +38,18 @@ import torch
 
 from membench.core.device import synchronize
 
+__all__ = [
+    "available_cpus",
+    "load_1m",
+    "LOAD_RATIO_MAX",
+    "MIN_STEADY_SAMPLES",
+    "SPREAD_PCT_MAX",
+    "TIME_UNITS",
+    "Timer",
+    "TIMING_FIELDS",
+    "timing_fields",
+]
+
 TIME_UNITS = ("epoch", "step", "iteration", "repeat")
 TIMING_FIELDS = (
     "time_unit",

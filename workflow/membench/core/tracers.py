@@ -23,6 +23,14 @@ from torch.autograd.profiler import profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+__all__ = [
+    "allocator_peak_bytes",
+    "CpuAllocatorTracker",
+    "LiveTensorTracker",
+    "SavedActivationCounter",
+    "storage_key",
+]
+
 _Key = tuple[str, int]
 
 

@@ -25,6 +25,18 @@ from membench.core.errors import InputError
 if TYPE_CHECKING:  # pandas takes half a second to import; runs that read no CSV table skip it
     import pandas as pd
 
+__all__ = [
+    "csv_line",
+    "int_column",
+    "open_regular",
+    "read_csv_columns",
+    "read_json_object",
+    "readable_nonempty_file",
+    "regular_file",
+    "safe_join",
+    "unique_column",
+]
+
 
 def _not_regular(mode: int) -> str | None:
     """What a file of ``mode`` is when it is not a regular file, in words; None for a regular file."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["digits_arrays"]
+
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """The digits in scikit-learn's order: images ``(1797, 8, 8)`` float64 with values 0..16 (ink

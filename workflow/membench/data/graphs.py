@@ -25,6 +25,19 @@ from membench.core import atomic
 from membench.core.errors import InputError
 from membench.core.validate import csv_line, open_regular
 
+__all__ = [
+    "Graph",
+    "graph_statistics",
+    "induced_pattern",
+    "read_graph",
+    "read_graph_pair",
+    "RMAT_FIRST_ID",
+    "rmat_graph",
+    "RMAT_PROBABILITIES",
+    "STATS_COLUMNS",
+    "write_graph",
+]
+
 # The ids the generators write start at 1 (node 0 isolated), as the PNNL rmat18 graph's did
 # (262,145 = 2**18 + 1 nodes), so "RMAT-18-sized" means the same node count here.
 RMAT_FIRST_ID = 1

@@ -20,6 +20,17 @@ from membench.division.methods import MethodSpec, convert_model
 from membench.division.models import build_model
 from membench.division.precision import FLOAT32, Precision
 
+__all__ = [
+    "largest_batch",
+    "make_optimizer",
+    "measure_step_memory",
+    "measure_throughput",
+    "prepare_model",
+    "random_batch",
+    "state_bytes",
+    "training_step",
+]
+
 
 def prepare_model(
     model_name: str,

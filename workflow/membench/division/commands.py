@@ -35,6 +35,8 @@ from membench.division.methods import METHODS, MethodSpec
 from membench.division.models import MODELS, STEMS
 from membench.division.precision import AMP_CHOICES
 
+__all__ = ["build_parser", "CONFIG_KEYS", "memory_parser", "NUM_CLASSES", "run", "SYSTEM"]
+
 SYSTEM = "division"
 NUM_CLASSES = integer(2, 100_000)
 

@@ -14,6 +14,21 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+__all__ = [
+    "DivisionCompressor",
+    "GroupCompressor",
+    "low_frequency",
+    "maxpool2d_backward",
+    "maxpool2d_forward",
+    "pack_mask",
+    "quantize_pack",
+    "row_range",
+    "SUPPORTED_BITS",
+    "unpack_dequantize",
+    "unpack_mask",
+    "upsample_low_frequency",
+]
+
 SUPPORTED_BITS = (1, 2, 4, 8)
 
 

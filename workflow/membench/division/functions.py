@@ -21,6 +21,15 @@ from torch.autograd import Function
 
 from membench.division.kernels import Kernels
 
+__all__ = [
+    "CompressedBatchNorm2d",
+    "CompressedConv2d",
+    "CompressionContext",
+    "IndexMaxPool2d",
+    "MaskedDropout",
+    "MaskedReLU",
+]
+
 
 class CompressionContext:
     """What the converted layers of one model share: the compressor of conv/batch-norm inputs

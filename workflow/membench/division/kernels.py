@@ -11,6 +11,8 @@ from membench.core.errors import InputError
 from membench.division import compress
 from membench.division.extension import KERNEL_CHOICES, load_extension
 
+__all__ = ["KERNEL_NAMES", "Kernels", "select_kernels", "TORCH_KERNELS"]
+
 KERNEL_NAMES = (
     "quantize_pack",
     "unpack_dequantize",

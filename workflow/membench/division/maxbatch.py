@@ -29,6 +29,8 @@ from membench.core.processes import membench_command
 from membench.core.validate import read_json_object
 from membench.division.bench import largest_batch
 
+__all__ = ["LOG", "PROBE_FIELDS", "probe_path", "PROBE_STATUSES", "read_probe", "search"]
+
 LOG = logging.getLogger(__name__)
 PROBE_STATUSES = ("ok", OOM_STATUS)
 # Columns of probes.csv taken from each probe's record; ``measured_now`` follows them.

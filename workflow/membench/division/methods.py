@@ -32,6 +32,8 @@ from membench.division.functions import (
 from membench.division.kernels import TORCH_KERNELS, Kernels
 from membench.division.models import Block
 
+__all__ = ["convert_model", "METHODS", "MethodSpec"]
+
 METHODS = ("vanilla", "division", "actnn2bit", "checkpoint")
 
 

@@ -15,6 +15,21 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+__all__ = [
+    "BasicBlock",
+    "Block",
+    "Bottleneck",
+    "build_model",
+    "DenseBlock",
+    "DenseLayer",
+    "DenseNet",
+    "MODELS",
+    "PreActBottleneck",
+    "PreActResNet",
+    "STEMS",
+    "Transition",
+]
+
 MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
 STEMS = ("cifar", "imagenet")
 

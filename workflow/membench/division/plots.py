@@ -18,6 +18,8 @@ from membench.core.plots import (
 )
 from membench.core.validate import read_csv_columns
 
+__all__ = ["BASELINE", "METHOD_ORDER", "plot_memory", "plot_speed"]
+
 METHOD_ORDER = ("vanilla", "division", "actnn2bit", "checkpoint")
 BASELINE = "vanilla"
 

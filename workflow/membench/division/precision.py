@@ -11,6 +11,8 @@ import contextlib
 
 import torch
 
+__all__ = ["AMP_CHOICES", "FLOAT32", "Precision"]
+
 AMP_CHOICES = ("none", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

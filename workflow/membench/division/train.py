@@ -22,6 +22,8 @@ from membench.division.bench import make_optimizer, training_step
 from membench.division.functions import CompressionContext
 from membench.division.precision import Precision
 
+__all__ = ["checkpoint_file", "evaluate", "train_model", "TrainSpec"]
+
 _log = logging.getLogger(__name__)
 
 

@@ -46,6 +46,16 @@ from membench.core.timing import Timer
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
 from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
 
+__all__ = [
+    "measure_point",
+    "random_batch",
+    "RATIO_COLUMNS",
+    "REFERENCE_VARIANT",
+    "SWEEP_DATASET",
+    "sweep_table",
+    "SweepSpec",
+]
+
 log = logging.getLogger(__name__)
 
 SWEEP_DATASET = "random_bytes"

@@ -22,6 +22,8 @@ from membench.core.options import (
 )
 from membench.hotconv.models import VARIANTS
 
+__all__ = ["build_parser", "CONFIG_KEYS", "MAX_LEN", "run", "SLICE", "WINDOW"]
+
 MAX_LEN = integer(1, 2**30)
 WINDOW = integer(1, 2**20)
 SLICE = integer(1, 2**30)

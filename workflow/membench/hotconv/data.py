@@ -23,6 +23,8 @@ from torch.utils.data import DataLoader, Dataset
 from membench.core.errors import InputError
 from membench.data.bodmas.binaries import content_size, read_prefix
 
+__all__ = ["ByteDataset", "collate_bytes", "make_loader", "padded_length", "TOKEN_DTYPE"]
+
 TOKEN_DTYPE = torch.int16  # holds 0..256
 
 

@@ -37,6 +37,20 @@ from torch import nn
 
 from membench.core.errors import InputError
 
+__all__ = [
+    "chunked_pool",
+    "dense_pool",
+    "EMBED_DIM",
+    "gather_windows",
+    "MalConvNet",
+    "ModelSpec",
+    "num_windows",
+    "SearchResult",
+    "sliced_search",
+    "VARIANTS",
+    "VOCABULARY",
+]
+
 VARIANTS = ("malconv", "malconv2", "hotconv", "hotconv_eco")
 EMBED_DIM = 8
 VOCABULARY = 257  # 256 byte values + the padding token 0

@@ -21,6 +21,8 @@ from membench.core.plots import (
 )
 from membench.hotconv.models import VARIANTS
 
+__all__ = ["BASELINE", "largest_sweep_point", "plot_sweep", "plot_variants"]
+
 BASELINE = "malconv2"
 
 

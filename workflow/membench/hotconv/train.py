@@ -37,6 +37,18 @@ from membench.data.bodmas.folds import read_fold
 from membench.hotconv.data import ByteDataset, make_loader
 from membench.hotconv.models import MalConvNet, ModelSpec
 
+__all__ = [
+    "CHECKPOINT_NAME",
+    "class_weights",
+    "classification_metrics",
+    "FoldFiles",
+    "predict",
+    "read_num_classes",
+    "train_epoch",
+    "train_job",
+    "TrainSpec",
+]
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"

@@ -24,6 +24,8 @@ from membench.memnet.generate import generate
 from membench.memnet.measure import config_of, measure_configs, run_isolated, train_steps
 from membench.memnet.predict import family_of, make_input, predict_model
 
+__all__ = ["FAMILIES", "LEARNED", "LOG", "run_campaign"]
+
 LOG = logging.getLogger(__name__)
 FAMILIES = ("mlp", "cnn", "transformer")
 LEARNED = ("gpumemnet_mlp", "gpumemnet_transformer", "membench")

@@ -9,6 +9,8 @@ from membench.memnet.dataset import MEMORY_COLUMN
 from membench.memnet.measure import STATUS_OK, STATUS_OOM
 from membench.memnet.models import ACTIVATION_MODULES
 
+__all__ = ["clean_records", "PROVENANCE_COLUMNS"]
+
 PROVENANCE_COLUMNS = {
     "device": "Device",
     "device_name": "Device Name",

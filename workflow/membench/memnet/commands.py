@@ -37,6 +37,20 @@ from membench.core.options import (
 from membench.core.tables import parquet_path_for, write_table
 from membench.core.validate import read_csv_columns
 
+__all__ = [
+    "BINS",
+    "build_parser",
+    "CONFIG_KEYS",
+    "CONFIGURATIONS",
+    "FAMILIES",
+    "FOLDS",
+    "LOG",
+    "MAX_KWARGS_CHARACTERS",
+    "MAX_SAMPLE_ELEMENTS",
+    "run",
+    "SETTING",
+]
+
 FAMILIES = ("mlp", "cnn", "transformer")
 LOG = logging.getLogger("membench.memnet")
 # Memory classes: start and width up to 2**40 MiB, and at most 1000 classes.

@@ -19,6 +19,24 @@ import pandas as pd
 from membench.core.errors import InputError
 from membench.core.validate import csv_line, int_column, read_csv_columns
 
+__all__ = [
+    "activation_code",
+    "ACTIVATIONS",
+    "Bins",
+    "COUNT_COLUMNS",
+    "DEFAULT_BINS",
+    "FAMILIES",
+    "filename_tokens",
+    "Jobs",
+    "load_jobs",
+    "MAX_BATCH_SIZE",
+    "MAX_COUNT",
+    "MAX_LAYER_LIST_CHARACTERS",
+    "MAX_MEMORY_MIB",
+    "MEMORY_COLUMN",
+    "REQUIRED",
+]
+
 FAMILIES = ("mlp", "cnn", "transformer")
 MEMORY_COLUMN = "Max GPU Memory (MiB)"
 STATUS_OK, STATUS_OOM = "SUCCESSFUL", "OOM_CRASH"

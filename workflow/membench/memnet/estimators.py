@@ -24,6 +24,22 @@ from membench.memnet import faketensor
 from membench.memnet.dataset import Bins, Jobs, activation_code, filename_tokens
 from membench.memnet.models import build_mlp_from_layers, build_model, config_from_tokens, example_batch
 
+__all__ = [
+    "BYTES_PER_VALUE",
+    "EnsembleClassifier",
+    "ESTIMATORS",
+    "FakeTensor",
+    "gpumemnet_features",
+    "Horus",
+    "horus_mib",
+    "load_estimators",
+    "MIB",
+    "new_estimator",
+    "save_estimators",
+    "tensor_terms_mib",
+    "TensorBytesRegression",
+]
+
 MIB = 2**20
 BYTES_PER_VALUE = 4  # float32 training
 ESTIMATORS = ("gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench")

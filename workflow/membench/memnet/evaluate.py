@@ -12,6 +12,8 @@ from membench.core.timing import Timer
 from membench.memnet.dataset import Bins, Jobs
 from membench.memnet.estimators import ESTIMATORS, new_estimator
 
+__all__ = ["evaluate", "METRICS", "split_indices", "SPLITS", "summarise", "true_bins"]
+
 SPLITS = ("kfold", "grouped")
 METRICS = ("accuracy", "f1_weighted", "under_rate", "over_rate", "mae_mib", "inference_ms", "rows")
 

@@ -17,6 +17,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from membench.core.errors import InputError
 from membench.core.meter import MIB
 
+__all__ = ["OPTIMIZERS", "step_bytes", "StepBytes"]
+
 OPTIMIZERS: dict[str, Callable] = {
     "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3),

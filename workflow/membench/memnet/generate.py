@@ -13,6 +13,8 @@ import pandas as pd
 from membench.core.errors import InputError
 from membench.memnet.models import ACTIVATION_MODULES, CNN_PATTERNS, MLP_PATTERNS, config_filename
 
+__all__ = ["DEFAULT_RANGES", "DROPOUT_RANGE", "generate", "resolve_ranges"]
+
 DEFAULT_RANGES: dict[str, dict[str, tuple[int, int]]] = {
     "mlp": {"input": (4, 4096), "output": (2, 1000), "depth": (1, 10), "batch": (4, 1023)},
     "cnn": {

@@ -35,6 +35,16 @@ from membench.core.validate import read_json_object
 from membench.memnet.faketensor import OPTIMIZERS
 from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
 
+__all__ = [
+    "config_job",
+    "config_of",
+    "LOG",
+    "measure_configs",
+    "run_isolated",
+    "target_source",
+    "train_steps",
+]
+
 LOG = logging.getLogger(__name__)
 STATUS_OK, STATUS_OOM, STATUS_FAILED, STATUS_TIMEOUT = "SUCCESSFUL", "OOM_CRASH", "FAILED", "TIMEOUT"
 

@@ -13,6 +13,26 @@ from torch import nn
 
 from membench.core.errors import InputError
 
+__all__ = [
+    "ACTIVATION_MODULES",
+    "build_cnn",
+    "build_mlp",
+    "build_mlp_from_layers",
+    "build_model",
+    "CNN_PATTERNS",
+    "config_filename",
+    "config_from_tokens",
+    "CONFIG_KEYS",
+    "example_batch",
+    "layer_name",
+    "layer_summary",
+    "MLP_PATTERNS",
+    "mlp_widths",
+    "module_counts",
+    "TRANSFORMER_VOCAB",
+    "TransformerClassifier",
+]
+
 MLP_PATTERNS = ("uniform", "pyramid", "inverted_pyramid", "bottleneck")
 CNN_PATTERNS = ("uniform", "pyramid", "bottleneck")
 # GPUMemNet's 11 activation functions (Identity included), by their names in the file names.

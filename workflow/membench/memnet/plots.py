@@ -18,6 +18,8 @@ from membench.core.plots import (
     timing_by_method,
 )
 
+__all__ = ["BASELINE", "plot_comparison", "plot_confusions"]
+
 BASELINE = "horus"
 
 

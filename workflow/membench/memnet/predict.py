@@ -16,6 +16,8 @@ from membench.memnet.dataset import COUNT_COLUMNS, Bins, Jobs
 from membench.memnet.estimators import FakeTensor, Horus
 from membench.memnet.models import layer_summary, module_counts
 
+__all__ = ["family_of", "job_frame", "load_factory", "make_input", "predict_model"]
+
 # module class names -> Jobs count columns
 _COUNTED = {
     "BatchNorm1d": "batchnorm_layers",

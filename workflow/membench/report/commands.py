@@ -18,6 +18,8 @@ from membench.report.provenance import machine_from_tables, provenance, read_pro
 from membench.report.published import load_published
 from membench.report.summary import headline_from_tables, read_table_files, scale_line
 
+__all__ = ["build_parser", "run"]
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)

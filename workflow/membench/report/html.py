@@ -18,6 +18,18 @@ import pandas as pd
 
 from membench.core.validate import open_regular
 
+__all__ = [
+    "download_links",
+    "format_cell",
+    "header",
+    "page",
+    "SORT_SCRIPT",
+    "STYLE",
+    "table_html",
+    "unit_of",
+    "UNITS",
+]
+
 # Column-name suffix -> unit shown in the header (longest suffix first).
 UNITS = (
     ("_per_s", "1/s"),

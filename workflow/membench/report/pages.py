@@ -13,6 +13,15 @@ from membench.core.errors import InputError
 from membench.report.html import STYLE, download_links, page, table_html
 from membench.report.views import TABLE_VIEWS, read_table
 
+__all__ = [
+    "LANDING_STYLE",
+    "PUBLISHED_COLUMNS",
+    "READING",
+    "summary_fragment",
+    "SYSTEM_COLUMNS",
+    "table_page",
+]
+
 # The headline as the summary page shows it: one table per system and dataset, whose baseline and
 # figure definitions head it; the published figures with their notes, and the reasons of timing
 # flags, follow in a table and a list of their own, so that every row stays one line high.

@@ -15,6 +15,18 @@ import yaml
 from membench.core.errors import InputError
 from membench.core.validate import open_regular, read_json_object
 
+__all__ = [
+    "config_differences",
+    "cpu_model",
+    "default_config",
+    "git_commit",
+    "MACHINE_COLUMNS",
+    "machine_from_tables",
+    "provenance",
+    "read_provenance",
+    "timing_load",
+]
+
 # Columns of the aggregated tables that say what measured them.
 MACHINE_COLUMNS = (
     "device",

@@ -10,6 +10,8 @@ import yaml
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = ["COMPARISONS", "default_published_path", "load_published", "METRICS", "SYSTEMS"]
+
 SYSTEMS = ("hotconv", "division", "appclass", "memnet", "robust")
 METRICS = (
     "memory_ratio",

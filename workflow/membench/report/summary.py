@@ -20,6 +20,16 @@ import pandas as pd
 from membench.core.errors import InputError
 from membench.report.views import read_table
 
+__all__ = [
+    "HEADLINE_COLUMNS",
+    "headline_from_tables",
+    "headline_table",
+    "read_table_files",
+    "read_tables",
+    "scale_line",
+    "TABLE_KEYS",
+]
+
 # The aggregated tables the headline reads, with the columns each must hold to be read at all.
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "hotconv": ("variant",),

@@ -16,6 +16,8 @@ from membench.core.options import InputDir, InputFile
 from membench.report.published import default_published_path, load_published
 from membench.report.summary import headline_from_tables, read_tables, scale_line
 
+__all__ = ["build_parser", "format_summary", "run", "WIDTH"]
+
 WIDTH = 100
 # method, memory MiB, memory ratio, time ratio, quality, change, verdict
 _ROW = "  {:<26.26} {:>10} {:>7} {:>8} {:>8} {:>8}  {:<16}"

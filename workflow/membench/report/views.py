@@ -11,6 +11,8 @@ import pandas as pd
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = ["read_table", "RUN", "TABLE_VIEWS", "TableView", "TIMING"]
+
 # Timing fields every timing job records (median of steady-state samples, first excluded).
 TIMING = (
     "time_unit",

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+__all__ = ["attack", "ATTACKS", "evaluate", "fgsm_rs", "pgd"]
+
 ATTACKS = ("pgd", "fgsm")
 
 

@@ -32,6 +32,18 @@ from membench.robust.data import SOURCES
 from membench.robust.models import MODELS
 from membench.robust.train import GUARD_ACTIONS, LEARNING_RATE_SCHEDULES, OPTIMIZERS
 
+__all__ = [
+    "ATTACK_STEPS",
+    "build_parser",
+    "CONFIG_KEYS",
+    "FRACTION",
+    "MODES",
+    "run",
+    "SAMPLES",
+    "SYSTEM",
+    "TRANSPORTS",
+]
+
 SYSTEM = "robust"
 MODES = ("sequential", "parallel")
 TRANSPORTS = ("shared_memory", "distributed")

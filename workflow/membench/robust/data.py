@@ -19,6 +19,8 @@ from membench.data.digits import digits_arrays
 from membench.data.images.cifar import cifar_arrays
 from membench.data.images.mnist import mnist_arrays
 
+__all__ = ["Dataset", "load_dataset", "SOURCES"]
+
 SOURCES = ("digits", "mnist", "cifar10")
 
 

@@ -39,6 +39,8 @@ from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ProducerFailed, flatten_weights, load_flat_weights
 from membench.robust.train import AdversarialBatch, TrainSettings, batch_generator
 
+__all__ = ["DistributedSource", "FAILED", "run_producer", "TRAINER", "TrainerGone"]
+
 EPOCH, WEIGHTS, CREDIT, CLOSE = 1.0, 2.0, 3.0, 4.0
 FAILED = -1.0
 _TAG_CONTROL, _TAG_CONTROL_PAYLOAD, _TAG_BATCH, _TAG_BATCH_PAYLOAD = 1, 2, 3, 4

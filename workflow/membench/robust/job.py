@@ -27,6 +27,8 @@ from membench.robust.models import build_model
 from membench.robust.parallel import ModelSpec, ParallelSource
 from membench.robust.train import SequentialSource, TrainResult, TrainSettings, train
 
+__all__ = ["CHECKPOINT", "run_training_job", "variant_name"]
+
 CHECKPOINT = "checkpoint.pt"
 
 

@@ -16,6 +16,8 @@ from torch.nn import functional as F
 
 from membench.core.seeding import seeded
 
+__all__ = ["build_model", "MLP", "MODELS", "PreActBlock", "PreActResNet18"]
+
 MODELS = ("mlp", "preact_resnet18")
 
 

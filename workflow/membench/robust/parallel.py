@@ -41,6 +41,8 @@ from membench.robust.attacks import attack
 from membench.robust.models import build_model
 from membench.robust.train import AdversarialBatch, TrainSettings, batch_generator
 
+__all__ = ["flatten_weights", "load_flat_weights", "ModelSpec", "ParallelSource", "ProducerFailed"]
+
 _CLOSED = -2
 _POLL_S = 0.002
 _PR_SET_PDEATHSIG = 1

@@ -12,6 +12,8 @@ Runs are named ``<dataset>/eps<eps>/<variant>`` (variants as :func:`membench.rob
 
 from __future__ import annotations
 
+__all__ = ["plan_runs", "run_cores", "spans_nodes"]
+
 _DATA_KEYS = (
     "test_fraction",
     "train_limit",

@@ -8,6 +8,8 @@ import pandas as pd
 
 from membench.core.plots import BASELINE_COLOUR, method_colour, new_figure, save_figure
 
+__all__ = ["plot_scaling", "plot_staleness"]
+
 _SCALING_STYLE = {"strong": "-", "weak": "--"}
 
 

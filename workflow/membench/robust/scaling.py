@@ -19,6 +19,8 @@ from membench.core.errors import InputError
 from membench.core.tables import metrics_table
 from membench.core.validate import open_regular
 
+__all__ = ["read_scaling_table", "scaling_table", "TABLE_COLUMNS"]
+
 TABLE_COLUMNS = (
     "mode",
     "attack",

@@ -26,6 +26,21 @@ from membench.core.checkpoint import resume_checkpoint, save_checkpoint
 from membench.core.timing import Timer
 from membench.robust.attacks import attack, evaluate
 
+__all__ = [
+    "AdversarialBatch",
+    "batch_generator",
+    "BatchSource",
+    "epoch_batches",
+    "GUARD_ACTIONS",
+    "LEARNING_RATE_SCHEDULES",
+    "make_optimizer",
+    "OPTIMIZERS",
+    "SequentialSource",
+    "train",
+    "TrainResult",
+    "TrainSettings",
+]
+
 OPTIMIZERS = ("adam", "sgd")
 LEARNING_RATE_SCHEDULES = ("constant", "cyclic")
 GUARD_ACTIONS = ("shrink", "stop")

@@ -12,6 +12,8 @@ from membench.core.meter import add_meter_options
 from membench.core.metrics import job_record, write_job_outputs
 from membench.core.options import BATCH_SIZE, SEED, STEPS, InputFile, OutputDir, OutputFile, integer
 
+__all__ = ["build_parser", "CONFIG_KEYS", "run"]
+
 # Config keys the workflow passes to each step (``*``: any name, ``[]``: each item), each as the
 # step's option spelled the same way; tests/test_vocabulary.py checks them against the schema,
 # these parsers and the rules.

@@ -7,6 +7,8 @@ import argparse
 from membench.core.options import InputFile, OutputFile
 from membench.core.tables import aggregate_metrics, parquet_path_for
 
+__all__ = ["build_parser", "run"]
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)

@@ -4,6 +4,8 @@ A dataset is ``metadata.csv`` (columns ``sha, timestamp, family``; an empty fami
 plus a directory of raw binaries named ``<sha>.exe`` (possibly gzip-compressed).
 """
 
+__all__ = ["binary_name", "FOLD_COLUMNS", "fold_file_name", "METADATA_COLUMNS", "SPLITS"]
+
 METADATA_COLUMNS = ("sha", "timestamp", "family")
 FOLD_COLUMNS = ("FileName", "Label", "File_Size")
 SPLITS = ("train", "val", "test")

@@ -18,6 +18,8 @@ from typing import IO
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = ["content_size", "GZIP_MAGIC", "is_gzip", "MAX_CONTENT_BYTES", "read_prefix"]
+
 GZIP_MAGIC = b"\x1f\x8b"
 # The largest decompressed binary accepted (2 GiB): far above real executables, and a bound on
 # the work a gzip bomb can make the check do. It is also below 4 GiB, so gzip's size trailer

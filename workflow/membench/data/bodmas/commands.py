@@ -9,6 +9,8 @@ from membench.core.options import SEED, InputDir, InputFile, OutputDir, OutputFi
 from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
 from membench.data.bodmas.synthetic import SyntheticSpec
 
+__all__ = ["build_parser", "CONFIG_KEYS", "FIELD_TYPES", "FILE_BYTES", "run", "TOP_FAMILIES"]
+
 # The range of every numeric field of SyntheticSpec and FoldSpec, as its option's type. Files of
 # up to 1 GiB; the config schema repeats the ranges of the fields it sets.
 FILE_BYTES = integer(64, 2**30)

@@ -23,6 +23,8 @@ from membench.core.errors import InputError
 from membench.core.validate import open_regular
 from membench.data.bodmas import binary_name
 
+__all__ = ["build_elf_set", "elf_kind", "ELF_MAGIC", "find_elf_files", "LIBRARY_FAMILY"]
+
 ELF_MAGIC = b"\x7fELF"
 _PT_INTERP = 3
 LIBRARY_FAMILY = "shared_library"

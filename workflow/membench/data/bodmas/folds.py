@@ -29,6 +29,17 @@ from membench.core.validate import (
 from membench.data.bodmas import FOLD_COLUMNS, METADATA_COLUMNS, SPLITS, binary_name, fold_file_name
 from membench.data.bodmas.binaries import content_size
 
+__all__ = [
+    "assign_labels",
+    "FoldSpec",
+    "LABEL_MODES",
+    "make_fold",
+    "read_fold",
+    "read_metadata",
+    "split_folds",
+    "write_classes",
+]
+
 LABEL_MODES = ("binary", "family")
 _SHA_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -14,6 +14,15 @@ from membench.core.errors import InputError
 from membench.core.validate import int_column, read_csv_columns
 from membench.data.bodmas import FOLD_COLUMNS
 
+__all__ = [
+    "dataset_statistics",
+    "parse_fold_path",
+    "plot_size_distribution",
+    "read_class_names",
+    "split_statistics",
+    "STATS_COLUMNS",
+]
+
 STATS_COLUMNS = (
     "dataset",
     "fold",

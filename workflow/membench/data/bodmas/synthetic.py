@@ -15,6 +15,8 @@ from tqdm import tqdm
 from membench.core import atomic
 from membench.data.bodmas import binary_name
 
+__all__ = ["generate_synthetic", "SyntheticSpec"]
+
 _START = pd.Timestamp("2019-08-29", tz="UTC")
 _END = pd.Timestamp("2020-09-30", tz="UTC")
 _PE_HEADER = b"MZ\x90\x00\x03\x00\x00\x00\x04\x00\x00\x00\xff\xff\x00\x00"

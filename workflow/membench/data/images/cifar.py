@@ -23,6 +23,8 @@ from membench.core.errors import InputError
 from membench.core.validate import open_regular
 from membench.data.images.lmdb_store import write_lmdb
 
+__all__ = ["cifar_arrays", "CIFAR_FILES", "cifar_to_lmdb", "load_cifar_batch"]
+
 CIFAR_FILES = {
     "cifar10": {
         "train": [f"data_batch_{i}" for i in range(1, 6)],

@@ -9,6 +9,8 @@ import logging
 from membench.core.options import IMAGE_SIZE, SEED, TIMEOUT_S, InputDir, OutputDir, integer, real
 from membench.data.images.generate import DigitsSpec
 
+__all__ = ["build_parser", "CHANNEL", "CONFIG_KEYS", "FIELD_TYPES", "PIXELS", "run"]
+
 # The range of every field of DigitsSpec, as its option's type (the config schema repeats them).
 PIXELS = integer(8, 4096)
 CHANNEL = real(0, 255)

@@ -10,6 +10,8 @@ from membench.core.validate import open_regular, regular_file
 from membench.data.images.lmdb_store import write_lmdb
 from membench.data.images.transforms import decode_image
 
+__all__ = ["folder_to_lmdb", "IMAGE_SUFFIXES", "scan_image_folder"]
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".ppm", ".tif", ".tiff", ".webp")
 
 

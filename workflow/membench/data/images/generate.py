@@ -14,6 +14,8 @@ from membench.core import atomic
 from membench.core.errors import InputError
 from membench.data.digits import digits_arrays
 
+__all__ = ["DigitsSpec", "draw_digit", "generate_digits_folder", "OUTPUT_KIND"]
+
 OUTPUT_KIND = "digits-image-folder"
 
 

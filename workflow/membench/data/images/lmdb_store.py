@@ -29,6 +29,20 @@ from membench.core import atomic
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = [
+    "check_lmdb",
+    "decode_record",
+    "encode_record",
+    "FORMAT",
+    "ImageLMDB",
+    "KEY_DIGITS",
+    "LABEL",
+    "OUTPUT_KIND",
+    "read_metadata",
+    "record_key",
+    "write_lmdb",
+]
+
 FORMAT = {"format": "membench-image-lmdb", "version": 1}
 OUTPUT_KIND = "image-lmdb"
 LABEL = struct.Struct("<q")

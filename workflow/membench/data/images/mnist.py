@@ -18,6 +18,8 @@ import numpy as np
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
 
+__all__ = ["mnist_arrays", "MNIST_FILES", "read_idx"]
+
 MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),

@@ -16,6 +16,8 @@ from PIL import Image
 
 from membench.core.errors import InputError
 
+__all__ = ["decode_image", "EvalTransform", "to_tensor", "TrainTransform"]
+
 
 def decode_image(
     image_bytes: bytes, path, where: str | None = None, problem: str = "corrupt record: image bytes"
