@@ -20,6 +20,8 @@ from typing import Callable
 import faults
 import pytest
 
+from membench.core.metrics import MEASURED_FIELDS
+
 TIME_LIMIT_S = 120
 OUTCOMES: dict[str, int] = {}
 
@@ -192,81 +194,21 @@ def _lmdb_with_length(tmp: Path, length: int) -> Path:
     return path
 
 
-HOTCONV_TRAIN = [
-    "hotconv",
-    "train",
-    "--variant",
-    "malconv",
-    "--train",
-    "folds/train_d_fold_1.csv",
-    "--val",
-    "folds/val_d_fold_1.csv",
-    "--test",
-    "folds/test_d_fold_1.csv",
-    "--classes",
-    "classes.csv",
-    "--binaries",
-    "binaries",
-    "--dataset",
-    "d",
-    "--fold",
-    "1",
-    "--outdir",
-    "job",
-    "--epochs",
-    "1",
-    "--batch-size",
-    "4",
-    "--max-len",
-    "512",
-    "--num-filters",
-    "4",
-    "--device",
-    "cpu",
-    "--sample-interval-s",
-    "0",
-]
-HOTCONV_FOLDS = [
-    [
-        "bodmas",
-        "fold",
-        "--metadata",
-        "metadata.csv",
-        "--binaries",
-        "binaries",
-        "--dataset",
-        "d",
-        "--fold",
-        "1",
-        "--outdir",
-        "folds",
-        "--folds",
-        "2",
-    ]
-]
-MEMNET_MEASURE = [
-    "memnet",
-    "measure",
-    "--configs",
-    "configs.csv",
-    "--family",
-    "mlp",
-    "--records-dir",
-    "records",
-    "--out",
-    "measured.csv",
-    "--device",
-    "cpu",
-    "--train-steps",
-    "1",
-    "--threads",
-    "1",
-    "--sample-interval-s",
-    "0",
-]
-
-
+# Command lines of words without spaces, written as one string each.
+HOTCONV_TRAIN = (
+    "hotconv train --variant malconv --train folds/train_d_fold_1.csv --val folds/val_d_fold_1.csv"
+    " --test folds/test_d_fold_1.csv --classes classes.csv --binaries binaries --dataset d --fold 1"
+    " --outdir job --epochs 1 --batch-size 4 --max-len 512 --num-filters 4 --device cpu --sample-interval-s 0"
+).split()
+HOTCONV_FOLD = (
+    "bodmas fold --metadata metadata.csv --binaries binaries --dataset d --fold 1 --outdir folds --folds 2"
+).split()
+MEMNET_MEASURE = (
+    "memnet measure --configs configs.csv --family mlp --records-dir records --out measured.csv --device cpu"
+    " --train-steps 1 --threads 1 --sample-interval-s 0"
+).split()
 METRICS = {
+    **dict.fromkeys(MEASURED_FIELDS),
     "system": "x",
     "variant": "v",
     "dataset": "d",
@@ -276,20 +218,6 @@ METRICS = {
     "seed": 0,
     "batch_size": 1,
     "wall_s": 1.0,
-    **dict.fromkeys(
-        [
-            "nvml_peak_mib",
-            "cuda_peak_allocated_mib",
-            "cuda_peak_reserved_mib",
-            "activation_mib",
-            "alloc_peak_mib",
-            "peak_tensor_mib",
-            "host_peak_tensor_mib",
-            "peak_rss_mib",
-            "energy_j",
-            "co2e_g",
-        ]
-    ),
 }
 
 CASES = [
@@ -671,7 +599,7 @@ CASES = [
         "hotconv train: a named pipe as classes.csv",
         lambda t: ((_bodmas(t), _fifo(t, "classes.csv"), HOTCONV_TRAIN)[2], []),
         "named pipe",
-        before=HOTCONV_FOLDS,
+        before=[HOTCONV_FOLD],
     ),
     Case(
         "report summary: a named pipe as --published",
@@ -988,22 +916,7 @@ STALE_CASES = [
         None,
         _trained_anew,
         before=[
-            [
-                "bodmas",
-                "fold",
-                "--metadata",
-                "metadata.csv",
-                "--binaries",
-                "binaries",
-                "--dataset",
-                "d",
-                "--fold",
-                "1",
-                "--outdir",
-                "folds",
-                "--folds",
-                "2",
-            ],
+            HOTCONV_FOLD,
             ["bodmas", "classes", "--metadata", "metadata.csv", "--out", "classes.csv"],
             HOTCONV_TRAIN,
             ["#drop-last-line", "folds/train_d_fold_1.csv"],
