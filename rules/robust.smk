@@ -64,6 +64,7 @@ rule robust_train:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: ROBUST_OPTIONS[wildcards.robust_run],
+        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
         launcher=lambda wildcards: ROBUST_LAUNCHERS[wildcards.robust_run],
     shell:
         "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"
@@ -100,6 +101,7 @@ rule robust_train_nodes:
     params:
         outdir=subpath(output.metrics, parent=True),
         options=lambda wildcards: ROBUST_OPTIONS[wildcards.robust_run],
+        # Shell code that quotes its own values (workflow_support), so the command takes it as is.
         launcher=lambda wildcards: ROBUST_LAUNCHERS[wildcards.robust_run],
     shell:
         "{params.launcher} robust train --outdir {params.outdir:q} {params.options:q} > {log:q} 2>&1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from membench import workflow_support
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
 from membench.core.options import (
@@ -67,24 +68,7 @@ CONFIG_KEYS = {
         "meter.trace_saved_activations",
         *(
             f"hotconv.{key}"
-            for key in (
-                "variants.[]",
-                "datasets.[]",
-                "folds.[]",
-                "epochs",
-                "max_len",
-                "batch_size",
-                "num_filters",
-                "window_size",
-                "stride",
-                "fp_slice_size",
-                "fp2_slice_size",
-                "learning_rate",
-                "early_stopping_patience",
-                "num_workers",
-                "memory_probe_steps",
-                "sort_by_size",
-            )
+            for key in ("variants.[]", "datasets.[]", "folds.[]", *workflow_support.HOTCONV_TRAIN_KEYS)
         ),
     ),
     "bench": (
@@ -92,17 +76,7 @@ CONFIG_KEYS = {
         *(
             f"hotconv.{sweep}.{key}"
             for sweep in ("sweep", "bench")
-            for key in (
-                "variants.[]",
-                "batch_sizes.[]",
-                "max_lens.[]",
-                "num_filters",
-                "window_size",
-                "stride",
-                "fp_slice_size",
-                "fp2_slice_size",
-                "train_steps",
-            )
+            for key in ("variants.[]", "batch_sizes.[]", "max_lens.[]", *workflow_support.HOTCONV_SWEEP_KEYS)
         ),
     ),
 }

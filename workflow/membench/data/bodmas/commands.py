@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from membench import workflow_support
 from membench.core.options import SEED, InputDir, InputFile, OutputDir, OutputFile, integer, real
 from membench.data.bodmas.folds import LABEL_MODES, FoldSpec
 from membench.data.bodmas.synthetic import SyntheticSpec
@@ -58,18 +59,7 @@ def _spec_from_args(spec_type, args: argparse.Namespace):
 CONFIG_KEYS = {
     "synthetic": (
         "seed",
-        *(
-            f"bodmas.datasets.*.{key}"
-            for key in (
-                "samples",
-                "families",
-                "benign_fraction",
-                "min_bytes",
-                "median_bytes",
-                "max_bytes",
-                "gzip_fraction",
-            )
-        ),
+        *(f"bodmas.datasets.*.{key}" for key in workflow_support.BODMAS_SYNTHETIC_KEYS),
     ),
     "elf": (
         "seed",
@@ -77,18 +67,7 @@ CONFIG_KEYS = {
     ),
     "fold": (
         "seed",
-        *(
-            f"bodmas.datasets.*.{key}"
-            for key in (
-                "folds",
-                "label_mode",
-                "top_families",
-                "val_fraction",
-                "time_split_quantile",
-                "time_split_date",
-                "sort_by_size",
-            )
-        ),
+        *(f"bodmas.datasets.*.{key}" for key in workflow_support.BODMAS_FOLD_KEYS),
     ),
     "classes": ("bodmas.datasets.*.label_mode", "bodmas.datasets.*.top_families"),
 }
