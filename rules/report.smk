@@ -6,9 +6,21 @@ import os
 import shlex
 import sys
 
-from membench.report.summary import TABLE_KEYS
+from membench.report.headlines import headline_tables, load_headlines
 from membench.report.views import TABLE_VIEWS
 
+# Each system's headline declaration (what the summary shows and which published figures it
+# judges), as paths from the checkout's root.
+REPORT_HEADLINE_FILES = sorted(
+    f"resources/headlines/{name}"
+    for name in os.listdir(os.path.join(workflow.basedir, "resources", "headlines"))
+    if name.endswith(".yaml")
+)
+REPORT_HEADLINE_TABLES = headline_tables(
+    load_headlines(
+        [os.path.join(workflow.basedir, path) for path in REPORT_HEADLINE_FILES]
+    )
+)
 REPORT_TABLES = [
     os.path.basename(path).removesuffix(".csv")
     for path in FINAL_OUTPUTS
@@ -79,23 +91,24 @@ rule report_provenance:
 
 rule report_summary:
     input:
-        # The tables of this run the headline reads, and no other file that lies beside them.
+        # The tables of this run the headlines read, and no other file that lies beside them.
         tables=[
             f"results/tables/{table}.csv"
             for table in REPORT_TABLES
-            if table in TABLE_KEYS
+            if table in REPORT_HEADLINE_TABLES
         ],
-        published=checkout_path("resources/published_figures.yaml"),
+        headlines=[checkout_path(path) for path in REPORT_HEADLINE_FILES],
         provenance=rules.report_provenance.output[0],
     output:
         html=report(
             "results/report/summary.html",
             caption="../workflow/report/summary.rst",
             category="Summary",
-            labels={"page": "headline table, scale and provenance"},
+            labels={"page": "verdicts, what each method costs, provenance"},
         ),
         fragment="results/report/summary_fragment.html",
         csv="results/report/summary.csv",
+        verdicts="results/report/verdicts.csv",
     log:
         log_path("report_summary"),
     benchmark:
@@ -109,10 +122,13 @@ rule report_summary:
         tables=lambda wildcards, input: [
             word for path in input.tables for word in ("--table", path)
         ],
+        headlines=lambda wildcards, input: [
+            word for path in input.headlines for word in ("--headline", path)
+        ],
     shell:
-        "membench report summary {params.tables:q} --published {input.published:q}"
+        "membench report summary {params.tables:q} {params.headlines:q}"
         " --provenance {input.provenance:q} --out-html {output.html:q} --out-fragment {output.fragment:q}"
-        " --out-csv {output.csv:q} > {log:q} 2>&1"
+        " --out-csv {output.csv:q} --out-verdicts {output.verdicts:q} > {log:q} 2>&1"
 
 
 FINAL_OUTPUTS.append("results/report/summary.html")

@@ -10,6 +10,7 @@ import pytest
 
 from membench.cli import main
 from membench.core.errors import InputError
+from membench.report.headlines import default_headlines_dir, load_headlines
 from membench.report.pages import summary_fragment
 from membench.report.provenance import (
     config_differences,
@@ -18,8 +19,7 @@ from membench.report.provenance import (
     read_provenance,
     timing_load,
 )
-from membench.report.published import default_published_path, load_published
-from membench.report.summary import headline_table
+from membench.report.summary import read_tables, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,17 +120,25 @@ def test_bad_provenance_inputs(tmp_path, capsys):
     assert "--config-json is not valid JSON" in capsys.readouterr().err
 
 
-def test_summary_fragment_has_one_row_per_method_and_the_provenance(tmp_path, write_hotconv):
-    write_hotconv(tmp_path, device="cpu", reliable=False)
-    headline = headline_table(tmp_path, load_published(default_published_path()))
+def test_summary_fragment_opens_on_title_date_versions_and_counts(tmp_path, write_division):
+    write_division(tmp_path, reliable=False)
+    headlines = load_headlines(default_headlines_dir())
+    summary = summarize(read_tables(tmp_path, headlines), headlines)
     provenance = {
         "command": "snakemake <b>",
         "commit": "not a git checkout",
         "config_differences": ["seed: 0 -> 1"],
+        "membench_version": "0.1.0",
+        "snakemake_version": "9.27.1",
     }
-    text = summary_fragment(headline, "Measured on CPU.", provenance, {"device": "cpu"}, {"hotconv": 2.5})
+    text = summary_fragment(
+        summary, provenance, {"device": "cpu"}, {"division_speed": 2.5}, "2026-11-26 10:00 UTC"
+    )
+    head = text[text.index("<h1>") : text.index("<h2>")]
+    assert "Results of 2026-11-26 10:00 UTC; membench 0.1.0, Snakemake 9.27.1." in head
+    assert summary.counts_line().replace("'", "&#x27;") in head
     assert "snakemake &lt;b&gt;" in text and "the default with 1 key(s) changed" in text
-    assert "<li><code>seed: 0 -&gt; 1</code></li>" in text
-    assert "hotconv 2.50" in text and "spread 80% over 3 epochs: hotconv_eco" in text
-    system_table = text[text.index("<h4>") : text.index("Timing flags")]
-    assert system_table.count("<tr>") == len(headline) + 1
+    assert "<li><code>seed: 0 -&gt; 1</code></li>" in text and "division_speed 2.50" in text
+    assert '<td class="not-reproduced">not reproduced</td>' in text
+    assert "<td>11.4x less</td>" in text and "<td>1.9x slower (flagged)</td>" in text
+    assert "Training step time, division: load 5.1 on 2 CPUs (limit 2.5)" in text

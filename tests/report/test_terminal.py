@@ -1,26 +1,37 @@
-"""``membench summary`` in a terminal: the headline at 100 columns, clear errors for bad tables."""
+"""``membench summary`` in a terminal: the same verdicts as the report, at 100 columns; clear errors."""
 
 import pandas as pd
 
 from membench.cli import main
+from membench.report.headlines import default_headlines_dir, load_headlines
+from membench.report.summary import read_tables, summarize
 
 
-def test_summary_prints_the_headline_within_100_columns(tmp_path, capsys, write_hotconv):
-    write_hotconv(tmp_path, device="cpu", reliable=False)
+def test_summary_prints_the_counts_and_the_verdicts_within_100_columns(
+    tmp_path, capsys, write_division, write_hotconv
+):
+    write_division(tmp_path, reliable=False)
+    write_hotconv(tmp_path)
     assert main(["summary", "--tables", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Measured on CPU (Test GPU)")
+    headlines = load_headlines(default_headlines_dir())
+    summary = summarize(read_tables(tmp_path, headlines), headlines)
+    assert out.startswith(summary.counts_line()[:90])
     assert all(len(line) <= 100 for line in out.splitlines())
-    eco = next(line for line in out.splitlines() if line.strip().startswith("hotconv_eco "))
-    assert "0.04" in eco and "1.5?" in eco and "not comparable" in eco
-    assert "? hotconv_eco: spread 80% over 3 epochs" in out
-    assert "[hotconv_eco_memory]" in out  # the shipped published figures sit beside it
+    for _, row in summary.verdict_frame().iterrows():
+        if row["verdict"] in ("reproduced", "not reproduced", "indicative"):
+            assert f"{row['verdict']}: {row['system']}: {row['published'][:30]}" in " ".join(out.split())
+    assert "  $ snakemake --cores all --configfile config/paper/division.yaml" in out
+    assert "[2] Wang, Liu, Jiang, Liu, Zou and Hu" in out
+    division = next(line for line in out.splitlines() if line.startswith("  division "))
+    assert "11.4x less" in division
+    assert "1.9x slower?" in out and "! division: load 5.1 on 2 CPUs (limit 2.5)" in out
 
 
 def test_missing_or_malformed_tables_are_one_line_errors(tmp_path, capsys):
     assert main(["summary", "--tables", str(tmp_path / "absent")]) == 2
     assert "membench summary: error:" in capsys.readouterr().err
-    pd.DataFrame({"estimator": ["horus"]}).to_csv(tmp_path / "memnet.csv", index=False)
+    pd.DataFrame({"family": ["mlp"]}).to_csv(tmp_path / "memnet.csv", index=False)
     assert main(["summary", "--tables", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "memnet.csv: missing column(s) dataset, family" in err and len(err.splitlines()) == 1
+    assert "memnet.csv: missing column(s) estimator" in err and len(err.splitlines()) == 1

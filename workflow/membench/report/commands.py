@@ -1,22 +1,24 @@
 """``membench report <step>``: the report's pages, from the aggregated tables.
 
-Steps: ``provenance`` (command line, commit, configuration differences, machine), ``summary``
-(the landing summary: headline table, scale line, provenance), ``table`` (one table's page).
+Steps: ``provenance`` (command line, commit, configuration differences, machine, versions),
+``summary`` (the landing summary: verdicts on the papers' figures, each system's headline,
+provenance), ``table`` (one table's page).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime, timezone
 
 from membench.core.atomic import write_json, write_text
 from membench.core.errors import InputError
 from membench.core.options import InputDir, InputFile, OutputFile
+from membench.report.headlines import load_headlines
 from membench.report.html import page
-from membench.report.pages import summary_fragment, table_page
+from membench.report.pages import TITLE, summary_fragment, table_page
 from membench.report.provenance import machine_from_tables, provenance, read_provenance, timing_load
-from membench.report.published import load_published
-from membench.report.summary import headline_from_tables, read_table_files, scale_line
+from membench.report.summary import read_table_files, summarize
 
 __all__ = ["build_parser", "run"]
 
@@ -45,16 +47,25 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     record.add_argument("--out", type=OutputFile, required=True, help="provenance JSON to write")
 
-    summary = steps.add_parser("summary", help="the landing summary: headline table, scale line, provenance")
+    summary = steps.add_parser(
+        "summary", help="the landing summary: verdicts, each system's headline, provenance"
+    )
     summary.add_argument(
         "--table",
         type=InputFile,
         action="append",
         required=True,
         dest="tables",
-        help="an aggregated table the headline reads (<name>.csv, e.g. hotconv.csv); repeat for each",
+        help="an aggregated table a headline reads (<name>.csv, e.g. hotconv.csv); repeat for each",
     )
-    summary.add_argument("--published", type=InputFile, required=True, help="published figures YAML")
+    summary.add_argument(
+        "--headline",
+        type=InputFile,
+        action="append",
+        required=True,
+        dest="headlines",
+        help="a system's headline declaration (resources/headlines/<system>.yaml); repeat for each",
+    )
     summary.add_argument(
         "--provenance", type=InputFile, required=True, help="provenance JSON (membench report provenance)"
     )
@@ -67,7 +78,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         required=True,
         help="the summary as a fragment for the landing text",
     )
-    summary.add_argument("--out-csv", type=OutputFile, required=True, help="the headline table as CSV")
+    summary.add_argument(
+        "--out-csv",
+        type=OutputFile,
+        required=True,
+        help="the headline rows (one per setting and method) as CSV",
+    )
+    summary.add_argument(
+        "--out-verdicts", type=OutputFile, required=True, help="the verdict on every published figure as CSV"
+    )
 
     table = steps.add_parser("table", help="one aggregated table's page: curated columns, downloads")
     table.add_argument("--name", required=True, help="the table's name (e.g. hotconv_sweep)")
@@ -89,18 +108,19 @@ def run(args: argparse.Namespace) -> None:
             args.out, provenance(args.command, config, args.default_config, args.schema, args.checkout)
         )
     elif args.step == "summary":
-        published = load_published(args.published)
-        tables = read_table_files(args.tables)
-        headline = headline_from_tables(tables, published)
+        headlines = load_headlines(args.headlines)
+        tables = read_table_files(args.tables, headlines)
+        summary = summarize(tables, headlines)
         fragment = summary_fragment(
-            headline,
-            scale_line(tables, published),
+            summary,
             read_provenance(args.provenance),
             machine_from_tables(tables),
             timing_load(tables),
+            datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         )
         write_text(args.out_fragment, fragment)
-        write_text(args.out_html, page("membench: summary of the results", fragment))
-        write_text(args.out_csv, headline.to_csv(index=False))
+        write_text(args.out_html, page(TITLE, fragment, heading=False))
+        write_text(args.out_csv, summary.headline_frame().to_csv(index=False))
+        write_text(args.out_verdicts, summary.verdict_frame().to_csv(index=False))
     else:
         write_text(args.out, table_page(args.name, args.csv, args.parquet))

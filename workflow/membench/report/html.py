@@ -26,6 +26,7 @@ __all__ = [
     "SORT_SCRIPT",
     "STYLE",
     "table_html",
+    "text_table",
     "unit_of",
     "UNITS",
 ]
@@ -54,6 +55,11 @@ table.membench-table td.long { white-space: normal; min-width: 24em; max-width: 
 table.membench-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.membench-table tr:nth-child(even) td { background: #f8f9fb; }
 table.membench-table td.flag { color: #8a5300; }
+table.membench-table.wrap td { white-space: normal; overflow-wrap: anywhere; }
+table.membench-table td.heading { background: #eef1f5; font-weight: 600; }
+table.membench-table td.reproduced, table.membench-table td.met { color: #116329; font-weight: 600; }
+table.membench-table td.not-reproduced, table.membench-table td.not-met { color: #a40e26; font-weight: 600; }
+table.membench-table td.indicative { color: #8a5300; }
 .membench-downloads a { margin-right: 1em; }
 """
 # Sorts a table by the clicked header: numbers by their data-value, text alphabetically.
@@ -132,6 +138,31 @@ def table_html(
     )
 
 
+def text_table(columns: list[str], rows: list, cell_classes: dict[str, dict[str, str]] | None = None) -> str:
+    """Rows of words as one wrapping HTML ``<table>``, every value escaped.
+
+    A row is a list of texts, one per column, or a single text: a heading row spanning the table.
+    ``cell_classes`` maps a column to ``{text: CSS class}`` (a verdict's colour).
+    """
+    heads = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    lines = []
+    for row in rows:
+        if isinstance(row, str):
+            lines.append(f'<tr><td class="heading" colspan="{len(columns)}">{html.escape(row)}</td></tr>')
+            continue
+        cells = []
+        for column, text in zip(columns, row):
+            css = (cell_classes or {}).get(column, {}).get(text)
+            attribute = f' class="{css}"' if css else ""
+            cells.append(f"<td{attribute}>{html.escape(text)}</td>")
+        lines.append(f"<tr>{''.join(cells)}</tr>")
+    body = "\n".join(lines)
+    return (
+        '<div class="membench-table-wrap"><table class="membench-table wrap">'
+        f"<thead><tr>{heads}</tr></thead>\n<tbody>\n{body}\n</tbody></table></div>"
+    )
+
+
 def download_links(paths: list[str | os.PathLike]) -> str:
     """Links that download each file, embedded as ``data:`` URIs (the report is one file)."""
     links = []
@@ -145,11 +176,13 @@ def download_links(paths: list[str | os.PathLike]) -> str:
     return f'<p class="membench-downloads">{"".join(links)}</p>'
 
 
-def page(title: str, body: str) -> str:
-    """A complete HTML document around ``body``, with the table style and the sort script."""
+def page(title: str, body: str, heading: bool = True) -> str:
+    """A complete HTML document around ``body``, with the table style and the sort script; the title
+    heads the page unless ``body`` brings its own heading (``heading=False``)."""
+    top = f"<h2>{html.escape(title)}</h2>\n" if heading else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}"
         "body { font: 14px/1.45 system-ui, sans-serif; margin: 1em; color: #1f2328; }</style></head>\n"
-        f"<body>\n<h2>{html.escape(title)}</h2>\n{body}\n<script>{SORT_SCRIPT}</script>\n</body></html>\n"
+        f"<body>\n{top}{body}\n<script>{SORT_SCRIPT}</script>\n</body></html>\n"
     )

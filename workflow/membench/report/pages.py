@@ -1,5 +1,5 @@
-"""The report's pages: the landing summary (headline table, scale line, provenance) and one page per
-aggregated table."""
+"""The report's pages: the landing summary (verdicts on the papers' figures, what each method
+costs, provenance) and one page per aggregated table."""
 
 from __future__ import annotations
 
@@ -10,75 +10,89 @@ from pathlib import Path
 import pandas as pd
 
 from membench.core.errors import InputError
-from membench.report.html import STYLE, download_links, page, table_html
-from membench.report.views import TABLE_VIEWS, read_table
-
-__all__ = [
-    "LANDING_STYLE",
-    "PUBLISHED_COLUMNS",
-    "READING",
-    "summary_fragment",
-    "SYSTEM_COLUMNS",
-    "table_page",
-]
-
-# The headline as the summary page shows it: one table per system and dataset, whose baseline and
-# figure definitions head it; the published figures with their notes, and the reasons of timing
-# flags, follow in a table and a list of their own, so that every row stays one line high.
-SYSTEM_COLUMNS = (
-    "method",
-    "memory_mib",
-    "memory_ratio",
-    "time_ratio",
-    "timing",
-    "quality_value",
-    "quality_change",
-    "quality_detail",
-    "verdict",
+from membench.report.html import STYLE, download_links, page, table_html, text_table
+from membench.report.summary import (
+    INDICATIVE,
+    MET,
+    NEEDS,
+    NOT_MET,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Summary,
 )
-PUBLISHED_COLUMNS = ("system", "dataset", "method", "published", "verdict", "note")
+from membench.report.views import TABLE_VIEWS, read_table
+from membench.report.wording import memory_ratio_words, memory_words, points_words, time_ratio_words
+
+__all__ = ["LANDING_STYLE", "READING", "summary_fragment", "table_page", "TITLE"]
+
+TITLE = "membench: which published claims hold, and what each method costs"
 READING = (
-    "memory_ratio and time_ratio are the method's figure over the baseline's (below 1: less memory, faster); "
-    "memory_figure names the column used (a training step's allocator peak or its exact activation bytes, "
-    "never a job peak dominated by the input or optimizer state). A time ratio marked flagged is not a "
-    "finding: the timing was taken without a steady-state median or under load (reasons below). "
-    "quality_change is the method's quality figure minus the baseline's (fractions: 0.01 = 1 point). The "
-    "verdict compares with the published figure only in the paper's hardware, scale and data; the note "
-    "says why a figure is not comparable."
+    "A published figure is judged (reproduced or not) only where membench measured it in its paper's "
+    "setting, against the figure's own tolerance (its printed precision or the paper's stated bound). "
+    "Indicative: measured with another meter or at another scale (the note says which), or in the "
+    "paper's setting on a timing or an evaluation that cannot be judged. The rest need a GPU or data: "
+    "each lists the command that would judge it."
 )
 # On the report's landing page the fragment sits in a narrow text column beside the job graph,
 # inside a view that centres its content (a tall page would overflow above the top, out of reach):
-# align that view to the top, widen the column and let the graph wrap below it, for this page only.
+# align that view to the top, let the column take the width (its text wraps at the window's), and
+# put the graph below it, for this page only.
 LANDING_STYLE = (
     "div.overflow-auto:has(#membench-summary) { align-items: flex-start; justify-content: flex-start; } "
     ".prose:has(#membench-summary) { max-width: none; } "
-    "div.flex:has(> div > .prose #membench-summary) { flex-wrap: wrap; }"
+    "div.flex:has(> div > .prose #membench-summary) { flex-wrap: wrap; } "
+    "#membench-summary { max-width: 100%; overflow-wrap: anywhere; } "
+    "#membench-summary p, #membench-summary li { max-width: 72em; } "
+    "#membench-summary .counts { font-size: 1.1em; } "
+    "#membench-summary details > summary { cursor: pointer; } "
+    "#membench-summary .membench-table-wrap { max-width: 100%; }"
 )
+_VERDICT_CLASSES = {
+    REPRODUCED: "reproduced",
+    NOT_REPRODUCED: "not-reproduced",
+    INDICATIVE: "indicative",
+    MET: "met",
+    NOT_MET: "not-met",
+}
 
 
-def summary_fragment(headline: pd.DataFrame, scale: str, provenance: dict, machine: dict, loads: dict) -> str:
-    """The summary as an HTML fragment (no document around it), for the report's landing text."""
-    flags = headline["timing_flag"].fillna("")
-    shown = headline.assign(timing=["flagged" if flag else "" for flag in flags])
-    reasons = "".join(
-        f"<li>{html.escape(flag)}: {html.escape(', '.join(headline.loc[flags == flag, 'method']))}</li>"
-        for flag in dict.fromkeys(flag for flag in flags if flag)
-    )
-    published = headline[headline["published"].fillna("") != ""]
+def summary_fragment(summary: Summary, provenance: dict, machine: dict, loads: dict, generated: str) -> str:
+    """The summary as an HTML fragment (no document around it), for the report's landing text.
+
+    ``generated`` is when the summary was made (a date and time, as it should read).
+    """
+    verdicts = summary.verdict_frame()
+    papers = verdicts[~verdicts["reference_point"]]
     parts = [
         f"<style>{STYLE}{LANDING_STYLE}</style>",
         '<div id="membench-summary">',
-        f"<p><strong>{html.escape(scale)} {html.escape(_configuration(provenance))}</strong></p>",
+        f"<h1>{html.escape(TITLE)}</h1>",
+        f"<p>{html.escape(_versions_line(provenance, generated))} {html.escape(summary.devices_line())} "
+        f"{html.escape(_configuration(provenance))}</p>",
+        f'<p class="counts"><strong>{html.escape(summary.counts_line())}</strong></p>',
         f"<p>{html.escape(READING)}</p>",
-        *(_system_table(block) for _, block in shown.groupby(["system", "dataset"], sort=False)),
-        f"<p>Timing flags:</p><ul>{reasons}</ul>" if reasons else "<p>Every timing was marked reliable.</p>",
-        "<h3>Published figures beside the measured ones</h3>",
-        table_html(published, list(PUBLISHED_COLUMNS)),
-        "<h3>Provenance</h3>",
+        *_verdict_sections(papers),
+        *_reference_points(verdicts[verdicts["reference_point"]]),
+        "<h2>What each method costs, per setting</h2>",
+        "<p>Each block is one configuration: its memory, time and quality come from the same setting, "
+        "which its heading states, against the baseline it names. A time ratio needs at least three "
+        "timed samples on both sides; a flagged timing or evaluation is listed under the block and not "
+        "judged.</p>",
+        *_system_sections(summary),
+        "<h2>Provenance</h2>",
         _provenance_table(provenance, machine, loads),
         "</div>",
     ]
     return "\n".join(parts)
+
+
+def _versions_line(provenance: dict, generated: str) -> str:
+    versions = ", ".join(
+        f"{name} {provenance[key]}"
+        for name, key in (("membench", "membench_version"), ("Snakemake", "snakemake_version"))
+        if provenance.get(key)
+    )
+    return f"Results of {generated}" + (f"; {versions}." if versions else ".")
 
 
 def _configuration(provenance: dict) -> str:
@@ -88,24 +102,141 @@ def _configuration(provenance: dict) -> str:
     return f"Configuration: the default with {len(differences)} key(s) changed (see the provenance)."
 
 
-def _system_table(block: pd.DataFrame) -> str:
-    """One system's (and dataset's) rows under a heading naming its baseline and figures."""
-    first = block.iloc[0]
-    columns = [c for c in SYSTEM_COLUMNS if c != "quality_detail" or block["quality_detail"].notna().any()]
-    baselines = set(block["baseline"].dropna())
-    if len(baselines) > 1:
-        columns.insert(1, "baseline")
-    heading = (
-        f"{first['system']} ({first['dataset']}): baseline "
-        f"{first['baseline'] if len(baselines) == 1 else 'per method'}; memory: "
-        f"{_named(first['memory_figure'])}; time: {_named(first['time_figure'])}; quality: "
-        f"{_named(first['quality'])}"
+def _source(row) -> str:
+    return f"{row['source']}; {row['cited_at']}"
+
+
+def _verdict_sections(papers: pd.DataFrame) -> list[str]:
+    judged = papers[papers["verdict"].isin([REPRODUCED, NOT_REPRODUCED])]
+    indicative = papers[papers["verdict"] == INDICATIVE]
+    needs = papers[papers["verdict"] == NEEDS]
+    parts = [f"<h2>Judged in the paper's setting ({len(judged)})</h2>"]
+    if judged.empty:
+        parts.append("<p>None: no figure was measured in its paper's setting by this run.</p>")
+    else:
+        parts.append(
+            text_table(
+                ["system", "published", "measured here", "verdict", "held to", "source"],
+                [
+                    [r["system"], r["published"], r["measured"], r["verdict"], r["note"], _source(r)]
+                    for _, r in judged.iterrows()
+                ],
+                {"verdict": _VERDICT_CLASSES},
+            )
+        )
+    parts.append(f"<h2>Indicative ({len(indicative)})</h2>")
+    if indicative.empty:
+        parts.append("<p>None.</p>")
+    else:
+        parts.append(
+            text_table(
+                ["system", "published", "measured here", "why only indicative", "source"],
+                [
+                    [r["system"], r["published"], r["measured"], r["note"], _source(r)]
+                    for _, r in indicative.iterrows()
+                ],
+            )
+        )
+    parts.append(f"<h2>Needs a GPU or data ({len(needs)})</h2>")
+    if needs.empty:
+        parts.append("<p>None.</p>")
+        return parts
+    items = []
+    for command, group in needs.groupby("command", sort=False):
+        figures = "".join(
+            f"<li>{html.escape(r['system'])}: {html.escape(r['published'])} ({html.escape(_source(r))}); "
+            f"here: {html.escape(r['note'])}</li>"
+            for _, r in group.iterrows()
+        )
+        items.append(f"<p><code>{html.escape(command)}</code> judges {len(group)}:</p><ul>{figures}</ul>")
+    parts.append(
+        f"<details><summary>{len(needs)} figures, by the command that would judge them</summary>"
+        f"{''.join(items)}</details>"
     )
-    return f"<h4>{html.escape(heading)}</h4>\n{table_html(block, columns, flag_columns=('timing',))}"
+    return parts
 
 
-def _named(value) -> str:
-    return value if isinstance(value, str) and value else "not recorded"
+def _reference_points(points: pd.DataFrame) -> list[str]:
+    if points.empty:
+        return []
+    return [
+        "<h2>membench's own reference points (not a paper's)</h2>",
+        text_table(
+            ["system", "reference point", "measured here", "verdict", "held to"],
+            [
+                [r["system"], r["published"], r["measured"], r["verdict"], r["note"]]
+                for _, r in points.iterrows()
+            ],
+            {"verdict": _VERDICT_CLASSES},
+        ),
+    ]
+
+
+def _system_sections(summary: Summary) -> list[str]:
+    parts = []
+    for headline in summary.headlines:
+        blocks = [block for block in summary.blocks if block.system == headline.system]
+        if not blocks:
+            continue
+        rows, notes = [], []
+        for block in blocks:
+            what = [
+                f"{name}: {quantity}"
+                for name, quantity in (
+                    ("memory", block.memory_what),
+                    ("time", block.spec.time.what if block.spec.time else None),
+                    ("quality", block.spec.quality.what if block.spec.quality else None),
+                )
+                if quantity
+            ]
+            baseline = (
+                ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method (see the table)"
+            )
+            rows.append(f"{block.spec.title}: {block.setting}. Baseline {baseline}; {'; '.join(what)}.")
+            for row in block.methods:
+                rows.append(_method_cells(block, row))
+                for flag in (row.timing_flag, row.evaluation_flag):
+                    if flag:
+                        notes.append(f"{block.spec.title}, {row.method}: {flag}")
+        parts.append(f"<h3>{html.escape(headline.title)}</h3>")
+        parts.append(
+            text_table(
+                ["method", "memory", "vs baseline", "time vs baseline", "quality", "vs baseline"], rows
+            )
+        )
+        if notes:
+            listing = "".join(f"<li>{html.escape(note)}</li>" for note in dict.fromkeys(notes))
+            parts.append(f"<p>Flagged (not judged):</p><ul>{listing}</ul>")
+    return parts
+
+
+def _method_cells(block, row) -> list[str]:
+    is_baseline = row.method == row.baseline
+    unit = block.spec.memory.unit if block.spec.memory else None
+    memory = row.status if row.status != "ok" else memory_words(row.memory_mib, unit)
+    time = (
+        "-" if block.spec.time is None else ("baseline" if is_baseline else time_ratio_words(row.time_ratio))
+    )
+    if row.timing_flags and time != "-":
+        time += " (flagged)"
+    if block.spec.quality is None:
+        quality = change = "-"
+    else:
+        kind = block.spec.quality.kind
+        value = row.quality_value
+        if value is None:
+            quality = "-"
+        elif kind == "agreement":
+            quality = "yes" if value == 1 else ("no" if value == 0 else f"{value:.0%} of runs")
+        else:
+            quality = f"{value:.1%}"
+        change = (
+            "baseline" if is_baseline else (points_words(row.quality_change) if kind == "accuracy" else "-")
+        )
+        if row.evaluation_flags and quality != "-":
+            quality += " (flagged)"
+    vs = "baseline" if is_baseline else memory_ratio_words(row.memory_ratio)
+    return [row.method, memory, vs if block.spec.memory else "-", time, quality, change]
 
 
 def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:

@@ -3,6 +3,7 @@ from the default, machine, software versions, and the machine's load while timin
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -99,7 +100,8 @@ def cpu_model() -> str:
 
 
 def provenance(command: str, config: dict, config_path, schema_path, checkout) -> dict:
-    """The provenance record the report shows (written by ``membench report provenance``)."""
+    """The provenance record the report shows (written by ``membench report provenance``): the
+    command, commit, configuration differences, machine, and membench's and Snakemake's versions."""
     return {
         "command": command,
         "commit": git_commit(checkout),
@@ -107,7 +109,17 @@ def provenance(command: str, config: dict, config_path, schema_path, checkout) -
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "platform": platform.platform(),
+        "membench_version": _version("membench"),
+        "snakemake_version": _version("snakemake"),
     }
+
+
+def _version(package: str) -> str:
+    """The installed version of ``package``, or ``not installed``."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def read_provenance(path: str | os.PathLike) -> dict:

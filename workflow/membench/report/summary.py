@@ -1,103 +1,163 @@
-"""The headline table: per system and method, the memory figure that reflects the method, its
-ratio to the system's baseline, the time ratio, the quality change, and the published figure with
-a verdict (met / not met / not comparable).
+"""The summary: each system's headline rows and a verdict on every published figure, computed from
+the aggregated tables and the systems' declarations (:mod:`membench.report.headlines`) alone.
 
-Memory figures are a training step's allocator-level peak or its exact activation bytes (never a
-job-level peak dominated by the input batch or optimizer state). Times are the median of
-steady-state epochs or steps (``time_median_s``) where a job recorded one; otherwise the best
-column the table holds, labelled, and flagged as of unknown reliability.
+A headline block is one declared row at one setting: every method's memory, time and quality in it
+come from jobs of that one configuration, and the block prints the setting. Ratios are against the
+block's baseline. A time ratio is shown only where both timings have at least
+:data:`MIN_TIMED_SAMPLES` steady-state samples, and stays flagged where a job marked its timing
+unreliable (spread, load). A quality figure measured on fewer than :data:`MIN_CASES` test cases, on
+one class, or by a run still improving in its last epoch is flagged as degenerate and not judged.
+
+Each published figure gets one of four verdicts: ``reproduced`` (within the figure's own
+tolerance, measured in its paper's setting), ``not reproduced``, ``indicative`` (measured with
+another meter or at another scale, or in the paper's setting but not judgeable; the note says
+which) or ``needs a GPU or data`` (with the command that would judge it). membench's own reference
+points are judged the same way but reported apart, as ``met`` or ``not met``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import string
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from membench.core.errors import InputError
+from membench.report.headlines import Figure, Headline, RowSpec, headline_tables
 from membench.report.views import read_table
+from membench.report.wording import (
+    fill_setting,
+    is_missing,
+    memory_ratio_words,
+    number_words,
+    points_words,
+    speedup_words,
+    time_ratio_words,
+)
 
 __all__ = [
+    "Block",
     "HEADLINE_COLUMNS",
-    "headline_from_tables",
-    "headline_table",
+    "INDICATIVE",
+    "KINDS",
+    "MET",
+    "MethodRow",
+    "MIN_CASES",
+    "MIN_TIMED_SAMPLES",
+    "NEEDS",
+    "NOT_MET",
+    "NOT_REPRODUCED",
     "read_table_files",
     "read_tables",
-    "scale_line",
-    "TABLE_KEYS",
+    "REPRODUCED",
+    "summarize",
+    "Summary",
+    "Verdict",
+    "VERDICT_COLUMNS",
 ]
 
-# The aggregated tables the headline reads, with the columns each must hold to be read at all.
-TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    "hotconv": ("variant",),
-    "hotconv_sweep": ("variant", "max_len", "batch_size"),
-    "hotconv_bench": ("variant", "max_len", "batch_size"),
-    "division_memory": ("variant", "batch_size"),
-    "division_speed": ("variant", "batch_size"),
-    "division_accuracy": ("variant",),
-    "appclass": ("variant", "dataset", "implementation"),
-    "memnet": ("dataset", "family", "estimator"),
-    "robust": ("variant", "baseline_variant"),
-}
+REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS = (
+    "reproduced",
+    "not reproduced",
+    "indicative",
+    "needs a GPU or data",
+)
+KINDS = (REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS)
+MET, NOT_MET = "met", "not met"
+MIN_TIMED_SAMPLES = 3
+MIN_CASES = 30
 HEADLINE_COLUMNS = (
     "system",
-    "dataset",
+    "row",
+    "setting",
     "method",
     "baseline",
+    "status",
     "memory_figure",
     "memory_mib",
     "memory_ratio",
+    "memory_vs_baseline",
     "time_figure",
+    "time_s",
+    "time_samples",
     "time_ratio",
+    "time_vs_baseline",
     "timing_flag",
-    "quality",
+    "quality_figure",
     "quality_value",
     "quality_change",
-    "quality_detail",
+    "quality_vs_baseline",
+    "evaluation_flag",
+)
+VERDICT_COLUMNS = (
+    "system",
+    "figure",
     "published",
+    "measured",
     "verdict",
     "note",
+    "source",
+    "cited_at",
+    "paper_setting",
+    "tolerance",
+    "command",
+    "reference_point",
 )
-MET, NOT_MET, NOT_COMPARABLE, NO_FIGURE = "met", "not met", "not comparable", "no published figure"
-_UNRELIABLE = "no steady-state median or reliability recorded"
 
 
-def read_tables(tables_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """The aggregated tables of ``tables_dir`` the headline reads; a missing table is left out.
+# -- reading the tables --------------------------------------------------------------------------
 
-    Raises InputError when the directory is missing, holds none of the tables, or a table cannot
-    be parsed or lacks a column the headline needs.
+
+def _required_columns(headlines: list[Headline]) -> dict[str, set[str]]:
+    required: dict[str, set[str]] = {}
+    for headline in headlines:
+        for row in headline.rows:
+            required.setdefault(row.table, set()).update(
+                column for column in (row.method, row.baseline_column) if column
+            )
+    return required
+
+
+def read_tables(tables_dir: str | os.PathLike, headlines: list[Headline]) -> dict[str, pd.DataFrame]:
+    """The aggregated tables of ``tables_dir`` the declarations read; a missing table is left out.
+
+    Raises InputError when the directory is missing, holds none of them, or a table cannot be
+    parsed or lacks a column a declaration needs.
     """
     directory = Path(tables_dir)
     if not directory.is_dir():
         raise InputError(directory, "no such tables directory (run the workflow first, or pass --tables)")
-    paths = [directory / f"{name}.csv" for name in TABLE_KEYS if (directory / f"{name}.csv").exists()]
+    names = headline_tables(headlines)
+    paths = [directory / f"{name}.csv" for name in names if (directory / f"{name}.csv").exists()]
     if not paths:
-        expected = ", ".join(f"{name}.csv" for name in TABLE_KEYS)
-        raise InputError(directory, f"holds none of the aggregated tables ({expected})")
-    return read_table_files(paths)
+        raise InputError(directory, f"holds none of the tables the summary reads ({_listing(names)})")
+    return read_table_files(paths, headlines)
 
 
-def read_table_files(paths: Iterable[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+def read_table_files(
+    paths: Iterable[str | os.PathLike], headlines: list[Headline]
+) -> dict[str, pd.DataFrame]:
     """The aggregated tables at ``paths``, each named by its file (``.../hotconv.csv`` is ``hotconv``).
 
-    Raises InputError for a file whose name is not one of the tables the headline reads
-    (:data:`TABLE_KEYS`), a name given twice, or a table that cannot be parsed or lacks a column
-    the headline needs.
+    Raises InputError for a file no declaration reads, a name given twice, or a table that cannot
+    be parsed or lacks a column a declaration needs.
     """
-    tables = {}
+    required = _required_columns(headlines)
+    tables: dict[str, pd.DataFrame] = {}
     for path in map(Path, paths):
         name = path.name.removesuffix(".csv")
-        if name not in TABLE_KEYS:
-            expected = ", ".join(f"{known}.csv" for known in TABLE_KEYS)
-            raise InputError(path, f"not one of the aggregated tables the headline reads ({expected})")
+        if name not in required:
+            raise InputError(path, f"not one of the tables the summary reads ({_listing(required)})")
         if name in tables:
             raise InputError(path, f"a second {name}.csv; give each table once")
         frame = read_table(path)
-        missing = [key for key in TABLE_KEYS[name] if key not in frame.columns]
+        missing = sorted(column for column in required[name] if column not in frame.columns)
         if missing:
             raise InputError(
                 path, f"missing column(s) {', '.join(missing)}; expected a table written by membench"
@@ -106,70 +166,69 @@ def read_table_files(paths: Iterable[str | os.PathLike]) -> dict[str, pd.DataFra
     return tables
 
 
-def headline_table(tables_dir: str | os.PathLike, published: list[dict]) -> pd.DataFrame:
-    """One row per system, dataset and method (columns ``HEADLINE_COLUMNS``).
-
-    ``memory_ratio`` and ``time_ratio`` are the method's figure divided by the baseline's (below 1:
-    less memory, faster); ``quality_change`` is the method's quality figure minus the baseline's;
-    ``quality_detail`` adds what one number cannot say (under-estimation rate, clean accuracy,
-    difference from the reference); ``timing_flag`` is empty only when both timings were marked
-    reliable by their jobs. Systems whose tables are missing have no rows.
-    """
-    return headline_from_tables(read_tables(tables_dir), published)
+def _listing(names) -> str:
+    return ", ".join(f"{name}.csv" for name in names)
 
 
-def headline_from_tables(tables: dict[str, pd.DataFrame], published: list[dict]) -> pd.DataFrame:
-    """``headline_table`` over tables already read (see ``read_tables``)."""
-    rows = [row for row, _ in _judged_rows(tables, published)]
-    frame = pd.DataFrame([{column: row.get(column) for column in HEADLINE_COLUMNS} for row in rows])
-    return frame if rows else pd.DataFrame(columns=HEADLINE_COLUMNS)
+# -- headline rows -------------------------------------------------------------------------------
 
 
-def _judged_rows(tables: dict[str, pd.DataFrame], published: list[dict]) -> list[tuple[dict, list[str]]]:
-    """Each headline row (as a dict) with the verdicts of the published figures beside it."""
-    rows = [row for extract in (_hotconv, _division, _appclass, _memnet, _robust) for row in extract(tables)]
-    return [(row, _judge(row, published)) for row in rows]
+@dataclass
+class MethodRow:
+    """One method's figures in a block; ``context`` is what it was measured with (its table row, the
+    block's setting, the memory column used, a scaled column's target value)."""
+
+    method: str
+    baseline: str
+    context: dict
+    status: str = "ok"
+    memory_mib: float | None = None
+    memory_ratio: float | None = None
+    time_s: float | None = None
+    time_samples: float | None = None
+    time_ratio: float | None = None
+    timing_flags: list[str] = field(default_factory=list)
+    quality_value: float | None = None
+    quality_change: float | None = None
+    evaluation_flags: list[str] = field(default_factory=list)
+
+    @property
+    def timing_flag(self) -> str:
+        return "; ".join(self.timing_flags)
+
+    @property
+    def evaluation_flag(self) -> str:
+        return "; ".join(self.evaluation_flags)
 
 
-def scale_line(tables: dict[str, pd.DataFrame], published: list[dict]) -> str:
-    """One line saying where and at what scale the run was measured, from the tables alone."""
-    devices: dict[str, set[str]] = {}
-    for frame in tables.values():
-        if "device" not in frame.columns:
-            continue
-        for device, name in zip(frame["device"], frame.get("device_name", pd.Series([None] * len(frame)))):
-            if isinstance(device, str):
-                kind = "GPU" if device.startswith("cuda") else device.upper()
-                devices.setdefault(kind, set())
-                if isinstance(name, str) and name:
-                    devices[kind].add(name)
-    where = ", ".join(
-        f"{kind} ({', '.join(sorted(names))})" if names else kind for kind, names in sorted(devices.items())
-    )
-    verdicts = [verdict for _, row_verdicts in _judged_rows(tables, published) for verdict in row_verdicts]
-    total, comparable = len(verdicts), sum(verdict in (MET, NOT_MET) for verdict in verdicts)
-    if total == 0:
-        setting = "no published figure applies to the methods measured"
-    elif comparable == 0:
-        setting = (
-            f"none of the {total} published figures beside a measured one is in its paper's hardware,"
-            " scale and data: not the paper setting"
-        )
-    elif comparable == total:
-        setting = f"all {total} published figures beside a measured one are in their paper's setting"
-    else:
-        setting = (
-            f"{comparable} of {total} published figures beside a measured one are in their paper's setting"
-        )
-    return f"Measured on {where or 'an unrecorded device'}; {setting}."
+@dataclass
+class Block:
+    """A declared row at one setting: its methods, all measured in that one configuration."""
+
+    system: str
+    system_title: str
+    spec: RowSpec
+    setting: str
+    methods: list[MethodRow]
+    memory_column: str | None = None
+    baselines: tuple[str, ...] = ()
+
+    @property
+    def memory_what(self) -> str | None:
+        return self._what(self.spec.memory, self.memory_column)
+
+    @staticmethod
+    def _what(quantity, column) -> str | None:
+        if quantity is None:
+            return None
+        return f"{quantity.what} ({column})" if column else quantity.what
 
 
-# -- reading figures out of the tables ---------------------------------------------------------------
-
-
-def _value(row: pd.Series | dict, column: str) -> float | None:
-    """A finite number from ``row[column]``, else None."""
-    value = row.get(column) if column in row else None
+def _number(value) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return 1.0 if value.strip().lower() == "true" else 0.0
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -177,359 +236,523 @@ def _value(row: pd.Series | dict, column: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _first_column(
-    frame: pd.DataFrame, columns: tuple[str, ...], baseline: pd.Series | None = None
-) -> str | None:
-    """The first of ``columns`` that holds a number in ``frame``; with ``baseline`` (a row mask),
-    the first that holds one in a baseline row too (so that it gives ratios), if any does."""
-    held = [
-        c for c in columns if c in frame.columns and pd.to_numeric(frame[c], errors="coerce").notna().any()
-    ]
-    if baseline is not None:
-        for column in held:
-            if pd.to_numeric(frame.loc[baseline, column], errors="coerce").notna().any():
-                return column
-    return held[0] if held else None
-
-
 def _is_true(value) -> bool:
-    return (
-        value is True
-        or (isinstance(value, str) and value.strip().lower() == "true")
-        or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1)
-    )
+    return _number(value) == 1.0
 
 
-def _timing(row: pd.Series, fallbacks: tuple[tuple[str, str, bool], ...]) -> tuple[float, str, str] | None:
-    """(seconds, what they are, flag) of a job's timing; flag is empty only when reliable.
-
-    ``fallbacks``: (column, label, per_second) tried in order when the job recorded no
-    ``time_median_s``; a per-second column (a throughput) is inverted into seconds per unit.
-    """
-    median = _value(row, "time_median_s")
-    if median is not None:
-        unit = row.get("time_unit")
-        label = f"median s per {unit}" if isinstance(unit, str) and unit else "median s (steady state)"
-        if _is_true(row.get("timing_reliable")):
-            return median, label, ""
-        flag = row.get("timing_flag")
-        return median, label, flag if isinstance(flag, str) and flag else "timing not marked reliable"
-    for column, label, per_second in fallbacks:
-        value = _value(row, column)
-        if value is not None and value > 0:
-            return (1.0 / value if per_second else value), label, _UNRELIABLE
-    return None
+def _template_fields(template: str) -> list[str]:
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
-def _context(row: pd.Series) -> dict:
-    return {key: value for key, value in row.items() if not (isinstance(value, float) and math.isnan(value))}
+def _clean(row: pd.Series) -> dict:
+    return {key: value for key, value in row.items() if not is_missing(value)}
 
 
-def _method_row(system: str, dataset: str, method: str, baseline: str) -> dict:
-    return {
-        "system": system,
-        "dataset": dataset,
-        "method": method,
-        "baseline": baseline,
-        "figures": {},
-        "context": {},
-    }
+def _rows_of(frame: pd.DataFrame, spec: RowSpec) -> pd.DataFrame:
+    for column, value in spec.select:
+        if column not in frame.columns:
+            return frame.iloc[0:0]
+        frame = frame[[_same(cell, value) for cell in frame[column]]]
+    return frame
 
 
-def _values_by(frame: pd.DataFrame, key: str, column: str) -> dict:
-    """``{row[key]: (value of column, the row's context)}`` over the rows that hold a value."""
-    return {
-        row[key]: (_value(row, column), _context(row))
-        for _, row in frame.iterrows()
-        if _value(row, column) is not None
-    }
-
-
-def _set_memory(rows: dict[str, dict], frame: pd.DataFrame, column: str, key: str, baseline_of) -> None:
-    values = _values_by(frame, key, column)
-    for method, (value, context) in values.items():
-        if method not in rows:
-            continue
-        target = rows[method]
-        target["memory_figure"], target["memory_mib"] = column, value
-        target["context"].update(context)
-        base = values.get(baseline_of(method))
-        if base is not None and base[0] > 0:
-            target["memory_ratio"] = value / base[0]
-            target["figures"]["memory_ratio"] = (value / base[0], context)
-
-
-def _set_time(rows: dict[str, dict], frame: pd.DataFrame, key: str, baseline_of, fallbacks) -> None:
-    timings = {}
-    for _, row in frame.iterrows():
-        timing = _timing(row, fallbacks)
-        if timing is not None:
-            timings[row[key]] = (*timing, _context(row))
-    for method, (seconds, label, flag, context) in timings.items():
-        if method not in rows:
-            continue
-        target = rows[method]
-        target["context"].update(context)
-        base = timings.get(baseline_of(method))
-        if base is None or base[1] != label or base[0] <= 0:
-            continue
-        if flag == base[2] or baseline_of(method) == method:
-            flags = [flag] if flag else []
-        else:
-            flags = [
-                f"{who}: {text}" for who, text in ((method, flag), (baseline_of(method), base[2])) if text
-            ]
-        target["time_figure"], target["time_ratio"] = label, seconds / base[0]
-        target["timing_flag"] = "; ".join(flags)
-        target["figures"]["time_ratio"] = (seconds / base[0], context, bool(flags))
-        target["figures"]["speedup"] = (base[0] / seconds, context, bool(flags))
-
-
-def _set_quality(
-    rows: dict[str, dict], frame: pd.DataFrame, key: str, column: str, label: str, baseline_of
-) -> None:
-    values = _values_by(frame, key, column)
-    for method, (value, context) in values.items():
-        if method not in rows:
-            continue
-        target = rows[method]
-        target["context"].update(context)
-        target["quality"], target["quality_value"] = label, value
-        base = values.get(baseline_of(method))
-        if base is not None:
-            target["quality_change"] = value - base[0]
-            target["figures"]["accuracy_delta"] = (value - base[0], context)
-
-
-def _largest_point(frame: pd.DataFrame, axes: tuple[str, ...]) -> pd.DataFrame:
-    """The rows of ``frame`` at its largest point along ``axes`` (compared in order) that ran."""
-    if "status" in frame.columns:
-        frame = frame[frame["status"].fillna("ok") == "ok"]
+def _blocks(system: str, title: str, spec: RowSpec, frame: pd.DataFrame) -> list[Block]:
+    frame = _rows_of(frame, spec)
     if frame.empty:
-        return frame
-    top = frame.sort_values(list(axes), ascending=False).iloc[0]
-    return frame[(frame[list(axes)] == top[list(axes)]).all(axis=1)]
-
-
-def _hotconv(tables: dict[str, pd.DataFrame]) -> list[dict]:
-    # The paper model's sweep (run by name: hotconv_bench) is the closer to the paper where it exists.
-    sweep = tables.get("hotconv_bench", tables.get("hotconv_sweep"))
-    train = tables.get("hotconv")
-    methods = set()
-    point = None
-    if sweep is not None:
-        point = _largest_point(sweep, ("max_len", "batch_size"))
-        methods |= set(point["variant"])
-    if train is not None:
-        methods |= set(train["variant"])
-    if not methods:
         return []
-    baseline = "malconv2"
-    dataset = str(train["dataset"].iloc[0]) if train is not None and "dataset" in train.columns else ""
-    rows = {m: _method_row("hotconv", dataset, m, baseline) for m in sorted(methods)}
-    if point is not None and (column := _first_column(point, ("step_alloc_peak_mib", "step_activation_mib"))):
-        _set_memory(rows, point, column, "variant", lambda m: baseline)
-    elif train is not None and (column := _first_column(train, ("train_activation_mib",))):
-        _set_memory(rows, train, column, "variant", lambda m: baseline)
-    if train is not None:
-        _set_time(
-            rows,
-            train,
-            "variant",
-            lambda m: baseline,
-            (("time_per_epoch_s", "mean s per epoch (first included)", False),),
+    scale_column = spec.scale[0] if spec.scale else None
+    keys = [c for c in _template_fields(spec.setting) if c in frame.columns and c != scale_column]
+    groups = frame.groupby(keys, dropna=False, sort=False) if keys else [((), frame)]
+    return [_block(system, title, spec, group) for _, group in groups]
+
+
+def _measured_columns(spec: RowSpec) -> list[str]:
+    quantities = (spec.memory, spec.time, spec.quality)
+    return [c for q in quantities if q is not None for c in q.columns] + ["time_samples", "wall_s"]
+
+
+def _block(system: str, title: str, spec: RowSpec, group: pd.DataFrame) -> Block:
+    # One job listed twice (a run in two series of a table) is one run: identical measurements.
+    measured = [c for c in _measured_columns(spec) if c in group.columns]
+    if measured:
+        group = group.drop_duplicates([spec.method, *([spec.scale[0]] if spec.scale else []), *measured])
+    methods = []
+    for method in dict.fromkeys(group[spec.method]):
+        rows = group[group[spec.method] == method]
+        context = _clean(rows.iloc[0])
+        baseline = spec.baseline or str(context.get(spec.baseline_column, method))
+        context["baseline"] = baseline
+        methods.append(MethodRow(str(method), baseline, context, status=str(context.get("status", "ok"))))
+    block = Block(system, title, spec, "", methods)
+    ok = {m.method: group[group[spec.method] == m.method] for m in methods if m.status == "ok"}
+    if "status" in group.columns:
+        ok = {method: rows[rows["status"].fillna("ok") == "ok"] for method, rows in ok.items()}
+    if spec.memory is not None:
+        _fill_memory(block, ok)
+    if spec.time is not None:
+        _fill_time(block, ok)
+    if spec.quality is not None:
+        _fill_quality(block, ok)
+    setting_values = dict(methods[0].context)
+    if spec.scale:
+        setting_values[spec.scale[0]] = spec.scale[1]
+    block.setting = fill_setting(spec.setting, setting_values)
+    if spec.scale and block.memory_column:
+        measured = sorted({_number(v) for rows in ok.values() for v in rows[spec.scale[0]] if _number(v)})
+        how = (
+            "extrapolated linearly (fixed + per-unit bytes)" if len(measured) > 1 else "scaled proportionally"
         )
-        _set_quality(rows, train, "variant", "test_accuracy", "test accuracy", lambda m: baseline)
-    return list(rows.values())
-
-
-def _division(tables: dict[str, pd.DataFrame]) -> list[dict]:
-    memory, speed, accuracy = (tables.get(f"division_{part}") for part in ("memory", "speed", "accuracy"))
-    parts = [frame for frame in (memory, speed, accuracy) if frame is not None]
-    if not parts:
-        return []
-    baseline = "vanilla"
-    methods = sorted(set().union(*(set(frame["variant"]) for frame in parts)))
-    dataset = (
-        str(accuracy["dataset"].iloc[0]) if accuracy is not None and "dataset" in accuracy.columns else ""
-    )
-    rows = {m: _method_row("division", dataset, m, baseline) for m in methods}
-    if memory is not None:
-        point = _largest_point(memory, ("batch_size",))
-        if column := _first_column(point, ("activation_mib", "step_activation_mib", "step_alloc_peak_mib")):
-            _set_memory(rows, point, column, "variant", lambda m: baseline)
-    if speed is not None:
-        fallbacks = (("images_per_s", "s per image (1 / median throughput)", True),)
-        _set_time(rows, _largest_point(speed, ("batch_size",)), "variant", lambda m: baseline, fallbacks)
-    if accuracy is not None:
-        _set_quality(rows, accuracy, "variant", "val_accuracy", "val accuracy", lambda m: baseline)
-    return list(rows.values())
-
-
-def _appclass(tables: dict[str, pd.DataFrame]) -> list[dict]:
-    frame = tables.get("appclass")
-    if frame is None or frame.empty:
-        return []
-    # The largest graph pair measured: where implementations differ most.
-    if "data_edges" in frame.columns and frame["data_edges"].notna().any():
-        dataset = frame.loc[frame["data_edges"].idxmax(), "dataset"]
-    else:
-        dataset = frame["dataset"].iloc[-1]
-    pair = frame[frame["dataset"] == dataset]
-    references = pair.loc[pair["implementation"] == "reference", "variant"]
-    baseline = references.iloc[0] if len(references) else pair["variant"].iloc[0]
-    rows = {m: _method_row("appclass", str(dataset), m, baseline) for m in pair["variant"]}
-    # The NumPy reference allocates outside torch, so it may have no allocator peak: then the
-    # RSS growth of the algorithm is the figure both sides have.
-    memory_columns = ("iterations_alloc_peak_mib", "alloc_peak_mib", "algorithm_rss_mib")
-    if column := _first_column(pair, memory_columns, baseline=pair["variant"] == baseline):
-        _set_memory(rows, pair, column, "variant", lambda m: baseline)
-    _set_time(
-        rows,
-        pair,
-        "variant",
-        lambda m: baseline,
-        (("iterations_ms", "ms of belief-propagation iterations", False),),
-    )
-    for _, row in pair.iterrows():
-        target = rows[row["variant"]]
-        target["quality"] = "agrees with the reference (1 yes, 0 no)"
-        if row["variant"] == baseline:
-            target["quality_detail"] = "the reference"
-            continue
-        agrees = row.get("agrees_with_reference")
-        if agrees is None or (isinstance(agrees, float) and math.isnan(agrees)):
-            continue
-        difference = _value(row, "reference_max_abs_diff")
-        target["quality_value"] = 1.0 if _is_true(agrees) else 0.0
-        target["quality_detail"] = ("agrees" if _is_true(agrees) else "DIFFERS") + (
-            f", max abs diff {difference:.2g}" if difference is not None else ""
+        block.setting += (
+            f"; memory {how} to {spec.scale[0]} {number_words(spec.scale[1])} from exact counts at "
+            f"{spec.scale[0]} {', '.join(number_words(v) for v in measured)}"
         )
-    return list(rows.values())
+    if any(len(rows) > 1 for rows in ok.values()) and not spec.scale:
+        block.setting += "; mean of the runs of each method"
+    block.baselines = tuple(dict.fromkeys(m.baseline for m in methods))
+    return block
 
 
-def _memnet(tables: dict[str, pd.DataFrame]) -> list[dict]:
-    frame = tables.get("memnet")
-    if frame is None:
+def _values(rows: pd.DataFrame, column: str) -> list[float]:
+    if column not in rows.columns:
         return []
-    rows = []
-    for dataset, group in frame.groupby("dataset", sort=False):
-        horus = group[group["estimator"] == "horus"]
-        horus_accuracy = _value(horus.iloc[0], "accuracy") if len(horus) else None
-        for _, row in group.iterrows():
-            target = _method_row("memnet", str(dataset), str(row["estimator"]), "horus")
-            context = _context(row) | {"published_data": not str(dataset).startswith("measured_")}
-            target["context"] = context
-            accuracy, under = _value(row, "accuracy"), _value(row, "under_rate")
-            if accuracy is not None:
-                target["quality"], target["quality_value"] = "estimator accuracy", accuracy
-                target["figures"]["accuracy"] = (accuracy, context)
-                if horus_accuracy is not None:
-                    target["quality_change"] = accuracy - horus_accuracy
-            if under is not None:
-                target["quality_detail"] = f"under-estimation {under:.1%}"
-                target["figures"]["under_rate"] = (under, context)
-            rows.append(target)
-    return rows
+    return [v for v in map(_number, rows[column]) if v is not None]
 
 
-def _robust(tables: dict[str, pd.DataFrame]) -> list[dict]:
-    frame = tables.get("robust")
-    if frame is None or frame.empty:
-        return []
-    # A run listed under both strong and weak scaling is one job: keep one row per run.
-    keys = [column for column in ("variant", "eps") if column in frame.columns]
-    runs = frame.drop_duplicates(keys).copy()
-    several_eps = "eps" in runs.columns and runs["eps"].nunique() > 1
-    runs["method"] = [
-        f"{row['variant']} (eps {row['eps']:g})" if several_eps else row["variant"]
-        for _, row in runs.iterrows()
+def _mean(rows: pd.DataFrame, column: str) -> float | None:
+    values = _values(rows, column)
+    return sum(values) / len(values) if values else None
+
+
+def _scaled(rows: pd.DataFrame, column: str, axis: str, target: float) -> float | None:
+    """``column`` at ``axis`` = ``target``: measured there, else a line through the measured points
+    (proportional through zero from a single point)."""
+    points = [
+        (x, y)
+        for x, y in zip(map(_number, rows[axis]), map(_number, rows[column]))
+        if x is not None and y is not None
     ]
-    baseline_of = {}
-    for _, row in runs.iterrows():
-        base = row["baseline_variant"]
-        same = runs[(runs["variant"] == base) & ((runs["eps"] == row["eps"]) if several_eps else True)]
-        baseline_of[row["method"]] = same["method"].iloc[0] if len(same) else row["method"]
-    dataset = str(runs["dataset"].iloc[0]) if "dataset" in runs.columns else ""
-    rows = {m: _method_row("robust", dataset, m, baseline_of[m]) for m in runs["method"]}
-    if column := _first_column(runs, ("train_alloc_peak_mib",)):
-        _set_memory(rows, runs, column, "method", baseline_of.get)
-    _set_time(rows, runs, "method", baseline_of.get, (("train_wall_s", "s of training (wall)", False),))
-    _set_quality(rows, runs, "method", "robust_accuracy", "robust accuracy", baseline_of.get)
-    for _, row in runs.iterrows():
-        target = rows[row["method"]]
-        for metric in ("clean_accuracy", "robust_accuracy"):
-            if _value(row, metric) is not None:
-                target["figures"][metric] = (_value(row, metric), _context(row))
-        if _value(row, "clean_accuracy") is not None:
-            target["quality_detail"] = f"clean accuracy {_value(row, 'clean_accuracy'):.3g}"
-    return list(rows.values())
+    if not points:
+        return None
+    exact = [y for x, y in points if x == target]
+    if exact:
+        return sum(exact) / len(exact)
+    xs = np.array([x for x, _ in points])
+    ys = np.array([y for _, y in points])
+    if len(set(xs)) == 1:
+        return float(ys.mean() * target / xs[0])
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return float(intercept + slope * target)
 
 
-# -- the verdict ----------------------------------------------------------------------------------
+def _fill_memory(block: Block, ok: dict[str, pd.DataFrame]) -> None:
+    spec = block.spec
+    baseline_rows = [ok[m.baseline] for m in block.methods if m.baseline in ok]
+    held = [
+        column
+        for column in spec.memory.columns
+        if any(_values(rows, column) for rows in (baseline_rows or ok.values()))
+    ]
+    if not held:
+        return
+    block.memory_column = column = held[0]
+    values = {}
+    for method, rows in ok.items():
+        values[method] = (
+            _scaled(rows, column, spec.scale[0], spec.scale[1]) if spec.scale else _mean(rows, column)
+        )
+    for row in block.methods:
+        row.context["memory_column"] = column
+        if spec.scale:
+            row.context[spec.scale[0]] = spec.scale[1]
+        row.memory_mib = values.get(row.method)
+        base = values.get(row.baseline)
+        if row.memory_mib is not None and base:
+            row.memory_ratio = row.memory_mib / base
+
+
+def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
+    column = block.spec.time.columns[0]
+    timings = {}
+    for method, rows in ok.items():
+        first = rows.iloc[0]
+        flags = []
+        if "timing_reliable" in rows.columns and not all(_is_true(v) for v in rows["timing_reliable"]):
+            flags += [str(v) for v in rows.get("timing_flag", pd.Series(dtype=object)) if not is_missing(v)]
+            flags = flags or ["timing not marked reliable"]
+        elif "timing_reliable" not in rows.columns:
+            flags.append("no reliability recorded")
+        timings[method] = (
+            _mean(rows, column),
+            _number(first.get("time_samples")),
+            first.get("time_unit"),
+            flags,
+        )
+    for row in block.methods:
+        if row.method not in timings:
+            continue
+        row.time_s, row.time_samples, unit, flags = timings[row.method]
+        row.context["time_unit"] = unit
+        base = timings.get(row.baseline)
+        if row.time_s is None or base is None or base[0] is None or base[0] <= 0:
+            continue
+        own = list(flags)
+        if row.baseline != row.method:
+            own += [f"baseline {row.baseline}: {flag}" for flag in base[3]]
+        row.timing_flags = list(dict.fromkeys(own))
+        if base[2] != unit:
+            row.timing_flags.append(f"units differ ({unit} vs the baseline's {base[2]})")
+            continue
+        fewest = min((s for s in (row.time_samples, base[1]) if s is not None), default=0)
+        if fewest < MIN_TIMED_SAMPLES:
+            row.timing_flags.append(
+                f"ratio withheld: {fewest:g} timed sample(s), fewer than {MIN_TIMED_SAMPLES}"
+            )
+            continue
+        row.time_ratio = row.time_s / base[0]
+
+
+def _fill_quality(block: Block, ok: dict[str, pd.DataFrame]) -> None:
+    spec = block.spec
+    column = spec.quality.columns[0]
+    values = {method: _mean(rows, column) for method, rows in ok.items()}
+    flags = {
+        method: _degenerate(rows.iloc[0], spec) if spec.evaluation is not None else []
+        for method, rows in ok.items()
+    }
+    for row in block.methods:
+        row.quality_value = values.get(row.method)
+        row.evaluation_flags = list(flags.get(row.method, []))
+        base = values.get(row.baseline)
+        if row.quality_value is not None and base is not None and row.baseline != row.method:
+            row.quality_change = row.quality_value - base
+            # A change against a degenerate baseline says as little as the baseline does.
+            row.evaluation_flags += [
+                f"baseline {row.baseline}: {flag}" for flag in flags.get(row.baseline, [])
+            ]
+
+
+def _degenerate(row: pd.Series, spec: RowSpec) -> list[str]:
+    """Why a quality figure says little: too few test cases, one class, still improving."""
+    evaluation, reasons = spec.evaluation, []
+    cases = _number(row.get(evaluation.cases)) if evaluation.cases else None
+    if cases is not None and cases < MIN_CASES:
+        reasons.append(f"{cases:g} test cases (fewer than {MIN_CASES})")
+    classes = _number(row.get(evaluation.classes)) if evaluation.classes else None
+    if classes is not None and classes < 2:
+        reasons.append("a single class")
+    history = _history(row.get(evaluation.history)) if evaluation.history else []
+    if len(history) >= 2:
+        last, earlier = history[-1], history[:-1]
+        best = max(earlier) if evaluation.goal == "max" else min(earlier)
+        gain = (last - best) if evaluation.goal == "max" else (best - last)
+        if evaluation.relative and best:
+            gain /= abs(best)
+        if gain > evaluation.min_change:
+            change = f"{gain:.1%}" if evaluation.relative else points_words(gain).replace("+", "")
+            reasons.append(f"not converged: its last epoch still improved by {change}")
+    return reasons
+
+
+def _history(value) -> list[float]:
+    if is_missing(value):
+        return []
+    try:
+        values = json.loads(value) if isinstance(value, str) else list(value)
+    except (ValueError, TypeError):
+        return []
+    return [v for v in map(_number, values) if v is not None] if isinstance(values, list) else []
+
+
+# -- verdicts ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """A published figure (or reference point) with what was measured beside it and the verdict."""
+
+    figure: Figure
+    verdict: str
+    measured: str = "-"
+    note: str = ""
+
+    @property
+    def counted(self) -> bool:
+        """A paper's figure (reference points are reported apart)."""
+        return not self.figure.is_reference_point
 
 
 def _same(measured, published) -> bool:
     if isinstance(published, bool) or isinstance(measured, bool):
-        return str(measured).strip().lower() == str(published).strip().lower()
+        return str(measured).strip().lower() in (str(published).strip().lower(), str(int(published)))
     if isinstance(published, (int, float)):
-        try:
-            return math.isclose(float(measured), float(published), rel_tol=1e-3)
-        except (TypeError, ValueError):
-            return False
-    return str(measured).strip().lower() == str(published).strip().lower()
+        number = _number(measured)
+        return number is not None and math.isclose(number, float(published), rel_tol=1e-3)
+    text, wanted = str(measured).strip().lower(), str(published).strip().lower()
+    # A device names its kind and maybe an index: cuda:0 is cuda.
+    return text == wanted or text.startswith(wanted + ":")
 
 
-def _matches(context: dict, match: dict) -> bool:
-    return all(key in context and _same(context[key], value) for key, value in match.items())
+def _mismatches(context: dict, wanted: dict) -> list[str]:
+    return [
+        f"{key} {number_words(context[key]) if key in context else 'not recorded'} "
+        f"(paper: {number_words(value)})"
+        for key, value in wanted.items()
+        if key not in context or not _same(context[key], value)
+    ]
 
 
-def _mismatches(context: dict, requires: dict) -> list[str]:
-    differences = []
-    for key, value in requires.items():
-        if key not in context:
-            differences.append(f"{key} not recorded (paper {value})")
-        elif not _same(context[key], value):
-            differences.append(f"{key} {context[key]} (paper {value})")
-    return differences
+def _decimals(tolerance: float) -> int:
+    return 3 if tolerance <= 0 else max(0, min(4, math.ceil(-math.log10(tolerance))))
 
 
-def _judge(row: dict, published: list[dict]) -> list[str]:
-    """Fill the row's published, verdict and note columns; return the verdict of each figure."""
-    texts, notes, verdicts = [], [], []
-    for figure in published:
-        if figure["system"] != row["system"] or not _matches(row["context"], figure["match"]):
+def _measure(figure: Figure, block: Block, row: MethodRow) -> tuple[float | None, str]:
+    """The figure's metric for ``row``, and how it reads."""
+    digits = _decimals(figure.tolerance)
+    metric = figure.metric
+    if metric == "memory":
+        if row.memory_mib is None:
+            return None, "-"
+        value = row.memory_mib / 1024 if figure.unit == "GiB" else row.memory_mib
+        return value, f"{value:.{digits}f} {figure.unit}"
+    if metric == "memory_factor":
+        if not row.memory_ratio:
+            return None, "-"
+        return 1 / row.memory_ratio, f"{1 / row.memory_ratio:.{max(digits, 1)}f}x less"
+    if metric in ("time_ratio", "speedup"):
+        if row.time_ratio is None:
+            return None, "-"
+        value = row.time_ratio if metric == "time_ratio" else 1 / row.time_ratio
+        words = time_ratio_words(row.time_ratio) if metric == "time_ratio" else speedup_words(value)
+        return value, words
+    if metric == "quality":
+        return row.quality_value, _quality_words(row.quality_value, block.spec.quality.kind)
+    if metric == "quality_change":
+        return row.quality_change, points_words(row.quality_change)
+    value = _number(row.context.get(figure.column))
+    if value is None:
+        return None, "-"
+    return value, f"{value:.1%}" if figure.unit == "fraction" else number_words(value, 4)
+
+
+def _quality_words(value, kind: str | None) -> str:
+    if value is None:
+        return "-"
+    if kind == "agreement":
+        return "yes" if value == 1 else ("no" if value == 0 else f"{value:.0%} of runs")
+    return f"{value:.1%}"
+
+
+def _holds(figure: Figure, value: float) -> bool:
+    if figure.compare == "at_least":
+        return value >= figure.value - figure.tolerance - 1e-12
+    if figure.compare == "at_most":
+        return value <= figure.value + figure.tolerance + 1e-12
+    return abs(value - figure.value) <= figure.tolerance + 1e-12
+
+
+def _not_judgeable(figure: Figure, row: MethodRow) -> str:
+    if figure.metric in ("time_ratio", "speedup") and row.timing_flags:
+        return "timing flagged: " + row.timing_flag
+    if figure.metric in ("quality", "quality_change", "value") and row.evaluation_flags:
+        return "degenerate evaluation: " + row.evaluation_flag
+    return ""
+
+
+def _picks(figure: Figure, row: MethodRow) -> bool:
+    if isinstance(figure.method, str):
+        return row.method == figure.method
+    return all(key in row.context and _same(row.context[key], value) for key, value in figure.method.items())
+
+
+def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
+    judged, indicative, elsewhere = [], [], []
+    for block in blocks:
+        if block.system != figure.system or block.spec.id != figure.row:
             continue
-        texts.append(f"{figure['text']} [{figure['id']}]")
-        measured = row["figures"].get(figure["metric"])
-        if measured is None:
-            verdicts.append(NOT_COMPARABLE)
-            notes.append(f"{figure['id']}: {figure['metric']} not measured in this run")
-            continue
-        value, context, *flagged = measured
-        differences = _mismatches(context, figure["requires"])
-        if differences:
-            verdicts.append(NOT_COMPARABLE)
-            notes.append(f"{figure['id']}: other setting: {', '.join(differences)}")
-        elif flagged and flagged[0]:
-            verdicts.append(NOT_COMPARABLE)
-            notes.append(f"{figure['id']}: timing flagged (see timing_flag)")
-        else:
-            if figure["compare"] == "at_most":
-                met = value <= figure["value"] + figure["tolerance"]
+        for row in block.methods:
+            if not _picks(figure, row):
+                continue
+            value, words = _measure(figure, block, row)
+            context = {**row.context, "setting": block.setting}
+            differences = _mismatches(row.context, figure.requires)
+            reason = _not_judgeable(figure, row)
+            if value is None:
+                reason = reason or f"{figure.metric} not measured ({row.status})"
+                elsewhere.append((words, f"{row.method}: {reason}"))
+            elif not differences and not reason:
+                judged.append((words, _holds(figure, value), row.method))
+            elif not differences:
+                indicative.append((words, f"in the paper's setting, not judged: {reason}"))
+            elif figure.indicative_when is not None and not _mismatches(row.context, figure.indicative_when):
+                note = fill_setting(figure.indicative_note, context)
+                indicative.append((words, note + (f"; {reason}" if reason else "")))
             else:
-                met = value >= figure["value"] - figure["tolerance"]
-            verdicts.append(MET if met else NOT_MET)
-            notes.append(
-                f"{figure['id']}: measured {figure['metric']} {value:.4g} vs published {figure['value']:g}"
-            )
-    row["published"] = "; ".join(texts)
-    row["note"] = "; ".join(notes)
-    comparable = [v for v in verdicts if v != NOT_COMPARABLE]
-    if not verdicts:
-        row["verdict"] = NO_FIGURE
-    elif not comparable:
-        row["verdict"] = NOT_COMPARABLE
-    else:
-        row["verdict"] = NOT_MET if NOT_MET in comparable else MET
-    return verdicts
+                elsewhere.append((words, "another setting: " + ", ".join(differences)))
+    if judged:
+        held = all(ok for _, ok, _ in judged)
+        if figure.is_reference_point:
+            kind = MET if held else NOT_MET
+        else:
+            kind = REPRODUCED if held else NOT_REPRODUCED
+        return Verdict(figure, kind, _joined(w for w, _, _ in judged), _criterion(figure))
+    if indicative:
+        return Verdict(
+            figure, INDICATIVE, _joined(w for w, _ in indicative), _joined(n for _, n in indicative)
+        )
+    note = _joined(n for _, n in elsewhere) if elsewhere else f"{figure.row} not measured in this run"
+    return Verdict(figure, NEEDS, _joined(w for w, _ in elsewhere) if elsewhere else "-", note)
+
+
+def _criterion(figure: Figure) -> str:
+    """What a judged figure was held to, in words."""
+    value = number_words(figure.value, 4)
+    if figure.compare == "within":
+        return f"published {value} within {figure.tolerance:g} ({figure.tolerance_reason})"
+    bound = "at least" if figure.compare == "at_least" else "at most"
+    return f"{bound} {value}, tolerance {figure.tolerance:g} ({figure.tolerance_reason})"
+
+
+def _joined(texts) -> str:
+    """Texts joined, a repeated one counted once (``"yes (4 runs)"``)."""
+    texts = [t for t in texts if t]
+    counts = {text: texts.count(text) for text in dict.fromkeys(texts)}
+    return "; ".join(f"{text} ({n} runs)" if n > 1 else text for text, n in counts.items()) or "-"
+
+
+# -- the summary ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    """Headline blocks and verdicts of one run."""
+
+    headlines: list[Headline]
+    blocks: list[Block]
+    verdicts: list[Verdict]
+
+    def sources(self) -> dict[str, int]:
+        """Each cited work (its citation) and its number in the reference list, in order of use."""
+        cited = [v.figure.citation for v in self.verdicts if v.counted]
+        return {citation: number for number, citation in enumerate(dict.fromkeys(cited), 1)}
+
+    def counts(self) -> dict[str, int]:
+        """How many of the papers' figures got each verdict (every kind listed, in order)."""
+        counts = dict.fromkeys(KINDS, 0)
+        for verdict in self.verdicts:
+            if verdict.counted:
+                counts[verdict.verdict] += 1
+        return counts
+
+    def counts_line(self) -> str:
+        """The line that opens the summary: how many figures got each verdict."""
+        counts = self.counts()
+        total = sum(counts.values())
+        judged = counts[REPRODUCED] + counts[NOT_REPRODUCED]
+        line = (
+            f"{total} published figures: {judged} judged in their paper's setting "
+            f"({counts[REPRODUCED]} reproduced, {counts[NOT_REPRODUCED]} not reproduced), "
+            f"{counts[INDICATIVE]} indicative, {counts[NEEDS]} need a GPU or data."
+        )
+        points = [v for v in self.verdicts if not v.counted]
+        if points:
+            met = sum(v.verdict == MET for v in points)
+            line += f" membench's own reference points (not a paper's): {met} of {len(points)} met."
+        return line
+
+    def devices_line(self) -> str:
+        """Where the run was measured, from the rows' device columns."""
+        devices: dict[str, set[str]] = {}
+        for block in self.blocks:
+            for row in block.methods:
+                device = row.context.get("device")
+                if isinstance(device, str):
+                    kind = "GPU" if device.startswith("cuda") else device.upper()
+                    devices.setdefault(kind, set())
+                    name = row.context.get("device_name")
+                    if isinstance(name, str) and name:
+                        devices[kind].add(name)
+        where = ", ".join(
+            f"{kind} ({', '.join(sorted(names))})" if names else kind
+            for kind, names in sorted(devices.items())
+        )
+        return f"Measured on {where or 'an unrecorded device'}."
+
+    def headline_frame(self) -> pd.DataFrame:
+        """One row per block and method (columns :data:`HEADLINE_COLUMNS`)."""
+        records = []
+        for block in self.blocks:
+            spec = block.spec
+            for row in block.methods:
+                records.append(
+                    {
+                        "system": block.system,
+                        "row": spec.id,
+                        "setting": block.setting,
+                        "method": row.method,
+                        "baseline": row.baseline,
+                        "status": row.status,
+                        "memory_figure": block.memory_what,
+                        "memory_mib": row.memory_mib,
+                        "memory_ratio": row.memory_ratio,
+                        "memory_vs_baseline": _vs(row, row.memory_ratio, memory_ratio_words),
+                        "time_figure": _time_what(block, row),
+                        "time_s": row.time_s,
+                        "time_samples": row.time_samples,
+                        "time_ratio": row.time_ratio,
+                        "time_vs_baseline": _vs(row, row.time_ratio, time_ratio_words),
+                        "timing_flag": row.timing_flag,
+                        "quality_figure": spec.quality.what if spec.quality else None,
+                        "quality_value": row.quality_value,
+                        "quality_change": row.quality_change,
+                        "quality_vs_baseline": _vs(row, row.quality_change, points_words)
+                        if spec.quality and spec.quality.kind == "accuracy"
+                        else "",
+                        "evaluation_flag": row.evaluation_flag,
+                    }
+                )
+        return pd.DataFrame(records, columns=list(HEADLINE_COLUMNS))
+
+    def verdict_frame(self) -> pd.DataFrame:
+        """One row per figure (columns :data:`VERDICT_COLUMNS`), papers' figures first."""
+        records = [
+            {
+                "system": v.figure.system,
+                "figure": v.figure.id,
+                "published": v.figure.text,
+                "measured": v.measured,
+                "verdict": v.verdict,
+                "note": v.note,
+                "source": v.figure.citation,
+                "cited_at": v.figure.cited_at,
+                "paper_setting": v.figure.setting,
+                "tolerance": v.figure.tolerance,
+                "command": v.figure.command,
+                "reference_point": v.figure.is_reference_point,
+            }
+            for v in sorted(self.verdicts, key=lambda v: v.figure.is_reference_point)
+        ]
+        return pd.DataFrame(records, columns=list(VERDICT_COLUMNS))
+
+
+def _vs(row: MethodRow, value, words) -> str:
+    return "baseline" if row.method == row.baseline else words(value)
+
+
+def _time_what(block: Block, row: MethodRow) -> str | None:
+    if block.spec.time is None:
+        return None
+    unit = row.context.get("time_unit")
+    return f"{block.spec.time.what}" + (f" (median s per {unit})" if isinstance(unit, str) and unit else "")
+
+
+def summarize(tables: dict[str, pd.DataFrame], headlines: list[Headline]) -> Summary:
+    """The headline blocks of every declared row found in ``tables`` and a verdict on every figure."""
+    blocks = [
+        block
+        for headline in headlines
+        for spec in headline.rows
+        if spec.table in tables
+        for block in _blocks(headline.system, headline.title, spec, tables[spec.table])
+    ]
+    verdicts = [_judge(figure, blocks) for headline in headlines for figure in headline.figures]
+    return Summary(headlines, blocks, verdicts)

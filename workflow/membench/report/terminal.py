@@ -1,26 +1,32 @@
-"""``membench summary``: the report's headline table and scale line, in a terminal.
+"""``membench summary``: the report's verdicts and each system's headline, in a terminal.
 
-Reads only the aggregated tables (``results/tables/*.csv`` by default), so it works on a cluster
-login node; the lines fit in 100 columns.
+Reads only the aggregated tables (``results/tables/*.csv`` by default) and the systems' headline
+declarations, so it works on a cluster login node; the lines fit in 100 columns.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import textwrap
 
-import pandas as pd
-
 from membench.core.options import InputDir, InputFile
-from membench.report.published import default_published_path, load_published
-from membench.report.summary import headline_from_tables, read_tables, scale_line
+from membench.report.headlines import default_headlines_dir, load_headlines
+from membench.report.summary import (
+    INDICATIVE,
+    NEEDS,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Summary,
+    read_tables,
+    summarize,
+)
+from membench.report.wording import memory_ratio_words, memory_words, points_words, time_ratio_words
 
 __all__ = ["build_parser", "format_summary", "run", "WIDTH"]
 
 WIDTH = 100
-# method, memory MiB, memory ratio, time ratio, quality, change, verdict
-_ROW = "  {:<26.26} {:>10} {:>7} {:>8} {:>8} {:>8}  {:<16}"
+# method, memory, vs baseline, time vs baseline, quality, vs baseline
+_ROW = "  {:<26.26} {:>11} {:>14} {:>16} {:>10} {:>13}"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -32,82 +38,97 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="directory of the aggregated tables (default: %(default)s)",
     )
     parser.add_argument(
-        "--published",
+        "--headline",
         type=InputFile,
+        action="append",
+        dest="headlines",
         default=None,
-        help="published figures YAML (default: resources/published_figures.yaml of this checkout)",
+        help="a system's headline declaration; repeat for each "
+        "(default: every resources/headlines/*.yaml of this checkout)",
     )
     return parser
 
 
 def run(args: argparse.Namespace) -> None:
-    published = load_published(args.published or default_published_path())
-    tables = read_tables(args.tables)
-    print(format_summary(headline_from_tables(tables, published), scale_line(tables, published)))
+    headlines = load_headlines(args.headlines or default_headlines_dir())
+    print(format_summary(summarize(read_tables(args.tables, headlines), headlines)))
 
 
-def _number(value, digits: int = 3, signed: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:+.{digits}g}" if signed else f"{value:.{digits}g}"
+def _wrap(text: str, indent: str = "", more: str = "    ") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + more)
 
 
-def format_summary(headline: pd.DataFrame, scale: str) -> str:
-    """The headline as plain text: one block per system and dataset, lines at most 100 columns."""
-    lines = textwrap.wrap(scale, WIDTH)
-    lines += textwrap.wrap(
-        "ratios: method / baseline (below 1: less memory, faster); '?' marks a timing that is flagged "
-        "(not a finding); change: quality minus the baseline's.",
-        WIDTH,
-    )
-    for (system, dataset), block in headline.groupby(["system", "dataset"], sort=False):
-        first = block.iloc[0]
-        baselines = set(block["baseline"].dropna())
-        baseline = first["baseline"] if len(baselines) == 1 else "per method, below"
+def format_summary(summary: Summary) -> str:
+    """The verdicts, then each system's headline blocks, as plain text of at most 100 columns."""
+    verdicts = summary.verdict_frame()
+    papers = verdicts[~verdicts["reference_point"]]
+    numbers = summary.sources()
+    lines = _wrap(summary.counts_line()) + _wrap(summary.devices_line())
+    for title, kinds in (
+        ("Judged in the paper's setting", (REPRODUCED, NOT_REPRODUCED)),
+        ("Indicative (another meter or scale, or not judgeable)", (INDICATIVE,)),
+    ):
+        chosen = papers[papers["verdict"].isin(kinds)]
+        lines += ["", f"{title} ({len(chosen)}):"]
+        for _, row in chosen.iterrows():
+            lines += _wrap(
+                f"{row['verdict']}: {row['system']}: {row['published']} [{numbers[row['source']]}, "
+                f"{row['cited_at']}]; measured {row['measured']}",
+                "  ",
+            )
+            lines += _wrap(row["note"], "      ", "")
+    needs = papers[papers["verdict"] == NEEDS]
+    lines += ["", f"Needing a GPU or data ({len(needs)}), by the command that would judge them:"]
+    for command, group in needs.groupby("command", sort=False):
+        lines += _wrap(command, "  $ ", "  ")
+        for _, row in group.iterrows():
+            lines += _wrap(f"{row['system']}: {row['published']} [{numbers[row['source']]}]", "      ", "  ")
+    points = verdicts[verdicts["reference_point"]]
+    if not points.empty:
+        lines += ["", "membench's own reference points (not a paper's):"]
+        for _, row in points.iterrows():
+            lines += _wrap(
+                f"{row['verdict']}: {row['system']}: {row['published']}; measured {row['measured']}", "  "
+            )
+    lines += ["", "Sources:"]
+    for citation, number in numbers.items():
+        lines += _wrap(f"[{number}] {citation}", "  ", "    ")
+    lines += ["", "What each method costs, per setting (ratios against the block's baseline):"]
+    for block in summary.blocks:
         lines.append("")
-        lines += textwrap.wrap(
-            f"{system} ({dataset}), baseline {baseline}: memory = {_text(first['memory_figure'])}, "
-            f"time = {_text(first.get('time_figure'))}, quality = {_text(first['quality'])}",
-            WIDTH,
-            subsequent_indent="    ",
+        baselines = ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method"
+        lines += _wrap(f"{block.system}: {block.spec.title}: {block.setting}. Baseline {baselines}.")
+        lines.append(
+            _ROW.format("method", "memory", "vs baseline", "time vs baseline", "quality", "vs baseline")
         )
-        lines.append(_ROW.format("method", "memory MiB", "mem x", "time x", "quality", "change", "verdict"))
-        notes = []
-        for _, row in block.iterrows():
-            time = _number(row["time_ratio"]) + (
-                "?" if isinstance(row["timing_flag"], str) and row["timing_flag"] else ""
-            )
-            lines.append(
-                _ROW.format(
-                    row["method"],
-                    _number(row["memory_mib"], 4),
-                    _number(row["memory_ratio"]),
-                    time,
-                    _number(row["quality_value"]),
-                    _number(row["quality_change"], 2, signed=True),
-                    row["verdict"],
-                )
-            )
-            details = [f"baseline {row['baseline']}"] if baseline != row["baseline"] else []
-            details += [row["quality_detail"]] if isinstance(row["quality_detail"], str) else []
-            if details:
-                notes.append(f"    {row['method']}: {'; '.join(details)}"[:WIDTH])
-            if isinstance(row["published"], str) and row["published"]:
-                notes += textwrap.wrap(
-                    f"{row['method']}: published {row['published']}. {row['note']}",
-                    WIDTH,
-                    initial_indent="    ",
-                    subsequent_indent="      ",
-                )
-        flags = sorted({flag for flag in block["timing_flag"] if isinstance(flag, str) and flag})
-        notes += [
-            line
-            for flag in flags
-            for line in textwrap.wrap(f"? {flag}", WIDTH, initial_indent="    ", subsequent_indent="      ")
-        ]
-        lines += notes
+        flags = []
+        for row in block.methods:
+            lines.append(_ROW.format(*_cells(block, row)))
+            flags += [f"{row.method}: {flag}" for flag in (row.timing_flag, row.evaluation_flag) if flag]
+        for flag in dict.fromkeys(flags):
+            lines += _wrap(f"! {flag}", "    ", "  ")
     return "\n".join(lines)
 
 
-def _text(value) -> str:
-    return value if isinstance(value, str) and value else "not recorded"
+def _cells(block, row) -> list[str]:
+    is_baseline = row.method == row.baseline
+    spec = block.spec
+    memory = vs = time = quality = change = "-"
+    if spec.memory is not None:
+        memory = row.status if row.status != "ok" else memory_words(row.memory_mib, spec.memory.unit)
+        vs = "baseline" if is_baseline else memory_ratio_words(row.memory_ratio)
+    if spec.time is not None:
+        time = "baseline" if is_baseline else time_ratio_words(row.time_ratio)
+        time += "?" if row.timing_flags and time != "-" else ""
+    if spec.quality is not None and row.quality_value is not None:
+        if spec.quality.kind == "agreement":
+            quality = "yes" if row.quality_value == 1 else "no"
+        else:
+            quality = f"{row.quality_value:.1%}"
+        quality += "?" if row.evaluation_flags else ""
+        change = (
+            "baseline"
+            if is_baseline
+            else (points_words(row.quality_change) if spec.quality.kind == "accuracy" else "-")
+        )
+    return [row.method, memory, vs, time, quality, change]
