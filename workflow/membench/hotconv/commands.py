@@ -59,7 +59,6 @@ _JOB_KEYS = (
     "device",
     "meter.sample_interval_s",
     "meter.grid_intensity_g_per_kwh",
-    "meter.trace_allocator",
 )
 CONFIG_KEYS = {
     "train": (
@@ -73,6 +72,7 @@ CONFIG_KEYS = {
     ),
     "bench": (
         *_JOB_KEYS,
+        "meter.trace_allocator",
         *(
             f"hotconv.{sweep}.{key}"
             for sweep in ("sweep", "bench")

@@ -115,10 +115,21 @@ def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.P
                 ax.legend(loc="lower right")
     if not point.empty:
         row = point.iloc[0]
-        fig.suptitle(
-            f"step memory at batch {int(row['batch_size'])}, max_len {int(row['max_len']) // 1024} KiB; "
-            f"ratios to {BASELINE}"
+        # Two settings in one figure: each is named.
+        step = (
+            f"step memory: {int(row['num_filters'])} filters, batch {int(row['batch_size'])}, "
+            f"max_len {int(row['max_len']) // 1024} KiB"
+            if "num_filters" in row
+            else f"step memory: batch {int(row['batch_size'])}, max_len {int(row['max_len']) // 1024} KiB"
         )
+        training = table.iloc[0]
+        trained = (
+            f"training: {int(training['num_filters'])} filters, batch {int(training['batch_size'])}, "
+            f"max_len {int(training['max_len']) // 1024} KiB"
+            if {"num_filters", "batch_size", "max_len"} <= set(table.columns)
+            else "training"
+        )
+        fig.suptitle(f"{step}; {trained}; ratios to {BASELINE}")
     notes = [flagged_note(timing, "epoch time")]
     if not co2e.notna().any():
         notes.append("CO2e: not measured on this machine (no GPU energy counter or readable RAPL)")
