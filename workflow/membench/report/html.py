@@ -55,11 +55,13 @@ table.membench-table td.long { white-space: normal; min-width: 24em; max-width: 
 table.membench-table td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.membench-table tr:nth-child(even) td { background: #f8f9fb; }
 table.membench-table td.flag { color: #8a5300; }
-table.membench-table.wrap td { white-space: normal; overflow-wrap: anywhere; }
+table.membench-table.wrap td { white-space: normal; overflow-wrap: break-word; min-width: 4em; }
 table.membench-table td.heading { background: #eef1f5; font-weight: 600; }
 table.membench-table td.reproduced, table.membench-table td.met { color: #116329; font-weight: 600; }
 table.membench-table td.not-reproduced, table.membench-table td.not-met { color: #a40e26; font-weight: 600; }
 table.membench-table td.indicative { color: #8a5300; }
+table.membench-table.wrap td.reproduced, table.membench-table.wrap td.not-reproduced,
+table.membench-table.wrap td.met, table.membench-table.wrap td.not-met { white-space: nowrap; }
 .membench-downloads a { margin-right: 1em; }
 """
 # Sorts a table by the clicked header: numbers by their data-value, text alphabetically.

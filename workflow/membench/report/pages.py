@@ -23,7 +23,7 @@ from membench.report.summary import (
 from membench.report.views import TABLE_VIEWS, read_table
 from membench.report.wording import memory_ratio_words, memory_words, points_words, time_ratio_words
 
-__all__ = ["LANDING_STYLE", "READING", "summary_fragment", "table_page", "TITLE"]
+__all__ = ["LANDING_STYLE", "OPEN_CATEGORY_SCRIPT", "READING", "summary_fragment", "table_page", "TITLE"]
 
 TITLE = "membench: which published claims hold, and what each method costs"
 READING = (
@@ -41,12 +41,34 @@ LANDING_STYLE = (
     "div.overflow-auto:has(#membench-summary) { align-items: flex-start; justify-content: flex-start; } "
     ".prose:has(#membench-summary) { max-width: none; } "
     "div.flex:has(> div > .prose #membench-summary) { flex-wrap: wrap; } "
-    "#membench-summary { max-width: 100%; overflow-wrap: anywhere; } "
+    "#membench-summary { max-width: 100%; overflow-wrap: break-word; } "
     "#membench-summary p, #membench-summary li { max-width: 72em; } "
     "#membench-summary .counts { font-size: 1.1em; } "
     "#membench-summary details > summary { cursor: pointer; } "
     "#membench-summary .membench-table-wrap { max-width: 100%; }"
 )
+# Snakemake's report keeps the last result on screen when a category (or subcategory) of the menu is
+# opened, so a reader of "DIVISION" still looks at a HotConv figure. The landing text is inserted as
+# HTML, where scripts do not run but an image's load handler does: a 1x1 GIF's handler wraps the
+# report's setView so that opening a category also shows its first figure or page. It changes only
+# what the content area shows; done once per page (app.membenchOpensResults).
+OPEN_CATEGORY_SCRIPT = (
+    "if (typeof app !== 'undefined' && !app.membenchOpensResults) {"
+    " app.membenchOpensResults = true; var setView = app.setView;"
+    " app.setView = function (view) {"
+    " var mode = view.navbarMode;"
+    " if ((mode === 'category' || mode === 'subcategory') && view.content === undefined && view.category) {"
+    " var groups = categories[view.category] || {};"
+    " var names = view.subcategory ? [view.subcategory] : Object.keys(groups).sort();"
+    " var paths = [].concat.apply([], names.map(function (name) { return groups[name] || []; }));"
+    " var path = paths.find(function (p) { var m = results[p].mime_type;"
+    " return m === 'text/html' || m.indexOf('image/') === 0; });"
+    " if (path) { var html = results[path].mime_type === 'text/html';"
+    " view = Object.assign({}, view, { content: html ? 'html' : 'img',"
+    " contentPath: results[path].data_uri, resultPath: path }); } }"
+    " return setView(view); }; }"
+)
+_PIXEL_GIF = "data:image/gif;base64,R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
 _VERDICT_CLASSES = {
     REPRODUCED: "reproduced",
     NOT_REPRODUCED: "not-reproduced",
@@ -65,13 +87,14 @@ def summary_fragment(summary: Summary, provenance: dict, machine: dict, loads: d
     papers = verdicts[~verdicts["reference_point"]]
     parts = [
         f"<style>{STYLE}{LANDING_STYLE}</style>",
+        f'<img src="{_PIXEL_GIF}" alt="" width="1" height="1" onload="{html.escape(OPEN_CATEGORY_SCRIPT)}">',
         '<div id="membench-summary">',
         f"<h1>{html.escape(TITLE)}</h1>",
         f"<p>{html.escape(_versions_line(provenance, generated))} {html.escape(summary.devices_line())} "
         f"{html.escape(_configuration(provenance))}</p>",
         f'<p class="counts"><strong>{html.escape(summary.counts_line())}</strong></p>',
         f"<p>{html.escape(READING)}</p>",
-        *_verdict_sections(papers),
+        *_verdict_sections(papers, summary.sources()),
         *_reference_points(verdicts[verdicts["reference_point"]]),
         "<h2>What each method costs, per setting</h2>",
         "<p>Each block is one configuration: its memory, time and quality come from the same setting, "
@@ -102,11 +125,17 @@ def _configuration(provenance: dict) -> str:
     return f"Configuration: the default with {len(differences)} key(s) changed (see the provenance)."
 
 
-def _source(row) -> str:
-    return f"{row['source']}; {row['cited_at']}"
+def _cited(row, numbers: dict[str, int]) -> str:
+    """A figure's words with its source's number and where in it: ``... [2: Table 3]``."""
+    return f"{row['published']} [{numbers[row['source']]}: {row['cited_at']}]"
 
 
-def _verdict_sections(papers: pd.DataFrame) -> list[str]:
+def _sources_list(numbers: dict[str, int]) -> str:
+    items = "".join(f"<li>{html.escape(citation)}</li>" for citation in numbers)
+    return f"<p>Sources:</p><ol>{items}</ol>"
+
+
+def _verdict_sections(papers: pd.DataFrame, numbers: dict[str, int]) -> list[str]:
     judged = papers[papers["verdict"].isin([REPRODUCED, NOT_REPRODUCED])]
     indicative = papers[papers["verdict"] == INDICATIVE]
     needs = papers[papers["verdict"] == NEEDS]
@@ -116,9 +145,9 @@ def _verdict_sections(papers: pd.DataFrame) -> list[str]:
     else:
         parts.append(
             text_table(
-                ["system", "published", "measured here", "verdict", "held to", "source"],
+                ["system", "published [source]", "measured here", "verdict", "held to"],
                 [
-                    [r["system"], r["published"], r["measured"], r["verdict"], r["note"], _source(r)]
+                    [r["system"], _cited(r, numbers), r["measured"], r["verdict"], r["note"]]
                     for _, r in judged.iterrows()
                 ],
                 {"verdict": _VERDICT_CLASSES},
@@ -130,9 +159,9 @@ def _verdict_sections(papers: pd.DataFrame) -> list[str]:
     else:
         parts.append(
             text_table(
-                ["system", "published", "measured here", "why only indicative", "source"],
+                ["system", "published [source]", "measured here", "why only indicative"],
                 [
-                    [r["system"], r["published"], r["measured"], r["note"], _source(r)]
+                    [r["system"], _cited(r, numbers), r["measured"], r["note"]]
                     for _, r in indicative.iterrows()
                 ],
             )
@@ -140,19 +169,20 @@ def _verdict_sections(papers: pd.DataFrame) -> list[str]:
     parts.append(f"<h2>Needs a GPU or data ({len(needs)})</h2>")
     if needs.empty:
         parts.append("<p>None.</p>")
-        return parts
-    items = []
-    for command, group in needs.groupby("command", sort=False):
-        figures = "".join(
-            f"<li>{html.escape(r['system'])}: {html.escape(r['published'])} ({html.escape(_source(r))}); "
-            f"here: {html.escape(r['note'])}</li>"
-            for _, r in group.iterrows()
+    else:
+        items = []
+        for command, group in needs.groupby("command", sort=False):
+            figures = "".join(
+                f"<li>{html.escape(r['system'])}: {html.escape(_cited(r, numbers))}; "
+                f"here: {html.escape(r['note'])}</li>"
+                for _, r in group.iterrows()
+            )
+            items.append(f"<p><code>{html.escape(command)}</code> judges {len(group)}:</p><ul>{figures}</ul>")
+        parts.append(
+            f"<details><summary>{len(needs)} figures, by the command that would judge them</summary>"
+            f"{''.join(items)}</details>"
         )
-        items.append(f"<p><code>{html.escape(command)}</code> judges {len(group)}:</p><ul>{figures}</ul>")
-    parts.append(
-        f"<details><summary>{len(needs)} figures, by the command that would judge them</summary>"
-        f"{''.join(items)}</details>"
-    )
+    parts.append(_sources_list(numbers))
     return parts
 
 

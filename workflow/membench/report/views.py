@@ -36,7 +36,7 @@ class TableView:
 
 TABLE_VIEWS: dict[str, TableView] = {
     "hotconv": TableView(
-        "HotConv training runs: accuracy, per-step memory, epoch time",
+        "HotConv training runs: accuracy and epoch time (untraced; memory per step: the bench table)",
         "HotConv",
         (
             "variant",
@@ -75,7 +75,7 @@ TABLE_VIEWS: dict[str, TableView] = {
         ),
     ),
     "hotconv_bench": TableView(
-        "HotConv memory at the paper model's scale (256 filters, window 512): one training step per point",
+        "HotConv at the paper's model (256 filters, window 512, 2 MiB files): one training step per variant",
         "HotConv",
         (
             "variant",
@@ -83,6 +83,7 @@ TABLE_VIEWS: dict[str, TableView] = {
             "max_len",
             "num_filters",
             "status",
+            "nvml_peak_mib",
             "step_alloc_peak_mib",
             "step_activation_mib",
             "step_peak_tensor_mib",
@@ -94,7 +95,7 @@ TABLE_VIEWS: dict[str, TableView] = {
         ),
     ),
     "division_memory": TableView(
-        "DIVISION memory: activation bytes and the training step's peak per method and batch size",
+        "DIVISION memory: activation bytes and the training step's peak per method, model and batch size",
         "DIVISION",
         (
             "variant",
@@ -170,6 +171,7 @@ TABLE_VIEWS: dict[str, TableView] = {
             "implementation",
             "threads",
             "precision",
+            "prints_reference_bytes",
             "agrees_with_reference",
             "reference_max_abs_diff",
             "iterations_ms",
