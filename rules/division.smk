@@ -344,7 +344,7 @@ rule division_plot_memory:
             "results/plots/division_memory.png",
             caption="../workflow/report/division_memory.rst",
             category="DIVISION",
-            labels={"figure": "memory against batch size"},
+            labels={"figure": "activation and step memory per method"},
         ),
     log:
         log_path("division_plot_memory"),
@@ -367,7 +367,7 @@ rule division_plot_speed:
             "results/plots/division_speed.png",
             caption="../workflow/report/division_speed.rst",
             category="DIVISION",
-            labels={"figure": "throughput against batch size"},
+            labels={"figure": "throughput per method"},
         ),
     log:
         log_path("division_plot_speed"),

@@ -491,6 +491,9 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
         "val_loss": last["val_loss"],
         "train_loss": last["train_loss"],
         "best_val_accuracy": max(h["val_accuracy"] for h in history),
+        # Each epoch's, so that a run still improving in its last epoch can be told from one that
+        # converged (the report does not judge the former).
+        "val_accuracy_per_epoch": json.dumps([h["val_accuracy"] for h in history]),
         "epoch_s_mean": sum(h["epoch_s"] for h in history) / len(history),
         **timing_fields(
             [h["epoch_s"] for h in history],
