@@ -4,6 +4,7 @@
 
 import os
 
+from membench.appclass import extension as appclass_extension
 from membench.core.config import APPCLASS_REFERENCE
 
 APPCLASS = config["appclass"]
@@ -69,11 +70,16 @@ APPCLASS_METRICS = [
 ]
 
 
+# Builds into the per-user cache ($MEMBENCH_CACHE_DIR, else ~/.cache/membench), unless built there
+# already; its manifest here names that build for the jobs (and for Snakemake, which tracks it).
 rule appclass_build:
     input:
-        # The kernels' source, so that editing it rebuilds (path from this checkout, also when the
-        # workflow is used as a module of another).
-        checkout_path("workflow/membench/appclass/csrc/appclass_ops.cpp"),
+        # The kernels' sources and headers, so that editing them rebuilds (paths from this
+        # checkout, also when the workflow is used as a module of another).
+        [
+            checkout_path(f"workflow/membench/appclass/csrc/{name}")
+            for name in appclass_extension.SPEC.source_names()
+        ],
     output:
         manifest=APPCLASS_BUILD_MANIFEST,
     log:

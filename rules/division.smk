@@ -1,6 +1,8 @@
 # DIVISION: the kernels' build, memory / throughput / largest-batch benchmarks of vanilla,
 # DIVISION, ActNN-style 2-bit and checkpointing, accuracy runs on an image set, tables and figures.
 
+from membench.division import extension as division_extension
+
 DIVISION = config["division"]
 DIVISION_METHODS = DIVISION["variants"]
 DIVISION_MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
@@ -60,13 +62,15 @@ wildcard_constraints:
     division_batch=r"\d+",
 
 
+# Builds into the per-user cache ($MEMBENCH_CACHE_DIR, else ~/.cache/membench), unless built there
+# already; its manifest here names that build for the jobs (and for Snakemake, which tracks it).
 rule division_build:
     input:
-        # The kernels' sources, so that editing them rebuilds (paths from this checkout, also
-        # when the workflow is used as a module of another).
+        # The kernels' sources and headers, so that editing them rebuilds (paths from this
+        # checkout, also when the workflow is used as a module of another).
         sources=[
-            checkout_path("workflow/membench/division/csrc/division_ops.cpp"),
-            checkout_path("workflow/membench/division/csrc/division_cuda.cu"),
+            checkout_path(f"workflow/membench/division/csrc/{name}")
+            for name in division_extension.SPEC.source_names()
         ],
     output:
         manifest=DIVISION_BUILD_MANIFEST,

@@ -1,11 +1,15 @@
-"""Shared fixtures: deterministic torch, and the location of the shared test data."""
+"""Shared fixtures: deterministic torch, the session's kernel cache, and the location of the shared
+test data."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+from membench.core.extension import CACHE_DIR_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -27,3 +31,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present beside the checkout")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache_dir(tmp_path_factory) -> Path:
+    """The per-user kernel cache of this test run (``MEMBENCH_CACHE_DIR`` for commands run in-process
+    and the processes tests start): kernels built on first use are built once per run, shared by the
+    xdist workers (their build lock serialises them), and never in the user's own cache."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "membench_cache"
+    path.mkdir(exist_ok=True)
+    previous = os.environ.get(CACHE_DIR_VARIABLE)
+    os.environ[CACHE_DIR_VARIABLE] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop(CACHE_DIR_VARIABLE, None)
+    else:
+        os.environ[CACHE_DIR_VARIABLE] = previous

@@ -60,23 +60,25 @@ def quirk_graphs(quirk_paths):
 
 
 @pytest.fixture(scope="session")
-def built_manifest(tmp_path_factory):
-    """Manifest of the C++ kernels built once per session (a minute or two), or skip without a compiler."""
+def built_manifest(kernel_cache_dir):
+    """Manifest of the C++ kernels built once per run into the session's kernel cache (a minute or
+    two), or skip without a compiler."""
     from membench.appclass.extension import build_extension
-    from membench.core.extension import cxx_compiler_present
+    from membench.core.extension import MANIFEST_NAME, cxx_compiler_present
 
     if not cxx_compiler_present():
         pytest.skip("no C++ compiler on this machine")
-    outdir = tmp_path_factory.mktemp("appclass_build")
-    build_extension(outdir)
-    return outdir / "manifest.json"
+    manifest = build_extension(kernel_cache_dir)
+    assert manifest["status"] == "built", manifest["error"]
+    return Path(manifest["cache_entry"]) / MANIFEST_NAME
 
 
 @pytest.fixture(scope="session")
 def kernels(built_manifest):
+    """The built module."""
     from membench.appclass.extension import select_kernels
 
-    return select_kernels("extension", built_manifest)
+    return select_kernels("extension", built_manifest).module
 
 
 @pytest.fixture(scope="session")

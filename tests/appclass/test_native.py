@@ -31,6 +31,31 @@ def test_default_run_prints_the_expected_bytes(georgiy_paths, built_manifest, ca
     assert capfd.readouterr().out == georgiy_paths[4].read_text()
 
 
+def test_a_run_from_another_directory_finds_the_cached_kernels(quirk_paths, built_manifest, tmp_path):
+    """``membench appclass run`` anywhere, with no manifest named, loads the build of the per-user
+    cache (this run's, MEMBENCH_CACHE_DIR): the same kernels, no build, one log line naming them."""
+    import subprocess
+
+    from membench.appclass.extension import SPEC
+    from membench.core.extension import sources_digest
+    from membench.core.processes import membench_command
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run(
+        membench_command("appclass", "run", *quirk_paths[:4], "--threads", "1"),
+        cwd=elsewhere,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    assert done.stdout.decode() == quirk_paths[4].read_text()
+    value = f"cpp-{sources_digest(SPEC.source_paths())[:8]}"
+    (line,) = [line for line in done.stderr.decode().splitlines() if "kernels" in line]
+    assert f"{SPEC.name}: kernels {value} ({built_manifest.parent.resolve()})" in line
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_synthetic_graph_is_within_rounding_of_pnnl(georgiy_paths, georgiy_graphs, kernels):
     expected = np.loadtxt(georgiy_paths[5]).reshape(1000, 10)
     np.testing.assert_allclose(_native(georgiy_graphs, kernels), expected, rtol=1e-12, atol=0)
@@ -104,9 +129,11 @@ def test_kernel_formatting_matches_printf_on_random_doubles(kernels):
 
 
 def test_kernel_choice(tmp_path, built_manifest):
-    assert select_kernels("torch", built_manifest) is None
-    assert select_kernels("auto", tmp_path / "absent.json") is None
-    with pytest.raises(InputError, match="cannot be loaded"):
+    assert select_kernels("torch", built_manifest).module is None
+    fallback = select_kernels("auto", tmp_path / "absent.json")
+    assert fallback.module is None and fallback.value == "torch"
+    assert "absent.json: build manifest not found" in fallback.fallback_reason
+    with pytest.raises(InputError, match="kernels 'extension' cannot run: build manifest not found"):
         select_kernels("extension", tmp_path / "absent.json")
     with pytest.raises(InputError, match="kernels must be one of"):
         select_kernels("fastest", built_manifest)
@@ -140,7 +167,7 @@ def test_a_build_of_other_sources_is_refused(tmp_path, built_manifest):
         (copy / "manifest.json").write_text(json.dumps(edited))
         with pytest.raises(InputError, match=message):
             select_kernels("extension", copy / "manifest.json")
-        assert select_kernels("auto", copy / "manifest.json") is None
+        assert select_kernels("auto", copy / "manifest.json").module is None
 
 
 def test_sources_digest_follows_names_and_contents(tmp_path):
@@ -590,7 +617,11 @@ def test_bench_records_the_algorithms_allocator_peak(small_rmat, built_manifest,
     for name in ("extension", "torch"):
         assert records[name]["alloc_peak_mib"] > state_mib and records[name]["trace_allocator"] is True
         assert "alloc_peak_note" not in records[name]
-    assert records["extension"]["kernels_used"] == "extension"
+    from membench.appclass.extension import SPEC
+    from membench.core.extension import sources_digest
+
+    assert records["extension"]["kernels"] == f"cpp-{sources_digest(SPEC.source_paths())[:8]}"
+    assert records["torch"]["kernels"] == "torch" and records["auto"]["kernels"] == "numpy"
     assert (
         records["auto"]["alloc_peak_mib"] is None
         and "outside torch's allocator" in records["auto"]["alloc_peak_note"]

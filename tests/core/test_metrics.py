@@ -8,9 +8,11 @@ import torch
 
 from membench.core.errors import InputError
 from membench.core.metrics import (
+    KERNELS_FIELD,
     MEASURED_FIELDS,
     REQUIRED_FIELDS,
     job_record,
+    kernels_value,
     read_metrics,
     write_job_outputs,
 )
@@ -70,3 +72,23 @@ def test_aggregated_table_has_stable_columns_and_order(tmp_path):
     parquet = pd.read_parquet(tmp_path / "tables" / "demo.parquet")
     assert list(parquet.columns) == list(frame.columns)
     assert json.loads(paths[0].read_text())["zeta"] == 1
+
+
+def test_kernels_are_recorded_under_one_name_and_lead_the_tables_extra_columns(tmp_path):
+    digest = "0123abcd" + "e" * 56
+    assert kernels_value("cpp", digest) == "cpp-0123abcd" and kernels_value("cuda", digest) == "cuda-0123abcd"
+    assert kernels_value("torch") == "torch" and kernels_value("numpy") == "numpy"
+    with pytest.raises(ValueError, match="SHA-256"):
+        kernels_value("cpp")
+    with pytest.raises(ValueError, match="kernel kind"):
+        kernels_value("extension")
+    with pytest.raises(InputError, match=r"key 'kernels': kernels must be torch, numpy, cpp-<8 hex"):
+        write_job_outputs(tmp_path / "bad", _record("v1", **{KERNELS_FIELD: "extension"}))
+    paths = [
+        write_job_outputs(tmp_path / "a", _record("a", alpha=1, **{KERNELS_FIELD: "cpp-0123abcd"})),
+        write_job_outputs(tmp_path / "b", _record("b", alpha=2, **{KERNELS_FIELD: "torch"})),
+    ]
+    frame = aggregate_metrics(paths, tmp_path / "t.csv", tmp_path / "t.parquet")
+    assert frame.columns[len(REQUIRED_FIELDS) + len(MEASURED_FIELDS)] == KERNELS_FIELD
+    assert frame[KERNELS_FIELD].tolist() == ["cpp-0123abcd", "torch"]
+    assert pd.read_csv(tmp_path / "t.csv")[KERNELS_FIELD].tolist() == ["cpp-0123abcd", "torch"]

@@ -1,21 +1,23 @@
-"""Shared fixtures: the C++ kernels built once per test session into a temporary directory."""
+"""Shared fixtures: the C++ kernels built once per test session into the session's kernel cache."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from membench.division.extension import build_extension, cxx_compiler_present
+from membench.division.extension import MANIFEST_NAME, build_extension, cxx_compiler_present
 from membench.division.kernels import select_kernels
 
 
 @pytest.fixture(scope="session")
-def built_manifest(tmp_path_factory):
-    """Path of the manifest of a CPU build (about 30-60 s, once per session)."""
+def built_manifest(kernel_cache_dir) -> Path:
+    """Path of the manifest of a CPU build in the session's cache (about 30-60 s, once per run)."""
     if not cxx_compiler_present():
         pytest.skip("no C++ compiler on this machine")
-    outdir = tmp_path_factory.mktemp("division_build")
-    build_extension(outdir, cuda="no")
-    return outdir / "manifest.json"
+    manifest = build_extension(kernel_cache_dir, cuda="no")
+    assert manifest["status"] == "built", manifest["error"]
+    return Path(manifest["cache_entry"]) / MANIFEST_NAME
 
 
 @pytest.fixture(scope="session")

@@ -26,10 +26,10 @@ WORKFLOW = Path(__file__).resolve().parents[2] / "workflow"
 
 
 @pytest.fixture(scope="module")
-def cuda_manifest(tmp_path_factory):
+def cuda_manifest(tmp_path_factory, kernel_cache_dir):
     """A CUDA build of the kernels (about a minute)."""
     outdir = tmp_path_factory.mktemp("division_cuda_build")
-    manifest = build_extension(outdir, cuda="yes")
+    manifest = build_extension(kernel_cache_dir, cuda="yes", outdir=outdir)
     assert manifest["cuda"] is True
     return outdir / "manifest.json"
 
@@ -125,7 +125,9 @@ def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):
         ] + (["--train-steps", "3", "--warmup-steps", "1"] if job == "speed" else [])
         subprocess.run(command, check=True, env=env, timeout=300, capture_output=True)
         record = json.loads((tmp_path / job / "metrics.json").read_text())
-        assert record["amp"] == "fp16" and record["kernels"] == "extension" and record["device"] == "cuda"
+        assert (
+            record["amp"] == "fp16" and record["kernels"].startswith("cuda-") and record["device"] == "cuda"
+        )
         assert record["nvml_peak_mib"] > 0
         if job == "memory":
             assert (

@@ -41,8 +41,8 @@ def classify(
     ``phase("init")`` and ``phase("iterations")`` (e.g. :meth:`membench.core.meter.Meter.phase`).
     ``reference`` is the NumPy reference (CPU, float64 only); ``torch`` the fast version on
     ``device`` in ``precision`` (``float64`` or ``float32``): on the CPU with the built C++ kernels
-    ``kernels`` (:func:`membench.appclass.extension.select_kernels`, ``threads`` OpenMP threads,
-    default torch's), else pure torch ``chunk_edges`` edges at a time.
+    ``kernels`` (the ``module`` of :func:`membench.appclass.extension.select_kernels`, ``threads``
+    OpenMP threads, default torch's), else pure torch ``chunk_edges`` edges at a time.
 
     Returns float64, shape (data.num_nodes, pattern.num_nodes); each column's exponentials sum to 1.
     """

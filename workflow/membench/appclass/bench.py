@@ -21,8 +21,9 @@ from membench.appclass.api import classify
 from membench.appclass.options import AppclassOptions, formula_bytes
 from membench.core import atomic, sources
 from membench.core.errors import InputError
+from membench.core.extension import KernelSelection
 from membench.core.meter import MIB, Meter
-from membench.core.metrics import job_record, read_metrics, write_job_outputs
+from membench.core.metrics import KERNELS_FIELD, job_record, kernels_value, read_metrics, write_job_outputs
 from membench.core.processes import membench_command
 from membench.core.tables import write_table
 from membench.core.timing import Timer
@@ -54,7 +55,7 @@ AGREEMENT_ATOL = {"float64": 1e-12, "float32": 1e-4}
 COMPARE_COLUMNS = (
     "round",
     "variant",
-    "kernels_used",
+    "kernels",
     "run_s",
     "prints_first_variant_bytes",
     "read_ms",
@@ -160,6 +161,7 @@ def run_bench_job(
     trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
     build_manifest: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> dict[str, object]:
     """Read the graphs, run ``spec.repeats`` times under the meter, write metrics.json and memlog.csv.
 
@@ -176,7 +178,10 @@ def run_bench_job(
     GPU the CUDA allocator's, on a CPU with ``trace_allocator`` from a separate traced run; for the
     NumPy reference, which allocates outside torch, empty with ``alloc_peak_note`` saying so). With
     ``trace_live_tensors`` the traced run also gives ``peak_tensor_mib`` (torch tensors only).
-    ``kernels_used``: ``extension`` (the C++ kernels of ``build_manifest``), ``torch`` or ``reference``.
+    ``kernels``: what ran (:func:`membench.core.metrics.kernels_value`): ``cpp-<digest8>``, the C++
+    kernels of ``build_manifest``, else of ``cache_dir`` (built there on first use, see
+    :func:`~membench.appclass.extension.select_kernels`); ``torch``, with ``kernels_fallback_reason``
+    where ``auto`` found none; ``numpy`` for the reference.
 
     The graphs are read inside the measurement (phase ``read``, ``read_ms``); the reference beliefs
     after it, so that their array is not in the memory measured.
@@ -188,14 +193,20 @@ def run_bench_job(
 
     start = time.perf_counter()
     device = resolve_device(spec.device)
-    kernels = _kernels(spec, device, build_manifest)
+    selection = _kernels(spec, device, build_manifest, cache_dir)
     record = job_record("appclass", spec.variant, dataset, device, 0, None)
+    record.update(
+        {
+            KERNELS_FIELD: "numpy" if selection is None else selection.value,
+            "kernels_fallback_reason": None if selection is None else selection.fallback_reason,
+        }
+    )
     fields, beliefs, memlog = measure_bench(
         graph_paths,
         dataset,
         spec,
         device,
-        kernels,
+        None if selection is None else selection.module,
         sample_interval_s=sample_interval_s,
         trace_live_tensors=trace_live_tensors,
         trace_allocator=trace_allocator,
@@ -211,15 +222,21 @@ def run_bench_job(
     return record
 
 
-def _kernels(spec: BenchSpec, device: torch.device, build_manifest: str | os.PathLike | None):
-    """The C++ kernels of ``build_manifest`` as ``spec.kernels`` asks (torch on a CPU only), else None."""
+def _kernels(
+    spec: BenchSpec,
+    device: torch.device,
+    build_manifest: str | os.PathLike | None,
+    cache_dir: str | os.PathLike | None,
+) -> KernelSelection | None:
+    """The kernels ``spec.kernels`` asks for (the C++ ones on a CPU only; pure torch on CUDA), or
+    None for the NumPy reference."""
     from membench.appclass.extension import select_kernels
 
-    return (
-        select_kernels(spec.kernels, build_manifest)
-        if spec.implementation == "torch" and device.type == "cpu"
-        else None
-    )
+    if spec.implementation != "torch":
+        return None
+    if device.type != "cpu":
+        return KernelSelection(None, kernels_value("torch"))
+    return select_kernels(spec.kernels, build_manifest, cache_dir)
 
 
 def measure_bench(
@@ -234,9 +251,9 @@ def measure_bench(
     trace_allocator: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
 ) -> tuple[dict[str, object], np.ndarray, pd.DataFrame]:
-    """The measurement of :func:`run_bench_job` (which describes the fields), with ``kernels`` from
-    :func:`~membench.appclass.extension.select_kernels` or None: ``(fields, beliefs of the last
-    repeat (data nodes x pattern nodes), the meter's memlog)``."""
+    """The measurement of :func:`run_bench_job` (which describes the fields), with ``kernels`` the
+    built module (:func:`~membench.appclass.extension.select_kernels`'s ``module``) or None:
+    ``(fields, beliefs of the last repeat (data nodes x pattern nodes), the meter's memlog)``."""
     run = dict(
         implementation=spec.implementation,
         options=spec.options,
@@ -250,7 +267,7 @@ def measure_bench(
         graph_paths, dataset, spec, device, run, sample_interval_s, grid_intensity_g_per_kwh
     )
     fields = {**repeats.meter.summary(), **repeats.timer.fields()}
-    fields.update(_run_figures(spec, kernels, device, repeats, fields))
+    fields.update(_run_figures(spec, device, repeats, fields))
     fields.update(_allocator_figures(spec, device, run, repeats, trace_live_tensors, trace_allocator))
     return fields, repeats.beliefs, repeats.meter.memlog()
 
@@ -314,7 +331,7 @@ def _metered_repeats(
 
 
 def _run_figures(
-    spec: BenchSpec, kernels, device: torch.device, repeats: _Repeats, summary: dict
+    spec: BenchSpec, device: torch.device, repeats: _Repeats, summary: dict
 ) -> dict[str, object]:
     """The run's settings, the graphs' sizes, the phases' median times, the streaming copy beside
     them, and the memory above the RSS after reading (from the meter's ``summary``)."""
@@ -327,9 +344,6 @@ def _run_figures(
     iterations_ms = statistics.median(phase_ms["iterations"])
     return {
         "implementation": spec.implementation,
-        "kernels_used": "reference"
-        if spec.implementation == "reference"
-        else ("extension" if kernels else "torch"),
         "threads": spec.threads,
         "precision": spec.precision,
         "normalisation": spec.options.normalisation,
@@ -431,7 +445,7 @@ def compare(
     outdir: str | os.PathLike,
     rounds: int,
     extra_args: list[str],
-    build_manifest: str | os.PathLike,
+    build_manifest: str | os.PathLike | None = None,
 ) -> pd.DataFrame:
     """Run each spec as a ``membench appclass run`` process and a ``bench`` process, interleaved
     over ``rounds``.
@@ -440,12 +454,14 @@ def compare(
     ``prints_first_variant_bytes`` whether its standard output equals the first variant's, byte for
     byte. The ``bench`` process, under the meter, gives the phases and memory; separate processes
     give each implementation its own peak RSS, and interleaving exposes all to the same background
-    load. The first spec's beliefs (round 0) are the agreement reference of the rest. Writes
+    load. The first spec's beliefs (round 0) are the agreement reference of the rest. The processes
+    load the kernels ``build_manifest`` names, else the per-user cache's (their environment's). Writes
     ``<outdir>/compare.csv`` (one row per run) and returns it.
     """
     outdir = Path(outdir)
     reference_npy = outdir / "first_variant_beliefs.npy"
     first_output = outdir / "first_variant_output.txt"
+    manifest_arguments = [] if build_manifest is None else ["--build-manifest", build_manifest]
     rows = []
     for round_index in range(rounds):
         for position, spec in enumerate(specs):
@@ -456,8 +472,7 @@ def compare(
                 "run",
                 *graph_paths,
                 *_spec_arguments(spec, run=True),
-                "--build-manifest",
-                build_manifest,
+                *manifest_arguments,
             )
             if position == 0 and round_index == 0:
                 with atomic.atomic_path(first_output) as printed:
@@ -477,8 +492,7 @@ def compare(
                 jobdir,
                 *_spec_arguments(spec),
                 *extra_args,
-                "--build-manifest",
-                build_manifest,
+                *manifest_arguments,
             )
             if position == 0 and round_index == 0:
                 command += ["--out-npy", str(reference_npy)]
@@ -497,7 +511,7 @@ def compare(
 def summarise_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """Median per variant, with speed-ups (whole run process, and init + iterations) and memory ratio
     against the first variant; ``all_print_first_variant_bytes`` over every round."""
-    numeric = frame.drop(columns=["prints_first_variant_bytes", "agrees_with_reference", "kernels_used"])
+    numeric = frame.drop(columns=["prints_first_variant_bytes", "agrees_with_reference", KERNELS_FIELD])
     medians = numeric.groupby("variant", sort=False).median(numeric_only=True).drop(columns="round")
     medians["all_print_first_variant_bytes"] = frame.groupby("variant", sort=False)[
         "prints_first_variant_bytes"

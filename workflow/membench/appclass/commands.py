@@ -1,17 +1,20 @@
 """``membench appclass <step>``: graphs (generate, describe), run the matching, benchmark it.
 
 ``run`` prints the log-belief matrix exactly as the PNNL code does (C ``%e``, row-major, one value
-per line) on standard output and nothing else; logs go to standard error. By default it runs the
-C++ kernels built by ``membench appclass build`` (pure torch where there is no build).
+per line) on standard output and nothing else; logs go to standard error (one line says which
+kernels ran). By default it runs the C++ kernels, built on first use into the per-user cache
+(``$MEMBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/membench`` or ``~/.cache/membench``) from any
+directory; pure torch, saying why, where they cannot be built.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
-from membench.appclass.extension import DEFAULT_MANIFEST, KERNEL_CHOICES
+from membench.appclass.extension import KERNEL_CHOICES
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
 from membench.core.device import DEVICE_CHOICES
 from membench.core.meter import add_allocator_option, add_meter_options
@@ -62,14 +65,14 @@ def _add_method_options(parser: argparse.ArgumentParser) -> None:
         "--kernels",
         choices=KERNEL_CHOICES,
         default="auto",
-        help="torch on the CPU: the built C++ kernels (extension), pure torch, or auto (the build if"
-        " loadable)",
+        help="torch on the CPU: the C++ kernels (extension, built on first use into the per-user cache),"
+        " pure torch, or auto (the C++ kernels when they build, else pure torch, saying why)",
     )
     parser.add_argument(
         "--build-manifest",
         type=InputFile,
         default=None,
-        help=f"manifest of `membench appclass build` (default {DEFAULT_MANIFEST})",
+        help="manifest of `membench appclass build --outdir` (default: the per-user cache's build)",
     )
     parser.add_argument(
         "--device", default="cpu", help=f"torch only: one of {', '.join(DEVICE_CHOICES)} (or cuda:N)"
@@ -131,12 +134,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
-    build = steps.add_parser("build", help="compile the C++ kernels (OpenMP) and write a build manifest")
+    build = steps.add_parser(
+        "build",
+        help="compile the C++ kernels (OpenMP) into the per-user cache ($MEMBENCH_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/membench or ~/.cache/membench), unless built there already",
+    )
     build.add_argument(
         "--outdir",
         type=OutputDir,
-        required=True,
-        help="build directory; the manifest is <outdir>/manifest.json",
+        default=None,
+        help="also write <outdir>/manifest.json naming the build (what the workflow's jobs load)",
     )
     build.add_argument("--verbose", action="store_true", help="show the compiler's output")
 
@@ -191,7 +198,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--build-manifest",
         type=InputFile,
         default=None,
-        help=f"kernels' build manifest (default {DEFAULT_MANIFEST})",
+        help="kernels' build manifest (default: the per-user cache's build)",
     )
     compare.add_argument("--rounds", type=REPEATS, default=3)
     compare.add_argument("--repeats", type=REPEATS, default=1)
@@ -270,16 +277,25 @@ def _build(args: argparse.Namespace) -> None:
     import json
 
     from membench.appclass.extension import build_extension
+    from membench.core.extension import user_cache_dir
 
-    logging.info("built %s", json.dumps(build_extension(args.outdir, args.verbose)))
+    manifest = build_extension(user_cache_dir(os.environ), args.verbose, args.outdir)
+    if manifest["status"] == "built":
+        logging.info("built %s", json.dumps(manifest))
+    else:
+        logging.warning("the build failed; runs with kernels auto use pure torch: %s", json.dumps(manifest))
 
 
 def _kernels(args: argparse.Namespace):
+    """The built module a CPU run of the torch implementation uses, or None (pure torch or the
+    reference); selecting logs which kernels run."""
     from membench.appclass.extension import select_kernels
+    from membench.core.device import resolve_device
+    from membench.core.extension import user_cache_dir
 
-    if args.implementation != "torch":
+    if args.implementation != "torch" or resolve_device(args.device).type != "cpu":
         return None
-    return select_kernels(args.kernels, args.build_manifest)
+    return select_kernels(args.kernels, args.build_manifest, user_cache_dir(os.environ)).module
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -352,6 +368,7 @@ def _bench(args: argparse.Namespace) -> None:
     import torch
 
     from membench.appclass.bench import run_bench_job
+    from membench.core.extension import user_cache_dir
 
     spec = _bench_spec(args)
     torch.set_num_threads(spec.threads)
@@ -364,6 +381,7 @@ def _bench(args: argparse.Namespace) -> None:
         out_npy=args.out_npy,
         sample_interval_s=args.sample_interval_s,
         build_manifest=args.build_manifest,
+        cache_dir=user_cache_dir(os.environ),
         trace_live_tensors=args.trace_live_tensors,
         trace_allocator=args.trace_allocator,
         grid_intensity_g_per_kwh=args.grid_intensity_g_per_kwh,
@@ -421,7 +439,7 @@ def _compare(args: argparse.Namespace) -> None:
         args.outdir,
         args.rounds,
         extra,
-        args.build_manifest or DEFAULT_MANIFEST,
+        args.build_manifest,
     )
     summary = summarise_comparison(frame)
     write_table(summary, Path(args.outdir) / "summary.csv")

@@ -1,23 +1,22 @@
 """The appclass C++ kernels (``csrc/``, OpenMP): their build and which kernels a run uses.
 
-The build machinery is :mod:`membench.core.extension`; ``kernels="auto"`` takes the built extension
-when a manifest names a loadable one and otherwise the pure-torch path of :mod:`membench.appclass.fast`.
+The build machinery (the per-user cache, manifest, loading) is :mod:`membench.core.extension`;
+``kernels="auto"`` takes the built extension (a build manifest's, else the cache's, built there on
+first use) and otherwise, saying why, the pure-torch path of :mod:`membench.appclass.fast`. This
+module imports neither torch nor the kernels, so the workflow's rules read :data:`SPEC`'s sources
+from it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
-from types import ModuleType
 
 from membench.core import extension
-from membench.core.errors import InputError
+from membench.core.extension import KernelSelection
 
-__all__ = ["build_extension", "DEFAULT_MANIFEST", "KERNEL_CHOICES", "select_kernels", "SPEC"]
+__all__ = ["build_extension", "KERNEL_CHOICES", "select_kernels", "SPEC"]
 
-# Where the workflow's build rule writes it; `membench appclass run` looks here by default.
-DEFAULT_MANIFEST = Path("results/build/appclass") / extension.MANIFEST_NAME
 KERNEL_CHOICES = extension.KERNEL_CHOICES
 # No FMA contraction: a fused multiply-add rounds differently from the reference's multiply then add.
 SPEC = extension.ExtensionSpec(
@@ -41,30 +40,25 @@ SPEC = extension.ExtensionSpec(
     cflags=("-O3", "-ffp-contract=off", "-fopenmp"),
     ldflags=("-fopenmp",),
 )
-_log = logging.getLogger(__name__)
 
 
-def build_extension(outdir: str | os.PathLike, verbose: bool = False) -> dict:
-    """Compile the kernels into ``outdir`` and write ``outdir/manifest.json``; return the manifest."""
-    return extension.build_extension(SPEC, outdir, cuda="no", verbose=verbose)
+def build_extension(
+    cache_dir: str | os.PathLike, verbose: bool = False, outdir: str | os.PathLike | None = None
+) -> dict:
+    """Find or compile the kernels in ``cache_dir`` (and with ``outdir`` write
+    ``outdir/manifest.json`` pointing at them); return the manifest (see
+    :func:`membench.core.extension.build_extension`)."""
+    return extension.build_extension(SPEC, cache_dir, cuda="no", verbose=verbose, outdir=outdir)
 
 
-def select_kernels(choice: str, manifest_path: str | os.PathLike | None) -> ModuleType | None:
-    """The built module for ``choice`` (``auto`` | ``torch`` | ``extension``), or None for pure torch.
-
-    ``extension`` requires a loadable build; ``auto`` falls back to pure torch (and logs why).
+def select_kernels(
+    choice: str,
+    manifest_path: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> KernelSelection:
+    """The kernels of a CPU run for ``choice`` (``auto`` | ``torch`` | ``extension``): the built
+    module (``module``, None for pure torch), the metrics value ``kernels`` (``cpp-<digest8>`` or
+    ``torch``) and why ``auto`` fell back (see :func:`membench.core.extension.select_kernels`).
+    The build is the one ``manifest_path`` names, else the one in ``cache_dir``, built on first use.
     """
-    if choice not in KERNEL_CHOICES:
-        raise InputError(
-            None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels"
-        )
-    if choice == "torch":
-        return None
-    path = Path(manifest_path) if manifest_path is not None else DEFAULT_MANIFEST
-    try:
-        return extension.load_extension(path, SPEC)
-    except (InputError, ImportError, OSError) as exc:
-        if choice == "extension":
-            raise InputError(path, f"the built kernels cannot be loaded ({exc})") from None
-        _log.warning("appclass uses the pure-torch kernels: %s", exc)
-        return None
+    return extension.select_kernels(SPEC, choice, manifest_path=manifest_path, cache_dir=cache_dir)

@@ -7,12 +7,16 @@ A job writes, atomically, into its output directory:
     where a source cannot be read), plus the job's own results;
 ``memlog.csv``
     the meter's sampled time series (:data:`membench.core.meter.MEMLOG_COLUMNS`).
+
+A job that runs compiled kernels (DIVISION's compressors, appclass's matching) records which in
+:data:`KERNELS_FIELD` (:func:`kernels_value`); tables place it after the measured fields.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
 __all__ = [
     "check_record",
     "job_record",
+    "KERNEL_KINDS",
+    "KERNELS_FIELD",
+    "kernels_value",
     "MEASURED_FIELDS",
     "read_metrics",
     "REQUIRED_FIELDS",
@@ -59,6 +66,13 @@ MEASURED_FIELDS = (
     "co2e_g",
 )
 _SCALAR_TYPES = (str, int, float, bool, type(None))
+# What ran a job's compute: ``cpp-<digest8>`` or ``cuda-<digest8>``, membench's built C++ or CUDA
+# kernels (digest8: the first 8 hex digits of the SHA-256 of their sources,
+# :func:`membench.core.extension.sources_digest`); ``torch``, torch's own operators; ``numpy``, a
+# NumPy implementation (appclass's reference).
+KERNELS_FIELD = "kernels"
+KERNEL_KINDS = ("cpp", "cuda", "torch", "numpy")
+_KERNELS_VALUE = re.compile(r"(?:torch|numpy|(?:cpp|cuda)-[0-9a-f]{8})")
 
 
 def job_record(
@@ -88,6 +102,18 @@ def job_record(
     }
 
 
+def kernels_value(kind: str, source_sha256: str | None = None) -> str:
+    """The :data:`KERNELS_FIELD` value of kernels of ``kind`` (:data:`KERNEL_KINDS`); built ones
+    (``cpp``, ``cuda``) name their sources' SHA-256 (hex), whose first 8 digits they carry."""
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kernel kind must be one of {', '.join(KERNEL_KINDS)}, got {kind!r}")
+    if kind in ("torch", "numpy"):
+        return kind
+    if source_sha256 is None or not re.fullmatch(r"[0-9a-f]{8,}", source_sha256):
+        raise ValueError(f"{kind} kernels need their sources' SHA-256 in hex, got {source_sha256!r}")
+    return f"{kind}-{source_sha256[:8]}"
+
+
 def write_job_outputs(outdir: str | os.PathLike, record: dict, memlog: pd.DataFrame | None = None) -> Path:
     """Check ``record`` against the contract and write ``metrics.json`` (and ``memlog.csv``) atomically.
 
@@ -104,13 +130,21 @@ def write_job_outputs(outdir: str | os.PathLike, record: dict, memlog: pd.DataFr
 
 
 def check_record(record: dict, path: str | os.PathLike) -> None:
-    """Raise :class:`InputError` unless ``record`` is flat and holds every required field."""
+    """Raise :class:`InputError` unless ``record`` is flat and holds every required field, and a
+    :data:`KERNELS_FIELD` it holds is a :func:`kernels_value`."""
     missing = [f for f in REQUIRED_FIELDS + MEASURED_FIELDS if f not in record]
     if missing:
         raise InputError(path, f"metrics record lacks required field(s) {', '.join(missing)}")
     nested = [k for k, v in record.items() if not isinstance(v, _SCALAR_TYPES)]
     if nested:
         raise InputError(path, f"metrics record must be flat; field(s) {', '.join(nested)} are not scalars")
+    kernels = record.get(KERNELS_FIELD)
+    if KERNELS_FIELD in record and not (isinstance(kernels, str) and _KERNELS_VALUE.fullmatch(kernels)):
+        raise InputError(
+            path,
+            f"kernels must be torch, numpy, cpp-<8 hex digits> or cuda-<8 hex digits>, got {kernels!r}",
+            f"key '{KERNELS_FIELD}'",
+        )
 
 
 def read_metrics(path: str | os.PathLike) -> dict:

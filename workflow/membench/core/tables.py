@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from membench.core import atomic
-from membench.core.metrics import MEASURED_FIELDS, REQUIRED_FIELDS, read_metrics
+from membench.core.metrics import KERNELS_FIELD, MEASURED_FIELDS, REQUIRED_FIELDS, read_metrics
 
 __all__ = ["aggregate_metrics", "metrics_table", "parquet_path_for", "write_table"]
 
@@ -17,13 +17,15 @@ __all__ = ["aggregate_metrics", "metrics_table", "parquet_path_for", "write_tabl
 def metrics_table(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per job from its ``metrics.json``; stable column order.
 
-    Columns: the required fields, the measured fields, then every other field in sorted order.
+    Columns: the required fields, the measured fields, ``kernels`` where a job recorded which ran
+    (:data:`~membench.core.metrics.KERNELS_FIELD`), then every other field in sorted order.
     Rows are sorted by the identifying fields so reruns give identical tables.
     """
     records = [read_metrics(p) for p in metrics_paths]
     frame = pd.DataFrame.from_records(records)
-    extra = sorted(c for c in frame.columns if c not in REQUIRED_FIELDS + MEASURED_FIELDS)
-    columns = list(REQUIRED_FIELDS + MEASURED_FIELDS) + extra
+    leading = REQUIRED_FIELDS + MEASURED_FIELDS + ((KERNELS_FIELD,) if KERNELS_FIELD in frame.columns else ())
+    extra = sorted(c for c in frame.columns if c not in leading)
+    columns = list(leading) + extra
     frame = frame.reindex(columns=columns)
     if len(frame):
         frame = frame.sort_values(["system", "dataset", "variant", "seed"], kind="stable").reset_index(

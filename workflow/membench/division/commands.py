@@ -38,6 +38,9 @@ from membench.division.precision import AMP_CHOICES
 __all__ = ["build_parser", "CONFIG_KEYS", "memory_parser", "NUM_CLASSES", "run", "SYSTEM"]
 
 SYSTEM = "division"
+# The methods that compress nothing (methods.convert_model): they run torch's own operators whatever
+# --kernels says, record kernels "torch", and build nothing.
+_UNCOMPRESSED = ("vanilla", "checkpoint")
 NUM_CLASSES = integer(2, 100_000)
 
 
@@ -74,9 +77,18 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         default=MethodSpec.group_size,
         help="ActNN values per min/scale group",
     )
-    parser.add_argument("--kernels", default="auto", choices=KERNEL_CHOICES, help="compressor kernels")
     parser.add_argument(
-        "--build-manifest", type=InputFile, default=None, help="manifest.json of `membench division build`"
+        "--kernels",
+        default="auto",
+        choices=KERNEL_CHOICES,
+        help="compressor kernels: extension (built on first use into the per-user cache), torch, or auto"
+        " (extension when it builds, else torch, saying why)",
+    )
+    parser.add_argument(
+        "--build-manifest",
+        type=InputFile,
+        default=None,
+        help="manifest.json of `membench division build --outdir` (default: the per-user cache's build)",
     )
     parser.add_argument(
         "--amp",
@@ -165,8 +177,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     steps = parser.add_subparsers(dest="step", required=True, metavar="<step>")
 
-    build = steps.add_parser("build", help="compile the C++ (and CUDA) kernels; write manifest.json")
-    build.add_argument("--outdir", type=OutputDir, required=True)
+    build = steps.add_parser(
+        "build",
+        help="compile the C++ (and CUDA) kernels into the per-user cache ($MEMBENCH_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/membench or ~/.cache/membench), unless built there already",
+    )
+    build.add_argument(
+        "--outdir",
+        type=OutputDir,
+        default=None,
+        help="also write <outdir>/manifest.json naming the build (what the workflow's jobs load)",
+    )
     build.add_argument("--cuda", default="auto", choices=CUDA_CHOICES)
     build.add_argument("--verbose", action="store_true")
     build.add_argument(
@@ -224,9 +245,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.step == "build":
+        from membench.core.extension import user_cache_dir
         from membench.division.extension import build_extension
 
-        manifest = build_extension(args.outdir, args.cuda, args.verbose, args.lock_timeout_s)
+        manifest = build_extension(
+            user_cache_dir(os.environ), args.cuda, args.verbose, args.lock_timeout_s, args.outdir
+        )
         if manifest["status"] == "built":
             logging.info("built %s", json.dumps(manifest))
         else:
@@ -260,11 +284,18 @@ def _job(args: argparse.Namespace) -> None:
 def _measure(args, device, ranks, start: float) -> None:
     import torch
 
+    from membench.core.extension import user_cache_dir
     from membench.core.meter import Meter
     from membench.core.metrics import job_record, write_job_outputs
-    from membench.division.kernels import select_kernels
+    from membench.division.kernels import TORCH_KERNELS, select_kernels
 
-    kernels = select_kernels(args.kernels, args.build_manifest, device.type)
+    kernels = (
+        TORCH_KERNELS
+        if args.variant in _UNCOMPRESSED
+        else select_kernels(
+            args.kernels, args.build_manifest, device.type, cache_dir=user_cache_dir(os.environ)
+        )
+    )
     spec = MethodSpec(block_size=args.block_size, hfc_bits=args.hfc_bits, group_size=args.group_size)
     torch.manual_seed(args.seed)
     dataset = args.dataset if args.step == "train" else f"random_{args.image_size}px"
@@ -275,7 +306,7 @@ def _measure(args, device, ranks, start: float) -> None:
             "model": args.model,
             "width": args.width,
             "image_size": args.image_size,
-            "kernels": kernels.name,
+            "kernels": kernels.value,
             "kernels_fallback_reason": kernels.fallback_reason,
             "block_size": spec.block_size,
             "hfc_bits": spec.hfc_bits,

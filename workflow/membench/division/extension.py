@@ -1,8 +1,10 @@
 """Build and load the C++/CUDA kernels of the compressors (``csrc/``).
 
-The build machinery (manifest, loading, version checks) is :mod:`membench.core.extension`; this
-module names DIVISION's sources and flags. The pure-torch functions in
-:mod:`membench.division.compress` are the fallback and the reference the kernels are tested against.
+The build machinery (the per-user cache, manifest, loading, version checks) is
+:mod:`membench.core.extension`; this module names DIVISION's sources and flags. The pure-torch
+functions in :mod:`membench.division.compress` are the fallback and the reference the kernels are
+tested against. It imports neither torch nor the kernels, so the workflow's rules read
+:data:`SPEC`'s sources from it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from membench.core.extension import (
 )
 
 __all__ = [
+    "CSRC_DIR",
     "CUDA_CHOICES",
     "DEFAULT_LOCK_TIMEOUT_S",
     "KERNEL_CHOICES",
@@ -44,11 +47,15 @@ SPEC = extension.ExtensionSpec(
     source_dir=CSRC_DIR,
     cpu_sources=("division_ops.cpp",),
     cuda_sources=("division_cuda.cu",),
+    # What the library exports, recorded in its manifest: membench.division.kernels.KERNEL_NAMES.
     kernels=(
-        "quantize_pack",
-        "unpack_dequantize",
-        "pack_mask",
-        "unpack_mask",
+        "division_compress",
+        "division_decompress",
+        "group_compress",
+        "group_decompress",
+        "relu_pack",
+        "dropout_pack",
+        "masked_grad",
         "maxpool2d_forward",
         "maxpool2d_backward",
     ),
@@ -59,14 +66,16 @@ SPEC = extension.ExtensionSpec(
 
 
 def build_extension(
-    outdir: str | os.PathLike,
+    cache_dir: str | os.PathLike,
     cuda: str = "auto",
     verbose: bool = False,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    outdir: str | os.PathLike | None = None,
 ) -> dict:
-    """Compile the kernels into ``outdir`` and write ``outdir/manifest.json`` (see
-    :func:`membench.core.extension.build_extension`); return the manifest."""
-    return extension.build_extension(SPEC, outdir, cuda, verbose, lock_timeout_s)
+    """Find or compile the kernels in ``cache_dir`` (and with ``outdir`` write
+    ``outdir/manifest.json`` pointing at them); return the manifest (see
+    :func:`membench.core.extension.build_extension`)."""
+    return extension.build_extension(SPEC, cache_dir, cuda, verbose, lock_timeout_s, outdir)
 
 
 def load_extension(manifest_path: str | os.PathLike) -> ModuleType:

@@ -1,39 +1,47 @@
 """Which implementation of the compressor kernels a job uses: the pure-torch reference or the
-built C++/CUDA extension (``auto`` takes the extension when a build manifest names a loadable one)."""
+built C++/CUDA extension (a build manifest's, else the per-user cache's, built on first use; see
+:func:`membench.core.extension.select_kernels`)."""
 
 from __future__ import annotations
 
-import logging
 import os
 from types import ModuleType
 
-from membench.core.errors import InputError
+from membench.core import extension
 from membench.division import compress
-from membench.division.extension import KERNEL_CHOICES, load_extension
+from membench.division.extension import DEFAULT_LOCK_TIMEOUT_S, SPEC
 
 __all__ = ["KERNEL_NAMES", "Kernels", "select_kernels", "TORCH_KERNELS"]
 
 KERNEL_NAMES = (
-    "quantize_pack",
-    "unpack_dequantize",
-    "pack_mask",
-    "unpack_mask",
+    "division_compress",
+    "division_decompress",
+    "group_compress",
+    "group_decompress",
+    "relu_pack",
+    "dropout_pack",
+    "masked_grad",
     "maxpool2d_forward",
     "maxpool2d_backward",
 )
-_log = logging.getLogger(__name__)
 
 
 class Kernels:
-    """The six kernels of one implementation, called as methods (``ops.pack_mask(mask)``).
+    """The kernels of one implementation (:data:`KERNEL_NAMES`), called as methods
+    (``ops.maxpool2d_forward(...)``).
 
-    ``name`` is ``"torch"`` or ``"extension"``; ``cuda`` says whether the extension holds CUDA kernels;
-    ``fallback_reason`` says why ``auto`` fell back to the pure-torch kernels (``None`` otherwise).
+    ``name`` is ``"torch"`` or ``"extension"``; ``cuda`` says whether they run on CUDA tensors;
+    ``value`` is what a job records in its metrics field ``kernels`` (``cpp-<digest8>``,
+    ``cuda-<digest8>``, ``torch``); ``fallback_reason`` says why ``auto`` fell back to the
+    pure-torch kernels (``None`` otherwise).
     """
 
-    def __init__(self, name: str, module: ModuleType, cuda: bool, fallback_reason: str | None = None) -> None:
+    def __init__(
+        self, name: str, module: ModuleType, cuda: bool, value: str, fallback_reason: str | None = None
+    ) -> None:
         self.name = name
         self.cuda = cuda
+        self.value = value
         self.fallback_reason = fallback_reason
         for kernel in KERNEL_NAMES:
             setattr(self, kernel, getattr(module, kernel))
@@ -42,40 +50,32 @@ class Kernels:
         return device_type == "cpu" or self.name == "torch" or self.cuda
 
 
-TORCH_KERNELS = Kernels("torch", compress, cuda=True)
+TORCH_KERNELS = Kernels("torch", compress, cuda=True, value="torch")
 
 
-def select_kernels(choice: str, manifest_path: str | os.PathLike | None, device_type: str = "cpu") -> Kernels:
-    """Resolve ``choice`` (``auto`` | ``torch`` | ``extension``) to a :class:`Kernels`.
-
-    ``extension`` requires a loadable build for ``device_type``; ``auto`` falls back to the
-    reference (and logs why) when there is none.
-    """
-    if choice not in KERNEL_CHOICES:
-        raise InputError(
-            None, f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {choice!r}", "option --kernels"
-        )
-    if choice == "torch":
-        return TORCH_KERNELS
-    if manifest_path is None:
-        if choice == "extension":
-            raise InputError(None, "kernels 'extension' need a build manifest", "option --build-manifest")
-        return TORCH_KERNELS
-    try:
-        module = load_extension(manifest_path)
-    except (InputError, ImportError, OSError) as exc:
-        if choice == "extension":
-            raise InputError(manifest_path, f"the built kernels cannot be loaded ({exc})") from None
-        _log.warning("using the pure-torch kernels: %s", exc)
-        return Kernels("torch", compress, cuda=True, fallback_reason=str(exc))
-    kernels = Kernels("extension", module, cuda=bool(module.has_cuda_kernels()))
-    if not kernels.supports(device_type):
-        if choice == "extension":
-            raise InputError(
-                manifest_path,
-                f"the build has no CUDA kernels but the job runs on {device_type}",
-                "key 'cuda'",
-            )
-        _log.warning("using the pure-torch kernels: the build has no CUDA kernels")
-        return Kernels("torch", compress, cuda=True, fallback_reason="the build has no CUDA kernels")
-    return kernels
+def select_kernels(
+    choice: str,
+    manifest_path: str | os.PathLike | None = None,
+    device_type: str = "cpu",
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> Kernels:
+    """Resolve ``choice`` (``auto`` | ``torch`` | ``extension``) to a :class:`Kernels` for
+    ``device_type``: the build ``manifest_path`` names, else the one in ``cache_dir`` (built there on
+    first use). ``extension`` without such a build raises a one-line
+    :class:`~membench.core.errors.InputError`; ``auto`` falls back to the reference, logs one line
+    and keeps the reason in ``fallback_reason``."""
+    selected = extension.select_kernels(
+        SPEC,
+        choice,
+        manifest_path=manifest_path,
+        cache_dir=cache_dir,
+        device_type=device_type,
+        lock_timeout_s=lock_timeout_s,
+    )
+    if selected.module is None:
+        if selected.fallback_reason is None:
+            return TORCH_KERNELS
+        return Kernels("torch", compress, True, selected.value, selected.fallback_reason)
+    return Kernels("extension", selected.module, bool(selected.module.has_cuda_kernels()), selected.value)
