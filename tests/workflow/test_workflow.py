@@ -61,6 +61,7 @@ def test_default_target_writes_tables_and_figures(finished_run):
     hotconv = pd.read_parquet(tables / "hotconv.parquet")
     assert sorted(hotconv["variant"]) == ["hotconv", "hotconv_eco", "malconv", "malconv2"]
     assert set(pd.read_csv(tables / "hotconv_sweep.csv")["status"]) == {"ok"}
+    assert sorted(pd.read_csv(tables / "hotconv_bench.csv")["variant"]) == ["hotconv_eco", "malconv2"]
     appclass = pd.read_csv(tables / "appclass.csv")
     assert set(appclass["variant"]) == {"reference-cpu-t1-float64", "torch-cpu-t1-float64"}
     memory = pd.read_csv(tables / "division_memory.csv")
@@ -115,6 +116,7 @@ def test_default_target_writes_tables_and_figures(finished_run):
 AGGREGATED_TABLES = (
     "hotconv",
     "hotconv_sweep",
+    "hotconv_bench",
     "division_memory",
     "division_speed",
     "division_accuracy",
@@ -131,12 +133,18 @@ def test_summary_provenance_and_table_pages_are_written(finished_run):
     report_dir = finished_run / "results" / "report"
     summary = pd.read_csv(report_dir / "summary.csv")
     assert set(summary["system"]) == {"hotconv", "division", "appclass", "memnet", "robust"}
-    assert set(summary["verdict"]) <= {"met", "not met", "not comparable", "no published figure"}
-    # A CPU run of the tiny configuration is never in a GPU paper's setting.
-    hotconv_eco = summary[summary["method"] == "hotconv_eco"].iloc[0]
-    assert hotconv_eco["verdict"] == "not comparable" and "device cpu (paper cuda)" in hotconv_eco["note"]
+    verdicts = pd.read_csv(report_dir / "verdicts.csv").set_index("figure")
+    kinds = {"reproduced", "not reproduced", "indicative", "needs a GPU or data", "met", "not met"}
+    assert set(verdicts["verdict"]) <= kinds
+    # The tiny configuration's HotConv model is not the paper's: a GPU run of the paper config judges it.
+    eco = verdicts.loc["hotconv_eco_vs_malconv2_memory"]
+    assert eco["verdict"] == "needs a GPU or data" and "device cpu (paper: cuda)" in eco["note"]
+    assert eco["command"].startswith("snakemake --cores all --configfile config/paper/hotconv.yaml")
+    # The fast torch implementation prints the reference's bytes: judged on any graph.
+    assert verdicts.loc["appclass_exact_output", "verdict"] == "reproduced"
     fragment = (report_dir / "summary_fragment.html").read_text()
-    assert "Measured on CPU" in fragment and fragment.count("<tr>") > len(summary)
+    assert "Measured on CPU" in fragment and "published figures:" in fragment
+    assert fragment.count("<tr>") > len(summary)
     provenance = json.loads((report_dir / "provenance.json").read_text())
     assert provenance["command"].startswith("snakemake ") and "--configfile" in provenance["command"]
     assert any(line.startswith("hotconv.epochs: ") for line in provenance["config_differences"])
