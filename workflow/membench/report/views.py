@@ -24,7 +24,8 @@ TIMING = (
     "timing_reliable",
     "timing_flag",
 )
-RUN = ("device", "device_name", "torch_threads")
+# Where and how a job ran; ``kernels`` (which compiled kernels ran, core.metrics) where it records it.
+RUN = ("device", "device_name", "torch_threads", "kernels")
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,6 @@ TABLE_VIEWS: dict[str, TableView] = {
             "data_edges",
             "pattern_nodes",
             "pattern_edges",
-            "kernels_used",
             *TIMING,
             *RUN,
         ),
