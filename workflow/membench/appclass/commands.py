@@ -281,7 +281,7 @@ def _build(args: argparse.Namespace) -> None:
 
     manifest = build_extension(user_cache_dir(os.environ), args.verbose, args.outdir)
     if manifest["status"] == "built":
-        logging.info("built %s", json.dumps(manifest))
+        logging.info("kernels built, or found built, in the cache: %s", json.dumps(manifest))
     else:
         logging.warning("the build failed; runs with kernels auto use pure torch: %s", json.dumps(manifest))
 

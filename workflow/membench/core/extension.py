@@ -538,12 +538,14 @@ def _nvcc_version() -> str | None:
 
 
 def _cuda_capabilities() -> list[str]:
-    """Compute capabilities of the visible GPUs (torch compiles for them unless told otherwise)."""
+    """The compute capabilities among the visible GPUs, sorted (torch compiles for them unless told
+    otherwise); how many GPUs a job sees does not change its build."""
     import torch
 
     if not torch.cuda.is_available():
         return []
-    return [".".join(map(str, torch.cuda.get_device_capability(i))) for i in range(torch.cuda.device_count())]
+    capabilities = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return [".".join(map(str, capability)) for capability in sorted(capabilities)]
 
 
 def _first_line(command: list[str], last: bool = False) -> str | None:

@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> None:
             user_cache_dir(os.environ), args.cuda, args.verbose, args.lock_timeout_s, args.outdir
         )
         if manifest["status"] == "built":
-            logging.info("built %s", json.dumps(manifest))
+            logging.info("kernels built, or found built, in the cache: %s", json.dumps(manifest))
         else:
             logging.warning(
                 "the build failed; jobs with kernels auto use the pure-torch kernels: %s",
