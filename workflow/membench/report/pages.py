@@ -103,7 +103,10 @@ def summary_fragment(summary: Summary, provenance: dict, machine: dict, loads: d
         "judged.</p>",
         *_system_sections(summary),
         "<h2>Provenance</h2>",
+        "<details><summary>Command line, commit, configuration, machine, versions, load while timing"
+        "</summary>",
         _provenance_table(provenance, machine, loads),
+        "</details>",
         "</div>",
     ]
     return "\n".join(parts)
@@ -203,13 +206,11 @@ def _reference_points(points: pd.DataFrame) -> list[str]:
 
 
 def _system_sections(summary: Summary) -> list[str]:
-    parts = []
+    """One table for every system: a heading row per system and setting, a row per method; the
+    flagged timings and evaluations listed under it."""
+    rows, notes = [], []
     for headline in summary.headlines:
-        blocks = [block for block in summary.blocks if block.system == headline.system]
-        if not blocks:
-            continue
-        rows, notes = [], []
-        for block in blocks:
+        for block in (block for block in summary.blocks if block.system == headline.system):
             what = [
                 f"{name}: {quantity}"
                 for name, quantity in (
@@ -219,24 +220,24 @@ def _system_sections(summary: Summary) -> list[str]:
                 )
                 if quantity
             ]
-            baseline = (
-                ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method (see the table)"
+            baseline = ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method (see the CSV)"
+            rows.append(
+                f"{headline.title}. {block.spec.title}: {block.setting}. Baseline {baseline}; "
+                f"{'; '.join(what)}."
             )
-            rows.append(f"{block.spec.title}: {block.setting}. Baseline {baseline}; {'; '.join(what)}.")
             for row in block.methods:
                 rows.append(_method_cells(block, row))
                 for flag in (row.timing_flag, row.evaluation_flag):
                     if flag:
-                        notes.append(f"{block.spec.title}, {row.method}: {flag}")
-        parts.append(f"<h3>{html.escape(headline.title)}</h3>")
-        parts.append(
-            text_table(
-                ["method", "memory", "vs baseline", "time vs baseline", "quality", "vs baseline"], rows
-            )
-        )
-        if notes:
-            listing = "".join(f"<li>{html.escape(note)}</li>" for note in dict.fromkeys(notes))
-            parts.append(f"<p>Flagged (not judged):</p><ul>{listing}</ul>")
+                        notes.append(f"{block.system}, {block.spec.title}, {row.method}: {flag}")
+    if not rows:
+        return ["<p>No system's table was measured.</p>"]
+    parts = [
+        text_table(["method", "memory", "vs baseline", "time vs baseline", "quality", "vs baseline"], rows)
+    ]
+    if notes:
+        listing = "".join(f"<li>{html.escape(note)}</li>" for note in dict.fromkeys(notes))
+        parts.append(f"<p>Flagged (not judged):</p><ul>{listing}</ul>")
     return parts
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "MIN_CASES",
     "MIN_TIMED_SAMPLES",
     "NEEDS",
+    "NOT_MEASURED",
     "NOT_MET",
     "NOT_REPRODUCED",
     "read_table_files",
@@ -69,7 +70,7 @@ REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS = (
     "needs a GPU or data",
 )
 KINDS = (REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS)
-MET, NOT_MET = "met", "not met"
+MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 MIN_TIMED_SAMPLES = 3
 MIN_CASES = 30
 HEADLINE_COLUMNS = (
@@ -600,7 +601,9 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
             figure, INDICATIVE, _joined(w for w, _ in indicative), _joined(n for _, n in indicative)
         )
     note = _joined(n for _, n in elsewhere) if elsewhere else f"{figure.row} not measured in this run"
-    return Verdict(figure, NEEDS, _joined(w for w, _ in elsewhere) if elsewhere else "-", note)
+    # A reference point of membench's own needs no paper's hardware: it was only not measured.
+    kind = NOT_MEASURED if figure.is_reference_point else NEEDS
+    return Verdict(figure, kind, _joined(w for w, _ in elsewhere) if elsewhere else "-", note)
 
 
 def _criterion(figure: Figure) -> str:
@@ -656,7 +659,10 @@ class Summary:
         points = [v for v in self.verdicts if not v.counted]
         if points:
             met = sum(v.verdict == MET for v in points)
-            line += f" membench's own reference points (not a paper's): {met} of {len(points)} met."
+            unmeasured = sum(v.verdict == NOT_MEASURED for v in points)
+            line += f" membench's own reference points (not a paper's): {met} of {len(points)} met" + (
+                f", {unmeasured} not measured." if unmeasured else "."
+            )
         return line
 
     def devices_line(self) -> str:
