@@ -1,4 +1,4 @@
-"""The pure-torch compressors: layouts, error bounds, unbiasedness."""
+"""The pure-torch compressors: Philox noise, layouts, error bounds, unbiasedness."""
 
 from __future__ import annotations
 
@@ -7,12 +7,67 @@ import torch
 import torch.nn.functional as F
 
 from membench.division import compress
-from membench.division.compress import DivisionCompressor, GroupCompressor, row_range
+from membench.division.compress import DivisionCompressor, GroupCompressor, philox4x32, row_range
 from membench.division.kernels import TORCH_KERNELS
 
 
 def _generator(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _philox_words(counter: tuple[int, int, int, int], key: tuple[int, int]) -> list[int]:
+    words = philox4x32(tuple(torch.tensor([c], dtype=torch.int64) for c in counter), key)
+    return [int(w) for w in words]
+
+
+# Random123's known-answer vectors for philox4x32 with 10 rounds (kat_vectors): counter, key, output.
+@pytest.mark.parametrize(
+    "counter,key,expected",
+    [
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ],
+)
+def test_philox_matches_the_random123_known_answers(counter, key, expected):
+    assert _philox_words(counter, key) == list(expected)
+
+
+def test_philox_uniform_takes_the_documented_word_of_the_documented_call():
+    seed, offset = 0x0123456789ABCDEF, 0xFEDCBA9876543210
+    rows, length = 3, 300  # the last block of 128 values is partial
+    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"))
+    key = (seed & 0xFFFFFFFF, seed >> 32)
+    for row, j in [(0, 0), (0, 1), (1, 17), (2, 45), (1, 127), (2, 128), (0, 255), (2, 299)]:
+        t = j % 128
+        call = 16 * (j // 128) + t % 16
+        word = _philox_words((call, row, offset & 0xFFFFFFFF, offset >> 32), key)[t // 32]
+        half = (word >> (16 * ((t // 16) % 2))) & 0xFFFF
+        assert noise[row, j].item() == (half + 0.5) / 65536
+    assert noise.dtype == torch.float32 and 0 < noise.min() and noise.max() < 1
+
+
+def test_philox_uniform_is_uniform_and_streams_differ():
+    cpu = torch.device("cpu")
+    noise = compress.philox_uniform(7, 0, 64, 1000, cpu)
+    assert abs(noise.mean().item() - 0.5) < 0.005 and abs(noise.var().item() - 1 / 12) < 0.002
+    assert not torch.equal(noise[0], noise[1])
+    for other in (compress.philox_uniform(8, 0, 64, 1000, cpu), compress.philox_uniform(7, 1, 64, 1000, cpu)):
+        assert (noise == other).float().mean() < 0.01
+    assert torch.equal(compress.philox_uniform(7, 0, 64, 1000, cpu)[:, :500], noise[:, :500])
+
+
+def test_philox_inputs_follow_the_generator_state():
+    generator = _generator(3)
+    state = generator.get_state()
+    first = compress.philox_inputs(generator)
+    assert compress.philox_inputs(generator) != first
+    generator.set_state(state)
+    assert compress.philox_inputs(generator) == first
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
@@ -52,6 +107,23 @@ def test_maxpool_window_index_matches_torch(kernel, stride, padding):
     torch.testing.assert_close(grad, expected)
 
 
+def test_low_frequency_is_the_tile_mean():
+    x = torch.randn(2, 3, 19, 13, generator=_generator())
+    lfc = compress.low_frequency(x, 8)
+    torch.testing.assert_close(lfc, F.avg_pool2d(x, 8, 8, ceil_mode=True))
+    torch.testing.assert_close(lfc[:, :, 2, 1], x[:, :, 16:, 8:].mean(dim=(2, 3)))  # an edge tile: 3 x 5
+    small = compress.low_frequency(x[:, :, :5, :], 8)  # smaller than a block: one global tile
+    assert small.shape == (2, 3, 1, 1)
+    torch.testing.assert_close(small[:, :, 0, 0], x[:, :, :5, :].mean(dim=(2, 3)))
+
+
+def test_row_range_minimum_of_zero_is_positive_zero():
+    rows = torch.tensor([[-0.0, 0.0, 1.0], [0.0, -0.0, 2.0], [-0.0, -0.0, -0.0]])
+    minimum, scale = row_range(rows, 2)
+    assert torch.equal(minimum.view(torch.int16), torch.zeros(3, dtype=torch.int16))  # +0 bits
+    assert scale[2].item() == 1.0
+
+
 def test_row_range_covers_every_value_in_bfloat16():
     rows = torch.randn(64, 100, generator=_generator()) * 7 + 3
     minimum, scale = row_range(rows, 2)
@@ -69,7 +141,7 @@ def test_row_range_covers_every_value_in_bfloat16():
 def test_round_trip_error_is_within_one_quantisation_step(compressor, shape):
     x = torch.randn(shape, generator=_generator()) * 2 + 1
     saved = compressor.compress(x, _generator(1), TORCH_KERNELS)
-    restored = compressor.decompress(saved, x.shape, TORCH_KERNELS)
+    restored = compressor.decompress(saved, x.shape, torch.float32, TORCH_KERNELS)
     assert restored.shape == x.shape and restored.dtype == torch.float32
     scale = saved[-1].float()
     if isinstance(compressor, DivisionCompressor):
@@ -103,13 +175,39 @@ def test_stochastic_rounding_is_unbiased(compressor):
     total = torch.zeros_like(x)
     for _ in range(draws):
         total += compressor.decompress(
-            compressor.compress(x, generator, TORCH_KERNELS), x.shape, TORCH_KERNELS
+            compressor.compress(x, generator, TORCH_KERNELS), x.shape, torch.float32, TORCH_KERNELS
         )
     mean = total / draws
     step = (x.amax() - x.amin()) / 3  # a bound on every row's scale
     # One draw errs by up to a step (variance <= step^2 / 4); the mean of 400 by about step / 40.
     assert (mean - x).abs().max() < step * 0.2
     assert (mean - x).abs().mean() < step * 0.03
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("compressor", [DivisionCompressor(8, 2), GroupCompressor(256, 4)])
+def test_maps_come_back_in_the_asked_dtype(compressor, dtype):
+    x = torch.randn(2, 3, 10, 9, generator=_generator()).to(dtype)
+    saved = compressor.compress(x, _generator(1), TORCH_KERNELS)
+    restored = compressor.decompress(saved, x.shape, dtype, TORCH_KERNELS)
+    assert restored.dtype == dtype and restored.shape == x.shape
+    as_float = compressor.decompress(saved, x.shape, torch.float32, TORCH_KERNELS)
+    assert torch.equal(restored, as_float.to(dtype))  # written once from the float32 value
+
+
+def test_relu_and_dropout_keep_their_masks():
+    x = torch.randn(5, 7, 3, generator=_generator())
+    out, packed = compress.relu_pack(x)
+    assert torch.equal(out, torch.relu(x)) and torch.equal(
+        compress.unpack_mask(packed, x.numel()), (x > 0).view(-1)
+    )
+    grad = torch.randn(x.shape, generator=_generator(1))
+    assert torch.equal(compress.masked_grad(grad, packed, 1.0), grad * (x > 0))
+    out, packed = compress.dropout_pack(x, 0.25, 11, 12)
+    keep = compress.unpack_mask(packed, x.numel()).view(x.shape)
+    assert torch.equal(keep, compress.philox_uniform(11, 12, 1, x.numel(), x.device).view(x.shape) >= 0.25)
+    assert torch.equal(out, (x * keep) * (1 / 0.75))
+    assert torch.equal(compress.masked_grad(grad, packed, 1 / 0.75), (grad * keep) * (1 / 0.75))
 
 
 def test_bad_bits_are_refused():

@@ -4,10 +4,13 @@ Everything a backward needs is kept through ``ctx.save_for_backward`` so that th
 saved-activation counter sees exactly the compressed bytes. Outside training with gradients the
 layers compute as their torch parents and save nothing.
 
-Under ``torch.autocast`` a convolution computes in the autocast dtype as ``F.conv2d`` would, and
-its backward (which runs outside autocast) casts the decompressed input and the weight to that same
-dtype, returning gradients in the dtypes of the inputs. Batch norm computes in its input's dtype
-(float32 statistics), as torch's does under autocast.
+Maps are compressed from, and decompressed into, their own dtype (float32, float16, bfloat16): no
+float32 copy of a map is made under mixed precision. Under ``torch.autocast`` a convolution
+computes in the autocast dtype as ``F.conv2d`` would, and its backward (which runs outside
+autocast) decompresses its input straight into that dtype and casts the weight to it, returning
+gradients in the dtypes of the inputs. Batch norm computes in its input's dtype (float32
+statistics), as torch's does under autocast. Maps of other dtypes (float64) take the torch parent
+layers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd import Function
 
+from membench.division.compress import philox_inputs
 from membench.division.kernels import Kernels
 
 __all__ = [
@@ -30,21 +34,39 @@ __all__ = [
     "MaskedReLU",
 ]
 
+# The dtypes the kernels read and write maps in; others (float64) take torch's own layers.
+_MAP_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
 
 class CompressionContext:
     """What the converted layers of one model share: the compressor of conv/batch-norm inputs
-    (``None``: keep them uncompressed), the kernels, and a seeded generator per device.
+    (``None``: keep them uncompressed), the kernels, and the CPU generator (seeded with ``seed``)
+    that gives every compression and dropout call its noise ``(seed, offset)``.
 
-    A tensor that feeds two layers (a block input feeding a conv and a projection shortcut) is
-    compressed once while it lives, as torch keeps one storage for it in the vanilla model.
+    A compressed copy belongs to one forward pass: a tensor that feeds two layers in a pass (a block
+    input feeding a conv and a projection shortcut) is compressed once, as torch keeps one storage
+    for it in the vanilla model, but a tensor fed again in a later pass (a fixed input batch reused
+    across steps) is compressed again, with fresh noise. :meth:`begin_forward` starts a pass
+    (``convert_model`` calls it before each forward of the model). The context keeps weak
+    references only: a copy lives as long as the autograd graph that saved it.
     """
 
     def __init__(self, compressor, kernels: Kernels, seed: int) -> None:
         self.compressor = compressor
         self.kernels = kernels
-        self.seed = seed
-        self._generators: dict[str, torch.Generator] = {}
+        self.generator = torch.Generator().manual_seed(seed)
+        self.forward_passes = 0
         self._compressed: dict[int, tuple] = {}
+
+    def begin_forward(self, *hook_args) -> None:
+        """Start a forward pass: copies made before are not reused. Takes (and ignores) the
+        arguments of a module's forward pre-hook, so that it can be one."""
+        self.forward_passes += 1
+        self._compressed.clear()
+
+    def noise_inputs(self) -> tuple[int, int]:
+        """``(seed, offset)`` of the next compression or dropout call, drawn from :attr:`generator`."""
+        return philox_inputs(self.generator)
 
     def compress(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The saved tensors standing for ``x`` (``(x,)`` without a compressor)."""
@@ -52,31 +74,25 @@ class CompressionContext:
             return (x,)
         cached = self._compressed.get(id(x))
         if cached is not None and cached[0]() is x and cached[1] == x._version:
-            return cached[2]
-        saved = self.compressor.compress(x.detach(), self.generator(x.device), self.kernels)
-        self._compressed[id(x)] = (weakref.ref(x), x._version, saved)
-        weakref.finalize(x, self._compressed.pop, id(x), None)
+            saved = tuple(ref() for ref in cached[2])
+            if all(t is not None for t in saved):
+                return saved
+        saved = self.compressor.compress(x.detach(), self.generator, self.kernels)
+        self._compressed[id(x)] = (weakref.ref(x), x._version, tuple(weakref.ref(t) for t in saved))
         return saved
 
     def decompress(self, saved, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``."""
+        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``, written in ``dtype``."""
         if self.compressor is None:
-            return saved[0]
-        return self.compressor.decompress(tuple(saved), shape, self.kernels).to(dtype)
-
-    def generator(self, device: torch.device) -> torch.Generator:
-        key = str(device)
-        if key not in self._generators:
-            self._generators[key] = torch.Generator(device=device).manual_seed(self.seed)
-        return self._generators[key]
+            return saved[0].to(dtype)
+        return self.compressor.decompress(tuple(saved), shape, dtype, self.kernels)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Generator states (uint8 tensors), so a resumed run draws the same rounding noise."""
-        return {key: g.get_state() for key, g in self._generators.items()}
+        """The generator's state (a uint8 tensor), so a resumed run draws the same noise."""
+        return {"generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for key, value in state.items():
-            self.generator(torch.device(key)).set_state(value)
+        self.generator.set_state(state["generator"])
 
 
 def _autocast_dtype(device_type: str) -> torch.dtype | None:
@@ -187,21 +203,26 @@ class _BatchNorm2dFunction(Function):
 
 
 class _MaskFunction(Function):
-    """``out = x * mask * gain`` keeping only the 1-bit packed mask (ReLU: mask = x > 0, gain 1)."""
+    """``out = x * mask * gain`` keeping only the 1-bit packed mask: ReLU (``p`` None: mask x > 0,
+    gain 1) or dropout (mask: Philox uniform >= ``p`` under ``(seed, offset)``, gain 1 / (1 - p))."""
 
     @staticmethod
-    def forward(ctx, x, mask, gain, kernels):
-        ctx.save_for_backward(kernels.pack_mask(mask))
-        ctx.config = (x.shape, gain, kernels)
-        return x * mask * gain if gain != 1.0 else x * mask
+    def forward(ctx, x, p, seed, offset, kernels):
+        if p is None:
+            out, packed = kernels.relu_pack(x)
+            gain = 1.0
+        else:
+            out, packed = kernels.dropout_pack(x, p, seed, offset)
+            gain = 1.0 / (1.0 - p)
+        ctx.save_for_backward(packed)
+        ctx.config = (gain, kernels)
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
         (packed,) = ctx.saved_tensors
-        shape, gain, kernels = ctx.config
-        mask = kernels.unpack_mask(packed, shape.numel()).view(shape)
-        grad = grad_out * mask
-        return (grad * gain if gain != 1.0 else grad), None, None, None
+        gain, kernels = ctx.config
+        return kernels.masked_grad(grad_out, packed, gain), None, None, None, None
 
 
 class _MaxPool2dFunction(Function):
@@ -239,7 +260,7 @@ class CompressedConv2d(nn.Conv2d):
     context: CompressionContext
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _training_with_grad(self, x, self.weight):
+        if not _training_with_grad(self, x, self.weight) or x.dtype not in _MAP_DTYPES:
             return super().forward(x)
         return _Conv2dFunction.apply(
             x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.context
@@ -252,7 +273,11 @@ class CompressedBatchNorm2d(nn.BatchNorm2d):
     context: CompressionContext
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _training_with_grad(self, x, self.weight) or not self.track_running_stats:
+        if (
+            not _training_with_grad(self, x, self.weight)
+            or not self.track_running_stats
+            or x.dtype not in _MAP_DTYPES
+        ):
             return super().forward(x)
         self.num_batches_tracked.add_(1)
         momentum = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
@@ -267,13 +292,14 @@ class MaskedReLU(nn.ReLU):
     context: CompressionContext
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _training_with_grad(self, x):
+        if not _training_with_grad(self, x) or x.dtype not in _MAP_DTYPES:
             return super().forward(x)
-        return _MaskFunction.apply(x, x > 0, 1.0, self.context.kernels)
+        return _MaskFunction.apply(x, None, 0, 0, self.context.kernels)
 
 
 class MaskedDropout(nn.Dropout):
-    """Dropout keeping a 1-bit mask for backward; the mask is drawn from the context's generator."""
+    """Dropout keeping a 1-bit mask for backward; the mask is drawn by Philox under the context's
+    noise inputs, in the same kernel that applies it."""
 
     context: CompressionContext
 
@@ -282,10 +308,12 @@ class MaskedDropout(nn.Dropout):
             return x
         if self.p == 1.0:
             return x * 0.0
-        keep = torch.rand(x.shape, generator=self.context.generator(x.device), device=x.device) >= self.p
+        if x.dtype not in _MAP_DTYPES:
+            return super().forward(x)
+        seed, offset = self.context.noise_inputs()
         if not _training_with_grad(self, x):
-            return x * keep / (1.0 - self.p)
-        return _MaskFunction.apply(x, keep, 1.0 / (1.0 - self.p), self.context.kernels)
+            return self.context.kernels.dropout_pack(x, self.p, seed, offset)[0]
+        return _MaskFunction.apply(x, self.p, seed, offset, self.context.kernels)
 
 
 class IndexMaxPool2d(nn.MaxPool2d):
@@ -294,6 +322,6 @@ class IndexMaxPool2d(nn.MaxPool2d):
     context: CompressionContext
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not _training_with_grad(self, x) or x.dtype != torch.float32:
+        if not _training_with_grad(self, x) or x.dtype not in _MAP_DTYPES:
             return super().forward(x)
         return _MaxPool2dFunction.apply(x, self.kernel_size, self.stride, self.padding, self.context.kernels)

@@ -5,7 +5,8 @@
     inputs and int64 indices.
 ``division``
     conv and batch-norm keep a DIVISION-compressed input (LFC block B in bfloat16 + HFC at Q bits),
-    ReLU and dropout a 1-bit mask, max-pool an int8 window index.
+    ReLU and dropout a 1-bit mask, max-pool an int8 window index; each by one fused kernel
+    (:mod:`membench.division.kernels`) that reads and writes the map in its own dtype.
 ``actnn2bit``
     as ``division`` but conv and batch-norm inputs kept at 2 bits with one min/scale per group of
     256 values (ActNN without adaptive bit allocation).
@@ -56,7 +57,8 @@ def convert_model(
 ) -> CompressionContext | None:
     """Convert ``model`` in place for ``method``; return the compression context (None when the
     method compresses nothing). Parameters and buffers are shared, so state-dict keys do not change.
-    Convert before building the optimizer.
+    Convert before building the optimizer. A compressing method adds a forward pre-hook to
+    ``model`` that starts a pass of the context (:meth:`CompressionContext.begin_forward`).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -73,6 +75,8 @@ def convert_model(
         compressor = GroupCompressor(spec.group_size, spec.actnn_bits)
     context = CompressionContext(compressor, kernels, seed)
     _replace_layers(model, context)
+    # Each forward pass of the model compresses its own inputs (a copy belongs to one step).
+    model.register_forward_pre_hook(context.begin_forward)
     return context
 
 

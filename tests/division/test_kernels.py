@@ -1,0 +1,158 @@
+"""The built C++ kernels against the pure-torch reference, bit for bit (built once per session, see
+conftest): every dtype of a map, sizes that are not multiples of a block, a group or a byte, every
+bit width, and every thread count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from membench.division import compress
+from membench.division.compress import DivisionCompressor, GroupCompressor
+from membench.division.kernels import KERNEL_NAMES, TORCH_KERNELS
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
+# (N, C, H, W): tiles that divide the plane, edge tiles, planes under a block (one global tile),
+# planes whose values do not fill a byte, a plane of one value.
+SHAPES = ((2, 3, 16, 16), (2, 3, 17, 13), (1, 2, 7, 20), (3, 1, 9, 8), (2, 2, 5, 3), (1, 1, 1, 1))
+
+
+def _generator(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _map(shape, dtype, seed: int = 0) -> torch.Tensor:
+    x = torch.randn(shape, generator=_generator(seed)) * 3 + 1
+    x.view(-1)[::7] = -0.0  # signed zeros, as ReLU outputs hold
+    return x.to(dtype)
+
+
+def _equal(ours, reference) -> bool:
+    return all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(ours, reference, strict=True))
+
+
+def test_the_extension_exposes_every_kernel(extension_kernels):
+    assert extension_kernels.name == "extension"
+    assert all(callable(getattr(extension_kernels, name)) for name in KERNEL_NAMES)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
+    for index, shape in enumerate(SHAPES):
+        x = _map(shape, dtype, index)
+        for block in (8, 4):
+            saved = extension_kernels.division_compress(x, block, bits, SEED, OFFSET)
+            expected = compress.division_compress(x, block, bits, SEED, OFFSET)
+            assert _equal(saved, expected), (shape, block)
+            for out_dtype in {dtype, torch.float32}:
+                args = (*expected, block, bits, shape[2], shape[3], out_dtype)
+                restored = extension_kernels.division_decompress(*args)
+                assert _equal([restored], [compress.division_decompress(*args)]), (shape, block, out_dtype)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_group_kernels_are_bit_exact(extension_kernels, dtype, bits):
+    for index, shape in enumerate(SHAPES):
+        x = _map(shape, dtype, index)
+        for group_size in (256, 33):  # the last group of most maps is padded
+            saved = extension_kernels.group_compress(x, group_size, bits, SEED, OFFSET)
+            assert _equal(saved, compress.group_compress(x, group_size, bits, SEED, OFFSET)), shape
+            args = (*saved, group_size, bits, x.numel(), dtype)
+            restored = extension_kernels.group_decompress(*args)
+            assert _equal([restored], [compress.group_decompress(*args)]), shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mask_kernels_are_bit_exact(extension_kernels, dtype):
+    x = _map((3, 5, 11, 7), dtype)  # 1155 values: the last byte and the last chunk are partial
+    grad = _map(x.shape, dtype, 1)
+    out, packed = extension_kernels.relu_pack(x)
+    assert _equal((out, packed), compress.relu_pack(x))
+    assert _equal(
+        [extension_kernels.masked_grad(grad, packed, 1.0)], [compress.masked_grad(grad, packed, 1.0)]
+    )
+    for p in (0.7, 0.1):  # 0.7 rounds down in float32: the comparison is made in float32
+        dropped = extension_kernels.dropout_pack(x, p, SEED, OFFSET)
+        assert _equal(dropped, compress.dropout_pack(x, p, SEED, OFFSET))
+        gain = 1.0 / (1.0 - p)
+        assert _equal(
+            [extension_kernels.masked_grad(grad, dropped[1], gain)],
+            [compress.masked_grad(grad, dropped[1], gain)],
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1)])
+def test_maxpool_kernels_match_reference(extension_kernels, dtype, kernel, stride, padding):
+    x = _map((2, 4, 11, 11), dtype)
+    out, index = extension_kernels.maxpool2d_forward(x, kernel, stride, padding)
+    assert _equal((out, index), compress.maxpool2d_forward(x, kernel, stride, padding))
+    grad_out = _map(out.shape, dtype, 1)
+    grad = extension_kernels.maxpool2d_backward(grad_out, index, 11, 11, kernel, stride, padding)
+    expected = compress.maxpool2d_backward(grad_out, index, 11, 11, kernel, stride, padding)
+    if kernel == stride:
+        assert _equal([grad], [expected])
+    else:  # overlapping windows: sums may be added in another order
+        torch.testing.assert_close(grad, expected)
+
+
+@pytest.mark.parametrize("compressor", [DivisionCompressor(8, 2), GroupCompressor(256, 2)])
+def test_compressors_agree_bit_for_bit_with_the_same_generator(extension_kernels, compressor):
+    x = _map((3, 5, 20, 20), torch.float32)
+    ours = compressor.compress(x, _generator(5), extension_kernels)
+    assert _equal(ours, compressor.compress(x, _generator(5), TORCH_KERNELS))
+    assert _equal(
+        [compressor.decompress(ours, x.shape, torch.bfloat16, extension_kernels)],
+        [compressor.decompress(ours, x.shape, torch.bfloat16, TORCH_KERNELS)],
+    )
+
+
+def test_results_do_not_depend_on_the_thread_count(extension_kernels):
+    x = _map((4, 16, 24, 24), torch.float32)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            results.append(
+                (
+                    *extension_kernels.division_compress(x, 8, 2, SEED, OFFSET),
+                    *extension_kernels.group_compress(x, 256, 2, SEED, OFFSET),
+                    *extension_kernels.dropout_pack(x, 0.5, SEED, OFFSET),
+                )
+            )
+    finally:
+        torch.set_num_threads(threads)
+    assert _equal(results[0], results[1])
+
+
+def test_stochastic_rounding_is_unbiased(extension_kernels):
+    x = torch.full((1, 1, 100, 200), 0.3)
+    x[0, 0, 0, 0], x[0, 0, 0, 1] = 0.0, 3.0  # a grid of 0, 1, 2, 3: 0.3 lies between levels 0 and 1
+    levels = extension_kernels.group_decompress(
+        *extension_kernels.group_compress(x, x.numel(), 2, SEED, OFFSET),
+        x.numel(),
+        2,
+        x.numel(),
+        torch.float32,
+    )[2:]
+    assert set(levels.unique().tolist()) == {0.0, 1.0}
+    assert abs(levels.mean().item() - 0.3) < 0.01
+
+
+def test_bad_arguments_raise_from_the_extension(extension_kernels):
+    x = torch.zeros(1, 1, 4, 4)
+    with pytest.raises(RuntimeError, match="bits"):
+        extension_kernels.division_compress(x, 8, 3, 0, 0)
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
+        extension_kernels.group_compress(x.double(), 256, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="4-D"):
+        extension_kernels.division_compress(x[0], 8, 2, 0, 0)
+    lfc, packed, minimum, scale = extension_kernels.division_compress(x, 8, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="packed"):
+        extension_kernels.division_decompress(lfc, packed[:, :1], minimum, scale, 8, 2, 4, 4, torch.float32)
+    with pytest.raises(RuntimeError, match="mask"):
+        extension_kernels.masked_grad(x, torch.zeros(1, dtype=torch.uint8), 1.0)

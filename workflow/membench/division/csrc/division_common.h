@@ -1,0 +1,108 @@
+// What the CPU (division_ops.cpp) and CUDA (division_cuda.cu) kernels share, as inline functions for
+// both host and device: the counter-based noise of stochastic rounding, the outward bfloat16 grid of
+// a row, and the tiles of DIVISION's low-frequency component. The pure-torch reference
+// (membench/division/compress.py) computes the same numbers with the same operations in the same order.
+//
+// Noise: Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11), the generator of torch's and cuRAND's CUDA random numbers, with key (seed low, seed high
+// 32 bits) and counter (call, row, offset low, offset high). A row's values come in blocks of 128
+// served by 16 calls: value j, t = j % 128, takes the 16-bit half (t / 16) % 2 (low half first) of
+// word t / 32 of call 16 * (j / 128) + t % 16, so that 16 consecutive values take the same half of
+// the same word of 16 consecutive calls (one vector of calls fills whole vectors of values). Its
+// uniform is (half + 1/2) * 2^-16, a float in (0, 1): stochastic rounding is unbiased to within
+// 2^-17 of a quantisation step, and one Philox call serves eight values.
+
+#pragma once
+
+#include <c10/macros/Macros.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/BFloat16-math.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace membench {
+
+struct Philox4 {
+  uint32_t word[4];
+};
+
+C10_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  const uint64_t product = static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
+  hi = static_cast<uint32_t>(product >> 32);
+  lo = static_cast<uint32_t>(product);
+}
+
+// Philox4x32 with 10 rounds: the key is bumped by the Weyl constants before every round but the first.
+C10_HOST_DEVICE inline Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                             uint32_t k1) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(0xD2511F53u, c0, hi0, lo0);
+    philox_mulhilo(0xCD9E8D57u, c2, hi1, lo1);
+    const uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  return Philox4{{c0, c1, c2, c3}};
+}
+
+// The uniform of a 16-bit half word: (half + 1/2) * 2^-16 (exact in a float).
+C10_HOST_DEVICE inline float uniform_from_half(uint32_t half) {
+  return (static_cast<float>(half) + 0.5f) * (1.0f / 65536.0f);
+}
+
+// Values of a row per block of Philox calls, and calls per block.
+constexpr int kNoiseBlock = 128;
+constexpr int kNoiseCalls = 16;
+
+// A row's quantisation grid from its minimum and maximum (NaN when the row holds a NaN): the minimum
+// rounded down and the scale (max - min) / (2^bits - 1) rounded up to bfloat16, so that the grid
+// low + k * step, k = 0 .. 2^bits - 1, covers the row; a zero minimum is +0, a scale that is not
+// positive is 1.
+struct Grid {
+  c10::BFloat16 low;
+  c10::BFloat16 step;
+};
+
+C10_HOST_DEVICE inline Grid row_grid(float minimum, float maximum, int bits) {
+  minimum = minimum + 0.0f;  // -0 -> +0: which zero a row's minimum is would depend on the order of a scan
+  c10::BFloat16 low(minimum);
+  if (static_cast<float>(low) > minimum) {
+    low = std::nextafter(low, c10::BFloat16(-INFINITY));
+  }
+  const float scale = (maximum - static_cast<float>(low)) / static_cast<float>((1 << bits) - 1);
+  c10::BFloat16 step(scale);
+  if (static_cast<float>(step) < scale) {
+    step = std::nextafter(step, c10::BFloat16(INFINITY));
+  }
+  if (!(static_cast<float>(step) > 0.0f)) {
+    step = c10::BFloat16(1.0f);
+  }
+  return Grid{low, step};
+}
+
+// Level of one value: floor((value - low) / step + uniform), clamped to 0 .. levels. As value >= low,
+// the sum is not negative and truncation is the floor (a conversion compilers vectorise); a NaN
+// value (a NaN row) takes the top level.
+C10_HOST_DEVICE inline int quantize_level(float value, float low, float step, float uniform, float levels) {
+  float level = (value - low) / step + uniform;
+  level = level < levels ? level : levels;
+  return static_cast<int>(level);
+}
+
+// DIVISION's tiles: block x block, or the whole plane when it is smaller than a block either way.
+C10_HOST_DEVICE inline void lfc_tile(int64_t height, int64_t width, int64_t block, int64_t& tile_h,
+                                     int64_t& tile_w) {
+  const bool global = height < block || width < block;
+  tile_h = global ? height : block;
+  tile_w = global ? width : block;
+}
+
+}  // namespace membench
