@@ -267,7 +267,9 @@ def _method_cells(block, row) -> list[str]:
         if row.evaluation_flags and quality != "-":
             quality += " (flagged)"
     vs = "baseline" if is_baseline else memory_ratio_words(row.memory_ratio)
-    return [row.method, memory, vs if block.spec.memory else "-", time, quality, change]
+    # Each method against its own baseline (robust: the sequential run on the same cores): named.
+    method = row.method if len(block.baselines) <= 2 or is_baseline else f"{row.method} (vs {row.baseline})"
+    return [method, memory, vs if block.spec.memory else "-", time, quality, change]
 
 
 def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:

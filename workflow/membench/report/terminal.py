@@ -26,7 +26,7 @@ __all__ = ["build_parser", "format_summary", "run", "WIDTH"]
 
 WIDTH = 100
 # method, memory, vs baseline, time vs baseline, quality, vs baseline
-_ROW = "  {:<26.26} {:>11} {:>14} {:>16} {:>10} {:>13}"
+_ROW = "  {:<31.31} {:>10} {:>13} {:>16} {:>10} {:>13}"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -131,4 +131,5 @@ def _cells(block, row) -> list[str]:
             if is_baseline
             else (points_words(row.quality_change) if spec.quality.kind == "accuracy" else "-")
         )
-    return [row.method, memory, vs, time, quality, change]
+    method = row.method if len(block.baselines) <= 2 or is_baseline else f"{row.method} vs {row.baseline}"
+    return [method, memory, vs, time, quality, change]
