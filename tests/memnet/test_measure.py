@@ -1,14 +1,11 @@
-"""Measurement: one process per configuration, killed half-way and rerun gives the same table."""
+"""Measurement: one process per configuration; the cleaned table loads through the published
+reader (tests/reliability kills a measurement half-way and reruns it)."""
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from membench.memnet.dataset import load_jobs
@@ -61,33 +58,6 @@ def test_generator_is_seeded():
     first, again = generate("mlp", 5, 3, RANGES), generate("mlp", 5, 3, RANGES)
     assert first.equals(again) and not first.equals(generate("mlp", 5, 4, RANGES))
     assert first["input"].between(4, 16).all() and first["batch"].between(2, 8).all()
-
-
-@pytest.mark.slow
-def test_killed_half_way_and_rerun_gives_the_same_table(tmp_path):
-    configs = tmp_path / "configs.csv"
-    generate("mlp", 3, 0, RANGES).to_csv(configs, index=False)
-    full = _measure(configs, tmp_path / "full", tmp_path / "full.csv")
-    assert full.wait(timeout=600) == 0
-
-    killed = _measure(configs, tmp_path / "resumed", tmp_path / "resumed.csv")
-    first = tmp_path / "resumed" / "mlp00000.json"
-    deadline = time.monotonic() + 600
-    while not first.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
-    assert first.exists() and not (tmp_path / "resumed.csv").exists()
-    written = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "resumed").glob("*.json")}
-    assert 1 <= len(written) < 3
-
-    assert _measure(configs, tmp_path / "resumed", tmp_path / "resumed.csv").wait(timeout=600) == 0
-    assert all((tmp_path / "resumed" / name).stat().st_mtime_ns == mtime for name, mtime in written.items())
-    full_table, resumed_table = pd.read_csv(tmp_path / "full.csv"), pd.read_csv(tmp_path / "resumed.csv")
-    assert full_table[STABLE].equals(resumed_table[STABLE])
-    record = json.loads(first.read_text())
-    assert record["status"] == "SUCCESSFUL" and record["memory_source"] == "train_alloc_peak_mib"
-    assert record["memory_mib"] > 0 and record["torch_version"] and record["device_name"]
 
 
 def test_cleaned_measurements_load_through_the_published_reader(tmp_path):

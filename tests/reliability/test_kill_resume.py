@@ -282,6 +282,8 @@ def _robust_train(outdir):
 def test_robust_train_resumes_after_kill_9(tmp_path):
     record = _kill_job_and_compare(tmp_path, _robust_train, "robust train", 16, started_file="checkpoint.pt")
     assert record["epochs_done"] == 3
+    # The epochs trained before a kill (read back from the checkpoint) count in the timing.
+    assert record["time_unit"] == "epoch" and record["time_samples"] == 2
     for name in ("history.csv", "staleness.csv"):
         assert faults.comparable_table(tmp_path / "killed" / name).equals(
             faults.comparable_table(tmp_path / "clean" / name)
@@ -320,12 +322,15 @@ def test_memnet_measure_resumes_after_kill_9(tmp_path):
     run_dir = tmp_path / "killed"
     expected_ids = {f"{i}.json" for i in table["config_id"]}
 
+    first_written_ns = {}
+
     def after_kill():
         # The table appears only whole, after every record; each record is a complete measurement.
         assert not (run_dir / "measurements.csv").exists()
         faults.assert_no_visible_partial_files(run_dir / "records", expected_ids)
         for path in (run_dir / "records").glob("*.json"):
             assert json.loads(path.read_text())["status"] == "SUCCESSFUL"
+            first_written_ns.setdefault(path.name, path.stat().st_mtime_ns)
 
     # The kill window opens when the records directory exists (the configurations are read).
     started = lambda: (run_dir / "records").exists()  # noqa: E731
@@ -336,6 +341,15 @@ def test_memnet_measure_resumes_after_kill_9(tmp_path):
     assert outcome.kills_injected >= 1, "no kill landed while the job ran"
     killed, clean = run_dir / "measurements.csv", tmp_path / "clean" / "measurements.csv"
     assert faults.comparable_table(killed).equals(faults.comparable_table(clean))
+    # A configuration measured before a kill is never measured again.
+    records = run_dir / "records"
+    assert {name: (records / name).stat().st_mtime_ns for name in first_written_ns} == first_written_ns
+    record = json.loads(next(records.glob("*.json")).read_text())
+    assert (
+        record["memory_source"] == "train_alloc_peak_mib"
+        and record["torch_version"]
+        and record["device_name"]
+    )
     # Memory is memnet's result, not a side measurement: on CPU the allocator-level peaks are exact.
     result_columns = ["config_id", "memory_mib", "activation_mib"]
     assert pd.read_csv(killed)[result_columns].equals(pd.read_csv(clean)[result_columns])
