@@ -278,7 +278,9 @@ def _block(system: str, title: str, spec: RowSpec, group: pd.DataFrame) -> Block
     if measured:
         group = group.drop_duplicates([spec.method, *([spec.scale[0]] if spec.scale else []), *measured])
     methods = []
-    for method in dict.fromkeys(group[spec.method]):
+    # The declared baseline first, then the methods in the table's order.
+    order = sorted(dict.fromkeys(group[spec.method]), key=lambda method: method != spec.baseline)
+    for method in order:
         rows = group[group[spec.method] == method]
         context = _clean(rows.iloc[0])
         baseline = spec.baseline or str(context.get(spec.baseline_column, method))

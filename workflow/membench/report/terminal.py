@@ -80,7 +80,7 @@ def format_summary(summary: Summary) -> str:
     needs = papers[papers["verdict"] == NEEDS]
     lines += ["", f"Needing a GPU or data ({len(needs)}), by the command that would judge them:"]
     for command, group in needs.groupby("command", sort=False):
-        lines += _wrap(command, "  $ ", "  ")
+        lines += textwrap.wrap(command, WIDTH, initial_indent="  $ ", subsequent_indent="      ")
         for _, row in group.iterrows():
             lines += _wrap(f"{row['system']}: {row['published']} [{numbers[row['source']]}]", "      ", "  ")
     points = verdicts[verdicts["reference_point"]]
