@@ -108,7 +108,12 @@ rule report_summary:
         ),
         fragment="results/report/summary_fragment.html",
         csv="results/report/summary.csv",
-        verdicts="results/report/verdicts.csv",
+        verdicts=report(
+            "results/report/verdicts.csv",
+            caption="../workflow/report/summary.rst",
+            category="Summary",
+            labels={"page": "verdicts on the published figures (CSV)"},
+        ),
     log:
         log_path("report_summary"),
     benchmark:
