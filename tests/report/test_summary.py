@@ -162,3 +162,31 @@ def test_bad_tables_are_input_errors_naming_the_file(tmp_path):
     (tmp_path / "hotconv.csv").write_bytes(b"variant\n\xff\xfe\x00bad")
     with pytest.raises(InputError, match=r"hotconv\.csv: not a readable CSV table"):
         read_tables(tmp_path, HEADLINES)
+
+
+def test_gpumemnet_figures_are_judged_on_its_shipped_data_only(tmp_path):
+    rows = []
+    for dataset, jobs in (("measured_mlp", 10), ("gpumemnet_mlp", 2995)):
+        for split in ("kfold", "grouped"):
+            for estimator, raw, under in (
+                ("horus", 0.41, 0.58),
+                ("gpumemnet_mlp", 0.979, 0.012),
+                ("gpumemnet_transformer", 0.970, 0.02),
+            ):
+                rows.append(
+                    {"dataset": dataset, "family": "mlp", "jobs": jobs, "classes": 4, "folds": 3}
+                    | {"split": split, "estimator": estimator, "accuracy": raw - 0.01}
+                    | {"raw_accuracy": raw, "raw_under_rate": under, "device_name": "NVIDIA A100"}
+                )
+    pd.DataFrame(rows).to_csv(tmp_path / "memnet.csv", index=False)
+    summary = summary_of(tmp_path)
+    frame = verdicts(summary)
+    assert frame.loc["memnet_mlp_ensemble_accuracy", "verdict"] == REPRODUCED
+    assert frame.loc["memnet_mlp_ensemble_accuracy", "measured"] == "97.9%"
+    assert frame.loc["memnet_mlp_ensemble_under", "verdict"] == REPRODUCED
+    assert frame.loc["memnet_transformer_ensemble_accuracy", "verdict"] == NOT_REPRODUCED
+    assert frame.loc["memnet_transformer_ensemble_under", "verdict"] == NOT_REPRODUCED
+    # The measured smoke test's ten jobs are too few to judge an estimator by.
+    measured = next(b for b in summary.blocks if b.setting.startswith("measured_mlp"))
+    assert all("10 test cases (fewer than 30)" in row.evaluation_flag for row in measured.methods)
+    assert frame.loc["memnet_mlp_ensemble_cnn", "verdict"] == NEEDS
