@@ -190,3 +190,14 @@ def test_gpumemnet_figures_are_judged_on_its_shipped_data_only(tmp_path):
     measured = next(b for b in summary.blocks if b.setting.startswith("measured_mlp"))
     assert all("10 test cases (fewer than 30)" in row.evaluation_flag for row in measured.methods)
     assert frame.loc["memnet_mlp_ensemble_cnn", "verdict"] == NEEDS
+
+
+def test_too_few_samples_in_the_paper_setting_is_indicative_not_a_missing_gpu(tmp_path, write_division):
+    write_division(tmp_path, samples=2)
+    speed = pd.read_csv(tmp_path / "division_speed.csv").assign(
+        device="cuda", model="resnet50", image_size=224, batch_size=256, amp="fp16"
+    )
+    speed.to_csv(tmp_path / "division_speed.csv", index=False)
+    row = verdicts(summary_of(tmp_path)).loc["division_throughput"]
+    assert row["verdict"] == INDICATIVE and row["measured"] == "-"
+    assert "in the paper's setting, not judged: timing flagged: ratio withheld" in row["note"]

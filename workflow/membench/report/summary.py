@@ -579,12 +579,14 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
             context = {**row.context, "setting": block.setting}
             differences = _mismatches(row.context, figure.requires)
             reason = _not_judgeable(figure, row)
-            if value is None:
+            if value is None and (differences or not reason):
                 reason = reason or f"{figure.metric} not measured ({row.status})"
                 elsewhere.append((words, f"{row.method}: {reason}"))
             elif not differences and not reason:
-                judged.append((words, _holds(figure, value), row.method))
+                judged.append((words, _holds(figure, value)))
             elif not differences:
+                # In the paper's setting, on a timing or evaluation that cannot be judged (a withheld
+                # ratio included): not a verdict, and not a missing GPU either.
                 indicative.append((words, f"in the paper's setting, not judged: {reason}"))
             elif figure.indicative_when is not None and not _mismatches(row.context, figure.indicative_when):
                 note = fill_setting(figure.indicative_note, context)
@@ -592,12 +594,12 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
             else:
                 elsewhere.append((words, "another setting: " + ", ".join(differences)))
     if judged:
-        held = all(ok for _, ok, _ in judged)
+        held = all(ok for _, ok in judged)
         if figure.is_reference_point:
             kind = MET if held else NOT_MET
         else:
             kind = REPRODUCED if held else NOT_REPRODUCED
-        return Verdict(figure, kind, _joined(w for w, _, _ in judged), _criterion(figure))
+        return Verdict(figure, kind, _joined(w for w, _ in judged), _criterion(figure))
     if indicative:
         return Verdict(
             figure, INDICATIVE, _joined(w for w, _ in indicative), _joined(n for _, n in indicative)
