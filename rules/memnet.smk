@@ -1,25 +1,18 @@
 # GPUMemNet: generate configurations, measure each in its own process, clean into
-# GPUMemNet's CSV format, evaluate every estimator (measured and published data), train them for
-# `membench memnet predict`, then the table and figures.
+# GPUMemNet's CSV format, evaluate every estimator at the requested risk (measured, shipped and
+# published data), train them once for `membench memnet predict`, then the table and figures.
 
 MEMNET = config["memnet"]
 MEMNET_FAMILIES = workflow_support.memnet_measured_families(MEMNET)
-MEMNET_PUBLISHED = MEMNET["published"]
-# Evaluated data sets: measured_<family> for each measured family, then the published CSVs; each
-# with its CSV, its family and its memory classes (a published set's own, else its family's).
+# Evaluated data sets: measured_<family> for each measured family (the CPU smoke test by
+# default), the shipped GPU measurements (GPUMemNet's MLP data), then the user's CSVs; each with
+# its CSV (a shipped one's a file of this checkout), family, classes and GPU.
 MEMNET_DATASETS = {
-    **{
-        f"measured_{family}": {
-            "path": f"results/memnet/{family}/gpumemnet.csv",
-            "family": family,
-            "bins": MEMNET["families"][family].get("bins"),
-        }
-        for family in MEMNET_FAMILIES
-    },
-    **{
-        name: {"path": spec["path"], "family": spec["family"], "bins": spec.get("bins")}
-        for name, spec in MEMNET_PUBLISHED.items()
-    },
+    name: {
+        **spec,
+        "path": checkout_path(spec["resource"]) if "resource" in spec else spec["path"],
+    }
+    for name, spec in workflow_support.memnet_datasets(MEMNET).items()
 }
 
 
@@ -118,6 +111,7 @@ rule memnet_evaluate:
             MEMNET_DATASETS[wildcards.memnet_dataset]["bins"],
             config["seed"],
             evaluate=True,
+            device_name=MEMNET_DATASETS[wildcards.memnet_dataset]["device_name"],
         ),
     shell:
         "membench memnet evaluate --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
@@ -129,6 +123,7 @@ rule memnet_train:
         lambda wildcards: MEMNET_DATASETS[wildcards.memnet_dataset]["path"],
     output:
         "results/memnet/estimators/{memnet_dataset}/estimators.json",
+        "results/memnet/estimators/{memnet_dataset}/estimators.pt",
     log:
         log_path("memnet_train", "{memnet_dataset}"),
     benchmark:
@@ -146,9 +141,11 @@ rule memnet_train:
             MEMNET_DATASETS[wildcards.memnet_dataset]["bins"],
             config["seed"],
             evaluate=False,
+            device_name=MEMNET_DATASETS[wildcards.memnet_dataset]["device_name"],
         ),
     shell:
-        "membench memnet train --data {input:q} {params.options:q} --outdir {params.outdir:q} > {log:q} 2>&1"
+        "membench memnet train --data {input:q} --dataset {wildcards.memnet_dataset:q} {params.options:q}"
+        " --outdir {params.outdir:q} > {log:q} 2>&1"
 
 
 rule memnet_table:
@@ -201,6 +198,12 @@ rule memnet_plots:
             category="GPUMemNet",
             labels={"figure": "estimator comparison"},
         ),
+        tradeoff=report(
+            "results/plots/memnet_tradeoff.png",
+            caption="../workflow/report/memnet_tradeoff.rst",
+            category="GPUMemNet",
+            labels={"figure": "accuracy against under-estimation"},
+        ),
     log:
         log_path("memnet_plots"),
     benchmark:
@@ -220,7 +223,7 @@ rule memnet_plots:
         ],
     shell:
         "membench memnet plot {params.tables:q} {params.predictions:q} --confusion-png {output.confusion:q}"
-        " --comparison-png {output.comparison:q} > {log:q} 2>&1"
+        " --comparison-png {output.comparison:q} --tradeoff-png {output.tradeoff:q} > {log:q} 2>&1"
 
 
 if MEMNET_DATASETS:
@@ -229,6 +232,7 @@ if MEMNET_DATASETS:
             "results/tables/memnet.csv",
             "results/plots/memnet_confusion.png",
             "results/plots/memnet_comparison.png",
+            "results/plots/memnet_tradeoff.png",
         ]
         + expand(
             "results/memnet/estimators/{memnet_dataset}/estimators.json",

@@ -82,6 +82,7 @@ def _config(tmp_path: Path) -> dict:
             "path": str(data / "published.csv"),
             "family": "mlp",
             "bins": {"start_mib": 0, "width_mib": 2, "count": 4},
+            "device_name": "NVIDIA H100",
         }
     }
     return config

@@ -408,11 +408,15 @@ def test_memnet_families_options_and_measurement_time():
         "folds": 3,
         "faketensor_rows": 2,
         "timing_rows": 1,
-        "quantile": 0.7,
+        "max_under": 0.05,
+        "calibration_fraction": 0.3,
+        "splits": ["kfold"],
         "members": 1,
         "mlp_epochs": 5,
         "transformer_epochs": 2,
         "optimizer": "adam",
+        "shipped": ["gpumemnet_mlp"],
+        "published": {"own": {"path": "own.csv", "family": "cnn", "device_name": "H100"}},
     }
     assert ws.memnet_measured_families(memnet) == ["mlp"]
     assert ws.memnet_generate_options(memnet["families"]["mlp"], seed=1) == [
@@ -431,5 +435,11 @@ def test_memnet_families_options_and_measurement_time():
         memnet, "mlp", {"start_mib": 0, "width_mib": 0.5, "count": 4}, 0, True
     )
     assert evaluate[:6] == ["--family", "mlp", "--bins", "0", "0.5", "4"] and "--folds" in evaluate
-    train = ws.memnet_estimator_options(memnet, "cnn", None, 0, evaluate=False)
-    assert train[:2] == ["--family", "cnn"] and "--bins" not in train and "--folds" not in train
+    assert evaluate[-2:] == ["--splits", "kfold"] and evaluate[evaluate.index("--max-under") + 1] == "0.05"
+    train = ws.memnet_estimator_options(memnet, "cnn", None, 0, evaluate=False, device_name="H100")
+    assert train[:4] == ["--family", "cnn", "--device-name", "H100"]
+    assert "--bins" not in train and "--folds" not in train and "--splits" not in train
+    datasets = ws.memnet_datasets(memnet)
+    assert list(datasets) == ["measured_mlp", "gpumemnet_mlp", "own"]
+    assert datasets["gpumemnet_mlp"]["resource"] == "resources/gpumemnet/mlp_data_step2.csv.gz"
+    assert datasets["own"]["device_name"] == "H100" and datasets["measured_mlp"]["device_name"] is None

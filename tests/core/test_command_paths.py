@@ -19,6 +19,7 @@ NOT_PATHS = {
     "--command",
     "--dataset",
     "--device",
+    "--device-name",
     "--input-shape",
     "--kwargs",
     "--model",

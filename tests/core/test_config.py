@@ -182,6 +182,11 @@ def test_default_settings_pass_and_paper_settings_miss_only_their_data():
             "memnet.published",
             "measured_mlp is the name of a measured dataset; rename it",
         ),
+        (
+            {"memnet": {"published": {"gpumemnet_mlp": {"path": "x.csv", "family": "mlp"}}}},
+            "memnet.published",
+            "gpumemnet_mlp is the name of a shipped dataset (memnet.shipped); rename it",
+        ),
     ],
 )
 def test_a_key_that_names_what_the_config_lacks_is_one_line(change, key, problem):
@@ -218,7 +223,7 @@ def test_missing_user_data_is_listed_in_one_line(tmp_path):
         "binaries": str(tmp_path / "binaries"),
     }
     config["images"]["datasets"]["own"] = {"source": "folder", "root": str(tmp_path / "images")}
-    config["memnet"]["published"] = {"gpumemnet_mlp": {"path": str(tmp_path / "mlp.csv"), "family": "mlp"}}
+    config["memnet"]["published"] = {"own_mlp": {"path": str(tmp_path / "mlp.csv"), "family": "mlp"}}
     config = completed(config)
     assert ("bodmas.datasets.own.metadata", str(present)) in dataset_paths(config)
     with pytest.raises(InputError) as error:
@@ -226,7 +231,7 @@ def test_missing_user_data_is_listed_in_one_line(tmp_path):
     assert str(error.value) == (
         f"my.yaml: 3 dataset path(s) named in the config do not exist: bodmas.datasets.own.binaries: "
         f"{tmp_path / 'binaries'}, images.datasets.own.root: {tmp_path / 'images'}, "
-        "memnet.published.gpumemnet_mlp.path: "
+        "memnet.published.own_mlp.path: "
         f"{tmp_path / 'mlp.csv'}; point these keys at your copies of the data (see config/README.md)"
     )
 

@@ -1,18 +1,22 @@
-"""The memnet command line: evaluate's table, train + predict for a model factory, bad input."""
+"""The memnet command line: evaluate's table at a requested risk, train once + predict for a model
+factory (cached, identity-checked, never retrained), bad input in one line."""
 
 import json
 
 import pandas as pd
+import pytest
 
 from membench.cli import main
 from membench.core.timing import TIMING_FIELDS
-from membench.memnet.dataset import DEFAULT_BINS
-from membench.memnet.estimators import new_estimator
+from membench.memnet import estimators as estimators_module
+from membench.memnet import trained as trained_module
+from membench.memnet.commands import build_parser
 
 ESTIMATOR_OPTIONS = ["--members", "1", "--mlp-epochs", "5", "--transformer-epochs", "2"]
+ALL = ["gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "memtracker", "membench"]
 
 
-def _toy_csv(tmp_path, toy_jobs, n=24):
+def _toy_csv(tmp_path, toy_jobs, n=24, name="toy.csv"):
     jobs = toy_jobs(n)
     frame = jobs.frame
     csv = pd.DataFrame(
@@ -27,111 +31,152 @@ def _toy_csv(tmp_path, toy_jobs, n=24):
             "Max GPU Memory (MiB)": frame["memory_mib"].round(1),
         }
     )
-    path = tmp_path / "toy.csv"
+    path = tmp_path / name
     csv.to_csv(path, index=False)
     return path
 
 
-def test_evaluate_writes_one_row_per_estimator(tmp_path, toy_jobs):
+def test_evaluate_reports_the_achieved_rate_beside_the_requested_one(tmp_path, toy_jobs):
     out = tmp_path / "table.csv"
-    assert (
-        main(
-            [
-                "memnet",
-                "evaluate",
-                "--data",
-                str(_toy_csv(tmp_path, toy_jobs)),
-                "--family",
-                "mlp",
-                "--folds",
-                "3",
-                "--seed",
-                "0",
-                "--out",
-                str(out),
-                "--faketensor-rows",
-                "1",
-                "--timing-rows",
-                "1",
-                *ESTIMATOR_OPTIONS,
-            ]
-        )
-        == 0
-    )
+    argv = ["memnet", "evaluate", "--data", str(_toy_csv(tmp_path, toy_jobs)), "--family", "mlp"]
+    argv += ["--folds", "3", "--seed", "0", "--out", str(out), "--faketensor-rows", "1", "--timing-rows", "1"]
+    assert main([*argv, "--max-under", "0.1", "--device-name", "Test GPU", *ESTIMATOR_OPTIONS]) == 0
     table = pd.read_csv(out)
-    assert table["estimator"].tolist() == [
-        "gpumemnet_mlp",
-        "gpumemnet_transformer",
-        "horus",
-        "faketensor",
-        "membench",
-    ]
-    assert {"accuracy", "f1_weighted", "under_rate", "inference_ms", "grouped_accuracy"} <= set(table.columns)
+    assert table["estimator"].tolist() == ALL
+    assert (table["max_under"] == 0.1).all() and (table["device_name"] == "Test GPU").all()
+    expected = {"accuracy", "under_rate", "under_rate_ci_low", "under_rate_ci_high", "risk_met"}
+    expected |= {"raw_accuracy", "raw_under_rate", "mib_under_rate", "grouped_accuracy", "no_answer_reason"}
+    assert expected <= set(table.columns)
+    assert (table["under_rate_ci_low"] <= table["under_rate"]).all()
+    assert (table["under_rate"] <= table["under_rate_ci_high"]).all()
+    # 24 jobs, all in one 1 GB class, cannot tell estimators apart: the table says so
+    assert (table["too_small_to_judge"] == "24 jobs, fewer than 30; every job in one class").all()
     assert table.loc[table["estimator"] == "faketensor", "rows"].item() == 3  # one per fold
     assert set(TIMING_FIELDS) <= set(table.columns) and (table["time_unit"] == "iteration").all()
 
 
-def test_train_then_predict_a_model_factory(tmp_path, toy_jobs):
+def _train(tmp_path, data, outdir, *extra):
+    argv = ["memnet", "train", "--data", str(data), "--family", "mlp", "--outdir", str(outdir)]
+    return main([*argv, "--faketensor-rows", "2", "--max-under", "0.1", *extra, *ESTIMATOR_OPTIONS])
+
+
+PREDICT = [
+    "memnet",
+    "predict",
+    "--model",
+    "torch.nn:Linear",
+    "--kwargs",
+    '{"in_features": 16, "out_features": 4}',
+]
+
+
+def test_train_once_then_predict_a_model_factory_from_the_cache(tmp_path, toy_jobs, capsys, monkeypatch):
+    data = _toy_csv(tmp_path, toy_jobs, n=60)
     trained = tmp_path / "estimators"
-    assert (
-        main(
-            [
-                "memnet",
-                "train",
-                "--data",
-                str(_toy_csv(tmp_path, toy_jobs)),
-                "--family",
-                "mlp",
-                "--outdir",
-                str(trained),
-                *ESTIMATOR_OPTIONS,
-            ]
-        )
-        == 0
-    )
-    assert json.loads((trained / "estimators.json").read_text())["family"] == "mlp"
-    out = tmp_path / "predicted.csv"
-    assert (
-        main(
-            [
-                "memnet",
-                "predict",
-                "--model",
-                "torch.nn:Linear",
-                "--kwargs",
-                '{"in_features": 16, "out_features": 4}',
-                "--batch-size",
-                "8",
-                "--input-shape",
-                "16",
-                "--estimators",
-                str(trained),
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    table = pd.read_csv(out)
-    assert set(table["estimator"]) == {
-        "horus",
+    assert _train(tmp_path, data, trained, "--dataset", "toy", "--device-name", "Test GPU") == 0
+    summary = json.loads((trained / "estimators.json").read_text())
+    assert summary["family"] == "mlp" and summary["data"]["device_name"] == "Test GPU"
+    assert summary["estimators"] == [
         "gpumemnet_mlp",
         "gpumemnet_transformer",
         "membench",
+        "horus",
         "faketensor",
-    }
+        "memtracker",
+    ]
+    capsys.readouterr()
+
+    def no_training(*_):
+        raise AssertionError("predict trained an estimator")
+
+    for kind in ("TensorBytesRegression", "EnsembleClassifier", "Horus", "FakeTensor", "MemTracker"):
+        monkeypatch.setattr(getattr(estimators_module, kind), "fit", no_training)
+    out = tmp_path / "predicted.csv"
+    argv = [
+        *PREDICT,
+        "--batch-size",
+        "8",
+        "--input-shape",
+        "16",
+        "--estimators",
+        str(trained),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--max-under", "0.1", "--baselines"]) == 0
+    printed = capsys.readouterr().out
+    assert "recommended: " in printed and "at <= 10.0% risk of under-estimation" in printed
+    assert f"trained on toy ({data}, 60 jobs, measured on Test GPU)" in printed
+    # 16*4+4 = 68 parameters, far below the toy data's: the answer is an extrapolation
+    assert "warning: parameters 68 is below the" in printed
+    table = pd.read_csv(out)
+    assert table["estimator"].tolist() == [
+        "gpumemnet_mlp",
+        "gpumemnet_transformer",
+        "membench",
+        "horus",
+        "faketensor",
+        "memtracker",
+    ]
+    assert set(table["trained_on"]) == {"toy"} and (table["bin"] >= table["raw_bin"]).all()
+    membench = table.set_index("estimator").loc["membench"]
+    assert membench["low_mib"] <= membench["mib"] <= membench["high_mib"]
     fake = table.set_index("estimator").loc["faketensor", "mib"]
     # weights, gradients, two Adam moments of 16*4+4 parameters, plus the saved input (8x16 floats)
     assert fake * 2**20 >= 4 * 68 * 4 + 8 * 16 * 4
 
 
-def test_predict_reuses_a_trained_estimator_unchanged(toy_jobs):
-    jobs = toy_jobs(12)
-    first = new_estimator("membench", DEFAULT_BINS["mlp"])
-    first.fit(jobs)
-    second = new_estimator("membench", DEFAULT_BINS["mlp"])
-    second.load_state(first.state())
-    assert (first.predict(jobs)[0] == second.predict(jobs)[0]).all()
+def test_a_cache_from_other_code_or_data_is_refused_and_the_same_one_is_kept(
+    tmp_path, toy_jobs, capsys, monkeypatch
+):
+    data = _toy_csv(tmp_path, toy_jobs, n=40)
+    trained = tmp_path / "estimators"
+    assert _train(tmp_path, data, trained) == 0
+    written = (trained / "estimators.pt").stat().st_mtime_ns
+    assert _train(tmp_path, data, trained) == 0  # same options, data and code: kept
+    assert (trained / "estimators.pt").stat().st_mtime_ns == written
+    argv = [*PREDICT, "--batch-size", "8", "--input-shape", "16", "--estimators", str(trained)]
+    monkeypatch.setattr(trained_module, "code_version", lambda *packages: "other code")
+    assert main(argv) == 2
+    assert "trained by another version of membench's memnet code; retrain them" in capsys.readouterr().err
+    monkeypatch.undo()
+    _toy_csv(tmp_path, toy_jobs, n=41)  # the data changes under the cache
+    assert main(argv) == 2
+    assert f"the data it was trained on ({data}) has changed since" in capsys.readouterr().err
+
+
+def test_predict_without_trained_estimators_answers_uncalibrated_and_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no results/memnet/estimators here
+    assert main([*PREDICT, "--batch-size", "8", "--input-shape", "16"]) == 0
+    printed = capsys.readouterr().out
+    assert "recommended: none at <= 2.0% risk" in printed
+    assert "warning: no trained estimators for mlp models" in printed
+
+
+def test_a_wrong_input_shape_is_one_line_naming_it(capsys):
+    assert main([*PREDICT, "--batch-size", "8", "--input-shape", "3,32,32"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(
+        "membench memnet: error: <input>: --input-shape 3,32,32: the model's forward pass fails on a "
+        "batch of shape (2, 3, 32, 32) float32 (RuntimeError: "
+    )
+    assert err.endswith("give one sample's shape, without the batch")
+
+
+def test_predict_help_says_what_it_prints_and_shows_an_example():
+    predict = build_parser("membench memnet")._subparsers._group_actions[0].choices["predict"]
+    text = predict.format_help()
+    for words in (
+        "recommended",
+        "--max-under",
+        "trained on",
+        "warning",
+        "example",
+        "--baselines",
+        "extrapolation",
+    ):
+        assert words in text, words
 
 
 def test_bad_input_is_one_line_naming_it(tmp_path, capsys):
@@ -145,22 +190,27 @@ def test_bad_input_is_one_line_naming_it(tmp_path, capsys):
         == 2
     )
     assert "--input-shape '3,x'" in capsys.readouterr().err
-    missing = tmp_path / "absent.csv"
+    kwargs = ["--kwargs", '{"in_features": 16, "no_such": 1}']
     assert (
         main(
             [
                 "memnet",
-                "evaluate",
-                "--data",
-                str(missing),
-                "--family",
-                "mlp",
-                "--out",
-                str(tmp_path / "t.csv"),
+                "predict",
+                "--model",
+                "torch.nn:Linear",
+                *kwargs,
+                "--batch-size",
+                "2",
+                "--input-shape",
+                "16",
             ]
         )
         == 2
     )
+    assert "--kwargs: the factory fails with them (TypeError: " in capsys.readouterr().err
+    missing = tmp_path / "absent.csv"
+    argv = ["memnet", "evaluate", "--data", str(missing), "--family", "mlp", "--out", str(tmp_path / "t.csv")]
+    assert main(argv) == 2
     assert f"{missing}: file not found" in capsys.readouterr().err
     assert not (tmp_path / "t.csv").exists()
 
@@ -175,3 +225,11 @@ def test_predict_bounds_the_sample_shape_and_the_factory_arguments_before_using_
     kwargs = "[" + "1, " * 100_000 + "1]"
     assert main([*argv, "--input-shape", "3", "--kwargs", kwargs]) == 2
     assert f"--kwargs: {len(kwargs)} characters; at most 65536 are read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("risk", ["0", "0.5000001", "nan"])
+def test_the_requested_risk_is_a_rate_above_zero_and_at_most_one_half(risk, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*PREDICT, "--batch-size", "2", "--input-shape", "16", "--max-under", risk])
+    assert exit_.value.code == 2
+    assert "argument --max-under: expected a number above 0 and at most 0.5" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The GPUMemNet-format reader: the published CSVs load, bad rows name file, line and column."""
 
+import gzip
 import os
 import re
 from pathlib import Path
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 
 from membench.core.errors import InputError
-from membench.memnet.dataset import DEFAULT_BINS, filename_tokens, load_jobs
+from membench.memnet.dataset import DEFAULT_BINS, activations_per_batch, filename_tokens, load_jobs
 
 HEADER = (
     "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
@@ -87,8 +88,70 @@ def test_non_integer_batch_and_unknown_status_are_named(tmp_path):
     with pytest.raises(InputError, match=r"jobs.csv, line 2: column Batch Size: 'x' is not an integer"):
         load_jobs(_write(tmp_path, HEADER + GOOD_ROW.replace(",16,", ",x,")), "mlp")
     header = HEADER.replace("\n", ",Status\n")
-    with pytest.raises(InputError, match=r"line 2, column Status: 'CRASHED'"):
+    with pytest.raises(
+        InputError, match=r"line 2, column Status: 'CRASHED' is not SUCCESSFUL, OOM_CRASH or a"
+    ):
         load_jobs(_write(tmp_path, header + GOOD_ROW.replace("\n", ",CRASHED\n")), "mlp")
+
+
+def test_failed_runs_and_rows_without_a_measurement_are_dropped(tmp_path):
+    header = HEADER.replace("\n", ",Status\n")
+    rows = [
+        GOOD_ROW.replace("\n", ",SUCCESSFUL\n"),
+        GOOD_ROW.replace("\n", ",UNKNOWN_ERROR\n"),  # GPUMemNet's cleaner: the run failed
+        GOOD_ROW.replace(",1500", ",").replace("\n", ",SUCCESSFUL\n"),  # no nvidia-smi log found
+        GOOD_ROW.replace(",1500", ",").replace("\n", ",OOM_CRASH\n"),
+    ]
+    jobs = load_jobs(_write(tmp_path, header + "".join(rows)), "mlp")
+    assert len(jobs) == 2 and jobs.dropped_failed == 2 and jobs.frame["oom"].tolist() == [False, True]
+
+
+def test_gzip_compressed_csvs_are_read_and_a_damaged_one_is_named(tmp_path):
+    path = tmp_path / "jobs.csv.gz"
+    path.write_bytes(gzip.compress((HEADER + GOOD_ROW).encode()))
+    assert load_jobs(path, "mlp").frame["memory_mib"].tolist() == [1500]
+    path.write_bytes(gzip.compress((HEADER + GOOD_ROW).encode())[:40])
+    with pytest.raises(InputError, match=r"jobs.csv.gz: not a readable gzip-compressed CSV file"):
+        load_jobs(path, "mlp")
+
+
+def test_gpumemnet_cnn_and_transformer_file_names_parse_with_their_multiword_keys():
+    cnn = (
+        "input_channels:3_num_classes:453_depth:22_arch:inverted_pyramid_base_filters:98_batch:62"
+        "_input_size:174_act:gelu_dropout:0.34_dropout:True_batchnorm:False.out"
+    )
+    assert filename_tokens(cnn) == {
+        "input_channels": "3",
+        "num_classes": "453",
+        "depth": "22",
+        "arch": "inverted_pyramid",
+        "base_filters": "98",
+        "batch": "62",
+        "input_size": "174",
+        "act": "gelu",
+        "dropout": "0.34",
+        "dropout#2": "True",
+        "batchnorm": "False",
+    }
+    transformer = "num_classes:2_embedding_size:128_seq_length:512_batch_size:64.out"
+    assert filename_tokens(transformer) == {
+        "num_classes": "2",
+        "embedding_size": "128",
+        "seq_length": "512",
+        "batch_size": "64",
+    }
+
+
+def test_activations_counted_per_batch_are_read_per_sample():
+    # Linear(16 -> 5) at batch 4: per sample 5 outputs and 85 parameters (a multiple of 5); a file
+    # that counted the batch writes 20 outputs, and 85 is no multiple of 20.
+    per_batch = [[("conv2d", 4 * 64, 10), ("linear", 20, 85)], [("linear", 8 * 3, 3 * 17)]]
+    assert activations_per_batch(per_batch, [4, 8])
+    assert not activations_per_batch([[("conv2d", 64, 10), ("linear", 5, 85)]], [4])
+    # the linear layer cannot tell: per sample, as every membench file is
+    assert not activations_per_batch([[("linear", 20, 100)]], [4])
+    # a layer whose count does not divide by the batch: not counted per batch
+    assert not activations_per_batch([[("conv2d", 6, 10), ("linear", 20, 85)]], [4])
 
 
 def test_oom_rows_are_kept_and_zero_mib_successes_dropped(tmp_path):

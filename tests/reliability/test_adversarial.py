@@ -631,7 +631,7 @@ CASES = [
         "named pipe",
     ),
     Case(
-        "memnet predict: a named pipe as estimators.json",
+        "memnet predict: a named pipe as estimators.pt",
         _simple(
             lambda t: [
                 "memnet",
@@ -643,7 +643,7 @@ CASES = [
                 "--input-shape",
                 "4",
                 "--estimators",
-                str((t / "est").mkdir() or _fifo(t / "est", "estimators.json").parent),
+                str((t / "est").mkdir() or _fifo(t / "est", "estimators.pt").parent),
             ]
         ),
         "named pipe",

@@ -78,8 +78,10 @@ def test_default_target_writes_tables_and_figures(finished_run):
         "gpumemnet_transformer",
         "horus",
         "faketensor",
+        "memtracker",
         "membench",
     }
+    assert memnet["too_small_to_judge"].str.startswith("6 jobs, fewer than 30").all()
     assert (finished_run / "results" / "memnet" / "estimators" / "measured_mlp" / "estimators.json").exists()
     for table in (
         "hotconv",
@@ -106,6 +108,7 @@ def test_default_target_writes_tables_and_figures(finished_run):
         "robust_staleness.png",
         "memnet_confusion.png",
         "memnet_comparison.png",
+        "memnet_tradeoff.png",
     )
     for figure in figures:
         assert (finished_run / "results" / "plots" / figure).read_bytes()[:4] == b"\x89PNG"

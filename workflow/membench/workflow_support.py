@@ -55,6 +55,7 @@ __all__ = [
     "local_gpu_count",
     "local_gpu_slots",
     "MEMNET_ESTIMATOR_KEYS",
+    "memnet_datasets",
     "memnet_estimator_options",
     "MEMNET_FAMILIES",
     "memnet_generate_options",
@@ -532,7 +533,15 @@ def robust_nodes_gres(options: Mapping[str, Any], nodes: int) -> str:
 # -- memnet ------------------------------------------------------------------------------------------
 
 MEMNET_FAMILIES = ("mlp", "cnn", "transformer")
-MEMNET_ESTIMATOR_KEYS = ("quantile", "members", "mlp_epochs", "transformer_epochs", "optimizer")
+MEMNET_ESTIMATOR_KEYS = (
+    "max_under",
+    "calibration_fraction",
+    "faketensor_rows",
+    "members",
+    "mlp_epochs",
+    "transformer_epochs",
+    "optimizer",
+)
 
 
 def memnet_measured_families(memnet: Mapping[str, Any]) -> list[str]:
@@ -563,14 +572,63 @@ def memnet_measure_runtime_min(memnet: Mapping[str, Any]) -> int:
 
 
 def memnet_estimator_options(
-    memnet: Mapping[str, Any], family: str, bins: Mapping[str, Any] | None, seed: int, evaluate: bool
+    memnet: Mapping[str, Any],
+    family: str,
+    bins: Mapping[str, Any] | None,
+    seed: int,
+    evaluate: bool,
+    device_name: str | None = None,
 ) -> list[str]:
     """Options of ``membench memnet evaluate`` (``evaluate``) or ``train`` for a data set of ``family``:
     its memory classes (``bins``: ``start_mib``, ``width_mib``, ``count``; None or empty: the
-    command's GPUMemNet defaults), the estimators' settings and, to evaluate, the folds and rows."""
-    keys = (("folds", "faketensor_rows", "timing_rows") if evaluate else ()) + MEMNET_ESTIMATOR_KEYS
+    command's GPUMemNet defaults), the GPU it was measured on (``device_name``, where known), the
+    estimators' settings and, to evaluate, the folds, timed rows and splits."""
+    keys = (("folds", "timing_rows") if evaluate else ()) + MEMNET_ESTIMATOR_KEYS
     classes = ["--bins", *(str(bins[key]) for key in ("start_mib", "width_mib", "count"))] if bins else []
-    return ["--family", family, *classes, *cli_options({key: memnet[key] for key in keys} | {"seed": seed})]
+    device = ["--device-name", device_name] if device_name else []
+    splits = ["--splits", *memnet["splits"]] if evaluate else []
+    return [
+        "--family",
+        family,
+        *classes,
+        *device,
+        *cli_options({key: memnet[key] for key in keys} | {"seed": seed}),
+        *splits,
+    ]
+
+
+def memnet_datasets(memnet: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The data sets the workflow evaluates and trains on, by name: ``measured_<family>`` for each
+    measured family, the shipped ones ``memnet.shipped`` names, then the user's ``published`` CSVs;
+    each with ``path`` (a shipped one's ``resource``: a file of the checkout instead), ``family``,
+    ``bins`` (None: the family's) and ``device_name`` (None: what the file says)."""
+    from membench.memnet.shipped import SHIPPED
+
+    datasets = {
+        f"measured_{family}": {
+            "path": f"results/memnet/{family}/gpumemnet.csv",
+            "family": family,
+            "bins": memnet["families"][family].get("bins"),
+            "device_name": None,
+        }
+        for family in memnet_measured_families(memnet)
+    }
+    for name in memnet["shipped"]:
+        spec = SHIPPED[name]
+        datasets[name] = {
+            "resource": spec["resource"],
+            "family": spec["family"],
+            "bins": None,
+            "device_name": spec["device_name"],
+        }
+    for name, spec in memnet["published"].items():
+        datasets[name] = {
+            "path": spec["path"],
+            "family": spec["family"],
+            "bins": spec.get("bins"),
+            "device_name": spec.get("device_name"),
+        }
+    return datasets
 
 
 # -- local runs --------------------------------------------------------------------------------------

@@ -261,6 +261,12 @@ def _cross_key_problems(config: dict):
     ]
     if clash:
         yield "memnet.published", f"{', '.join(clash)} is the name of a measured dataset; rename it"
+    shipped = [name for name in config["memnet"]["published"] if name in config["memnet"]["shipped"]]
+    if shipped:
+        yield (
+            "memnet.published",
+            f"{', '.join(shipped)} is the name of a shipped dataset (memnet.shipped); rename it",
+        )
 
 
 def dataset_paths(config: dict) -> list[tuple[str, str]]:

@@ -71,6 +71,7 @@ METHOD_COLOURS = {
     "gpumemnet_mlp": "#17becf",
     "gpumemnet_transformer": "#bcbd22",
     "faketensor": "#393b79",
+    "memtracker": "#9c9ede",
     "membench": "#e6550d",
     # robust: parallel adversary generation, by weight publication period k
     "parallel_k1": "#3182bd",

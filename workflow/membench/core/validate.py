@@ -115,25 +115,38 @@ def read_csv_columns(
     other_columns: bool = False,
 ) -> pd.DataFrame:
     """Read a CSV whose header must hold the ``required`` columns and nothing beyond ``optional``
-    (anything beyond, with ``other_columns``).
+    (anything beyond, with ``other_columns``); a name ending in ``.gz`` is gzip-compressed.
 
     Values are read as strings (unless ``dtype`` says otherwise) so that later checks can name the
     line of a malformed value instead of pandas guessing a type.
     """
+    import zlib
+
     import pandas as pd
 
     path = Path(path)
     required = list(required)
     allowed = set(required) | set(optional)
+    compressed = path.name.endswith(".gz")
     with open_regular(path, missing="file not found (expected a CSV file)") as handle:
         try:
-            frame = pd.read_csv(handle, dtype=dtype or str, keep_default_na=False, skipinitialspace=True)
+            frame = pd.read_csv(
+                handle,
+                dtype=dtype or str,
+                keep_default_na=False,
+                skipinitialspace=True,
+                compression="gzip" if compressed else None,
+            )
         except pd.errors.EmptyDataError:
             raise InputError(
                 path, f"file is empty (expected a header with columns {', '.join(required)})"
             ) from None
         except (pd.errors.ParserError, UnicodeDecodeError) as exc:
             raise InputError(path, f"not a readable CSV file ({exc})") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            if not compressed:
+                raise
+            raise InputError(path, f"not a readable gzip-compressed CSV file ({exc})") from None
     columns = [str(c).strip() for c in frame.columns]
     frame.columns = columns
     missing = [c for c in required if c not in columns]

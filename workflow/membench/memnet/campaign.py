@@ -1,8 +1,11 @@
 """The whole chain in one command, for a GPU machine without Snakemake: generate configurations at
-GPUMemNet's ranges, measure each (NVML on a GPU), clean, evaluate every estimator, train them, then
-measure real timm models and compare the measurement with every estimator's ``predict``.
+GPUMemNet's ranges, measure each (NVML on a GPU), clean, evaluate every estimator at the requested
+risk, train them, then measure real timm models (where timm is installed) and set every estimator's
+``predict`` beside each measurement.
 
-Everything lands under ``--outdir``; a rerun resumes (measured configurations are not measured again).
+Everything lands under ``--outdir``; a rerun resumes (measured configurations are not measured
+again). With ``--measure-only`` the run stops once each family's GPUMemNet-format CSV is written,
+so that the evaluation, which needs no GPU, can run elsewhere (``membench memnet evaluate``).
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ from membench.core.tables import write_table
 from membench.core.validate import open_regular
 from membench.memnet.clean import clean_records
 from membench.memnet.dataset import DEFAULT_BINS, load_jobs
-from membench.memnet.estimators import new_estimator, save_estimators
-from membench.memnet.evaluate import evaluate
+from membench.memnet.estimators import LEARNED, new_estimator
+from membench.memnet.evaluate import evaluate, judgement
 from membench.memnet.generate import generate
 from membench.memnet.measure import config_of, measure_configs, run_isolated, train_steps
 from membench.memnet.predict import family_of, make_input, predict_model
+from membench.memnet.trained import Trained, save_trained, trained_identity, training_ranges
 
-__all__ = ["FAMILIES", "LEARNED", "LOG", "run_campaign"]
+__all__ = ["FAMILIES", "LOG", "run_campaign"]
 
 LOG = logging.getLogger(__name__)
 FAMILIES = ("mlp", "cnn", "transformer")
-LEARNED = ("gpumemnet_mlp", "gpumemnet_transformer", "membench")
 
 
 def run_campaign(args) -> None:
@@ -61,7 +64,7 @@ def run_campaign(args) -> None:
         measured[family] = (configs, records)
     timm_records = _measure_timm(args, out) if args.timm_models else []
 
-    trained: dict[str, list] = {}
+    trained: dict[str, Trained] = {}
     evaluations = []
     for family, (configs, records) in measured.items():
         base = out / family
@@ -74,29 +77,66 @@ def run_campaign(args) -> None:
             LOG.warning("%s: too few jobs to evaluate", family)
             continue
         write_table(frame, base / "gpumemnet.csv")
+        if args.measure_only:
+            continue
         jobs = load_jobs(base / "gpumemnet.csv", family)
         bins = DEFAULT_BINS[family]
-        table, predictions = evaluate(jobs, bins, folds=args.folds, seed=args.seed)
+        table, predictions = evaluate(
+            jobs,
+            bins,
+            folds=args.folds,
+            seed=args.seed,
+            max_under=args.max_under,
+            faketensor_rows=args.faketensor_rows,
+        )
         table.insert(0, "family", family)
         table.insert(1, "jobs", len(jobs))
+        table.insert(2, "too_small_to_judge", judgement(jobs, bins))
         write_table(table, base / "evaluation.csv")
         write_table(predictions, base / "predictions.csv")
         evaluations.append(table)
-        estimators = [new_estimator(name, bins, seed=args.seed) for name in LEARNED]
-        for estimator in estimators:
-            estimator.fit(jobs)
-        save_estimators(base / "estimators", family, bins, estimators)
-        trained[family] = estimators
+        trained[family] = _train(args, jobs, bins, base / "gpumemnet.csv", base / "estimators")
     if evaluations:
         write_table(pd.concat(evaluations, ignore_index=True), out / "evaluation.csv")
-    if timm_records:
+    if timm_records and not args.measure_only:
         write_table(_timm_table(args, timm_records, trained), out / "timm.csv")
+
+
+def _train(args, jobs, bins, data: Path, outdir: Path) -> Trained:
+    """Every estimator fitted and calibrated on all of a family's jobs, saved for predict."""
+    options = {"max_under": args.max_under, "calibration_rows": args.faketensor_rows}
+    estimators = []
+    for name in (*LEARNED, "horus", "faketensor", "memtracker"):
+        estimator = new_estimator(name, bins, seed=args.seed, **options)
+        estimator.fit(jobs)
+        estimators.append(estimator)
+    names = [e.name for e in estimators]
+    identity = trained_identity(
+        {"family": jobs.family, "seed": args.seed, "estimators": names, **options}, data
+    )
+    devices = sorted({name for name in jobs.frame["device_name"] if name})
+    info = {
+        "path": str(data),
+        "dataset": f"campaign_{jobs.family}",
+        "device_name": ", ".join(devices),
+        "jobs": len(jobs),
+        "ranges": training_ranges(jobs),
+        "too_small_to_judge": judgement(jobs, bins),
+    }
+    result = Trained(jobs.family, bins, args.max_under, estimators, info, identity)
+    save_trained(outdir, result)
+    return result
 
 
 def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
     """Each timm model x batch size trained ``steps`` steps in its own process: (name, batch, record)."""
-    import timm
-
+    try:
+        import timm
+    except ImportError:
+        LOG.warning(
+            "timm is not installed: the real models (%s) are not measured", ", ".join(args.timm_models)
+        )
+        return []
     shape = (3, args.image_size, args.image_size)
     jobs, specs = [], []
     for name in args.timm_models:
@@ -135,7 +175,7 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
     return [(name, batch, record) for (name, batch), record in zip(specs, records)]
 
 
-def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[str, list]) -> pd.DataFrame:
+def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[str, Trained]) -> pd.DataFrame:
     """Every estimator's prediction for each measured timm job, beside the measurement."""
     import timm
 
@@ -143,19 +183,21 @@ def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[s
     rows = []
     for name, batch, record in timm_records:
         family = family_of(timm.create_model(name, pretrained=False))
-        estimators = trained.get(family, [])
-        bins = estimators[0].bins if estimators else DEFAULT_BINS[family]
-        predicted = predict_model(
+        source = trained.get(family)
+        bins = source.bins if source else DEFAULT_BINS[family]
+        predicted, _ = predict_model(
             timm.create_model,
             {"model_name": name, "pretrained": False},
             shape,
             "float32",
             batch,
             "adam",
-            estimators,
-            family,
+            [source] if source else [],
             bins,
             name,
+            args.max_under,
+            family=family,
+            baselines=True,
         )
         measured = record.get("memory_mib")
         true_bin = (
@@ -167,7 +209,8 @@ def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[s
         predicted["measured_mib"] = measured
         predicted["true_bin"] = true_bin
         predicted["under"] = predicted["bin"] < true_bin
+        predicted["mib_under"] = (measured is not None) & (predicted["high_mib"] < (measured or 0))
         predicted["estimate_over_measured"] = predicted["mib"] / measured if measured else np.nan
-        predicted["device_name"] = record.get("device_name")
+        predicted["measured_on"] = record.get("device_name")
         rows.append(predicted)
     return pd.concat(rows, ignore_index=True)

@@ -1,10 +1,11 @@
-"""``membench memnet <step>``: GPUMemNet's training-job memory estimation.
+"""``membench memnet <step>``: will a training job fit on the GPU, and how likely is the answer too low?
 
 Steps: ``generate`` configurations, ``measure`` them (one forked process each, resumable), ``clean``
-into GPUMemNet's CSV format, ``evaluate`` every estimator on any such CSV, ``train`` estimators for
-``predict``, which answers for a model factory from a CPU; ``plot`` draws the report figures and
-``campaign`` runs the whole chain (plus real models) in one command, for a GPU machine without
-Snakemake.
+into GPUMemNet's CSV format, ``evaluate`` every estimator on any such CSV at a requested risk of
+under-estimation, ``train`` the estimators once (cached, with what they learned from) for
+``predict``, which answers for a model factory from a CPU in well under a second; ``plot`` draws the
+report figures and ``campaign`` runs the whole chain (plus real models) in one command, for a GPU
+machine without Snakemake.
 """
 
 from __future__ import annotations
@@ -36,19 +37,24 @@ from membench.core.options import (
 )
 from membench.core.tables import parquet_path_for, write_table
 from membench.core.validate import read_csv_columns
+from membench.memnet.calibration import DEFAULT_CALIBRATION_FRACTION, DEFAULT_MAX_UNDER
+from membench.memnet.dataset import SPLITS
 
 __all__ = [
     "BINS",
     "build_parser",
+    "CALIBRATION_FRACTION",
     "CONFIG_KEYS",
     "CONFIGURATIONS",
     "FAMILIES",
     "FOLDS",
     "LOG",
+    "MAX_UNDER",
     "MAX_KWARGS_CHARACTERS",
     "MAX_SAMPLE_ELEMENTS",
     "run",
     "SETTING",
+    "WORKFLOW_ESTIMATORS",
 ]
 
 FAMILIES = ("mlp", "cnn", "transformer")
@@ -59,10 +65,51 @@ BINS = fields_action(real(0, 2**40), real(0, 2**40, exclusive_low=True), integer
 SETTING = integer(1, 2**20)
 CONFIGURATIONS = integer(1, 1_000_000)
 FOLDS = integer(2, 1000)
+# The risk a user accepts: above one half, "too low" would be the likelier answer.
+MAX_UNDER = real(0, 0.5, exclusive_low=True)
+CALIBRATION_FRACTION = real(0, 1, exclusive_low=True, exclusive_high=True)
+# Where predict looks for trained estimators when --estimators names none: the workflow's.
+WORKFLOW_ESTIMATORS = Path("results") / "memnet" / "estimators"
 # predict runs the model on two real samples: one sample of 2**26 values is 256 MiB of float32.
 MAX_SAMPLE_ELEMENTS = 2**26
 # Factory arguments are a few numbers and names; a longer text is no such object.
 MAX_KWARGS_CHARACTERS = 65_536
+PREDICT_DESCRIPTION = """\
+How much GPU memory will this training job need, and how likely is the answer too low?
+
+The model is built on the meta device and run once on a meta batch (shapes only: no weights, no
+compute), so the answer comes from a CPU in well under a second after the imports. It prints:
+
+  recommended  the MiB that a job like this one exceeds with probability at most --max-under
+               (membench's estimator, calibrated on measured jobs it was not fitted on), with the
+               range the peak falls in and the estimate itself;
+  class        the memory class (GPUMemNet's bins) at the same risk;
+  trained on   the data and the GPU each group of estimators learned from;
+  warning      each of the job's parameters, activations and batch size outside that data's range
+               (the answer is then an extrapolation);
+  a table      every estimator's answer: bin (class at the risk), raw_bin (uncalibrated),
+               bin_upper_mib, mib (estimate), low_mib and high_mib (the range at the risk).
+
+Trained estimators come from `membench memnet train` (or the workflow, which writes them under
+results/memnet/estimators/); they are loaded, never retrained, and refused when the code or the
+data they were trained from has changed since. Predictions hold for jobs like the measured ones:
+the same kind of GPU, framework and training loop."""
+PREDICT_EXAMPLE = """\
+example (after `snakemake --cores 2`, which trains the estimators on GPUMemNet's MLP data):
+  membench memnet predict --model torch.nn:Linear --kwargs '{"in_features": 4096, "out_features": 10}' \\
+      --batch-size 512 --input-shape 4096 --max-under 0.01"""
+
+
+def _add_risk_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-under",
+        type=MAX_UNDER,
+        default=DEFAULT_MAX_UNDER,
+        metavar="RATE",
+        help="the under-estimation rate you accept (a fraction of jobs whose memory class or MiB "
+        "comes out too low: an OOM after queueing); every estimator is calibrated to it "
+        "(default: %(default)s)",
+    )
 
 
 def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
@@ -73,11 +120,23 @@ def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
         metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
         help="memory classes (default: 1000 1000 5 for mlp, 0 8000 6 for cnn/transformer)",
     )
+    _add_risk_option(parser)
     parser.add_argument(
-        "--quantile",
-        type=real(0, 1),
-        default=0.7,
-        help="membench estimator: residual quantile added before binning",
+        "--calibration-fraction",
+        type=CALIBRATION_FRACTION,
+        default=DEFAULT_CALIBRATION_FRACTION,
+        help="learned estimators: share of their training jobs held out to calibrate the risk on "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--faketensor-rows",
+        type=integer(0, 1_000_000),
+        default=50,
+        help="FakeTensor and MemTracker (a fake training step per job): jobs they calibrate on at "
+        "most, and, in evaluate, test jobs per fold they answer",
+    )
+    parser.add_argument(
+        "--device-name", default="", help="the GPU the data was measured on, recorded with the results"
     )
     parser.add_argument(
         "--members", type=integer(1, 100), default=3, help="GPUMemNet ensembles: networks per ensemble"
@@ -111,7 +170,19 @@ def _add_data_options(parser: argparse.ArgumentParser) -> None:
 _ESTIMATOR_KEYS = (
     "seed",
     "memnet.published.*.family",
-    *(f"memnet.{key}" for key in ("quantile", "members", "mlp_epochs", "transformer_epochs", "optimizer")),
+    "memnet.published.*.device_name",
+    *(
+        f"memnet.{key}"
+        for key in (
+            "max_under",
+            "calibration_fraction",
+            "faketensor_rows",
+            "members",
+            "mlp_epochs",
+            "transformer_epochs",
+            "optimizer",
+        )
+    ),
     *(
         f"memnet.{section}.bins.{field}"
         for section in ("families.*", "published.*")
@@ -126,7 +197,7 @@ CONFIG_KEYS = {
         "meter.grid_intensity_g_per_kwh",
         *(f"memnet.{key}" for key in ("train_steps", "optimizer", "timeout_s", "threads")),
     ),
-    "evaluate": (*_ESTIMATOR_KEYS, "memnet.folds", "memnet.faketensor_rows", "memnet.timing_rows"),
+    "evaluate": (*_ESTIMATOR_KEYS, "memnet.folds", "memnet.timing_rows", "memnet.splits.[]"),
     "train": _ESTIMATOR_KEYS,
 }
 
@@ -185,10 +256,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     evaluate.add_argument("--folds", type=FOLDS, default=3)
     evaluate.add_argument("--seed", type=SEED, default=0)
     evaluate.add_argument(
-        "--faketensor-rows",
-        type=integer(0, 1_000_000),
-        default=50,
-        help="FakeTensor: test jobs per fold at most",
+        "--splits",
+        nargs="+",
+        choices=SPLITS,
+        default=list(SPLITS),
+        help="kfold: stratified k-fold; grouped: k-fold over architectures (default: both)",
     )
     evaluate.add_argument(
         "--timing-rows", type=integer(1, 1_000_000), default=20, help="single-job predictions timed per fold"
@@ -206,30 +278,64 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--out-predictions", type=OutputFile, help="also write one row per prediction (CSV)"
     )
 
-    train = steps.add_parser("train", help="fit the learned estimators on a whole CSV for `predict`")
+    train = steps.add_parser(
+        "train",
+        help="fit and calibrate the estimators on a whole CSV, once, for `predict`",
+        description="Fit the learned estimators on a GPUMemNet-format CSV and calibrate every "
+        "estimator's risk on it; write them, with what they learned from, to --outdir "
+        "(estimators.pt, estimators.json). A directory already holding estimators trained with the "
+        "same options on the same data by the same code is left as it is.",
+    )
     _add_data_options(train)
     train.add_argument("--seed", type=SEED, default=0)
     train.add_argument(
-        "--outdir", type=OutputDir, required=True, help="directory for estimators.json and the networks"
+        "--dataset", default=None, help="name of the data, shown by predict (default: the file name)"
+    )
+    train.add_argument(
+        "--outdir", type=OutputDir, required=True, help="directory for estimators.pt and estimators.json"
     )
 
     predict = steps.add_parser(
-        "predict", help="memory class and MiB of a model factory's training job, per estimator"
+        "predict",
+        help="GPU memory of a model factory's training job at a stated risk, from a CPU",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=PREDICT_DESCRIPTION,
+        epilog=PREDICT_EXAMPLE,
     )
-    predict.add_argument("--model", required=True, help="package.module:factory returning a torch.nn.Module")
-    predict.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
-    predict.add_argument("--batch-size", type=BATCH_SIZE, required=True)
-    predict.add_argument("--input-shape", required=True, help="one sample's shape, e.g. 3,224,224")
+    predict.add_argument(
+        "--model",
+        required=True,
+        metavar="MODULE:FACTORY",
+        help="a callable returning the torch.nn.Module to train, e.g. torchvision.models:resnet18",
+    )
+    predict.add_argument(
+        "--kwargs", default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"
+    )
+    predict.add_argument("--batch-size", type=BATCH_SIZE, required=True, help="samples per training step")
+    predict.add_argument(
+        "--input-shape",
+        required=True,
+        metavar="D1,D2,...",
+        help="one sample's shape, without the batch: 3,224,224 for an image, 512 for a sequence of token ids",
+    )
     predict.add_argument(
         "--input-dtype", choices=("float32", "int64"), default="float32", help="int64 for token ids"
     )
-    predict.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default="adam")
+    predict.add_argument(
+        "--optimizer",
+        choices=("adam", "adamw", "sgd"),
+        default="adam",
+        help="the job's optimizer (FakeTensor's and MemTracker's step)",
+    )
+    _add_risk_option(predict)
     predict.add_argument(
         "--estimators",
         type=InputDir,
         action="append",
         default=[],
-        help="directory written by `train` (repeatable; the model's family is used)",
+        metavar="DIR",
+        help="directory written by `membench memnet train` (repeatable; those of the model's family "
+        f"answer). Default: every directory under {WORKFLOW_ESTIMATORS}/ (the workflow's)",
     )
     predict.add_argument("--family", choices=FAMILIES, help="default: from the model's layers")
     predict.add_argument(
@@ -237,9 +343,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         nargs=3,
         action=BINS,
         metavar=("START_MIB", "WIDTH_MIB", "COUNT"),
-        help="classes of the analytic estimators when no trained directory matches",
+        help="classes of the Horus formula when no trained estimators match",
     )
-    predict.add_argument("--out", type=OutputFile, help="also write the table (CSV)")
+    predict.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also count a fake training step of the model with FakeTensor and MemTracker "
+        "(slower: a second or more for a large model)",
+    )
+    predict.add_argument("--out", type=OutputFile, help="also write every estimator's answer (CSV)")
 
     table = steps.add_parser(
         "table", help="evaluation tables of several datasets -> one table (CSV and Parquet)"
@@ -258,9 +370,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     plot.add_argument("--confusion-png", type=OutputFile, required=True)
     plot.add_argument("--comparison-png", type=OutputFile, required=True)
+    plot.add_argument(
+        "--tradeoff-png",
+        type=OutputFile,
+        required=True,
+        help="accuracy against under-estimation rate, at the requested risk and uncalibrated",
+    )
 
     campaign = steps.add_parser(
-        "campaign", help="generate, measure, clean, evaluate and real models in one run"
+        "campaign",
+        help="generate, measure, clean, evaluate, train and real models in one run (a GPU machine)",
     )
     campaign.add_argument(
         "--outdir", type=OutputDir, required=True, help="everything goes here (rerun resumes)"
@@ -269,20 +388,34 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--count",
         nargs=3,
         type=CONFIGURATIONS,
-        default=[120, 60, 40],
+        default=[100, 70, 40],
         metavar=("MLP", "CNN", "TRANSFORMER"),
-        help="configurations per family",
+        help="configurations per family (default: %(default)s)",
     )
     campaign.add_argument("--device", default="auto")
     campaign.add_argument("--train-steps", type=STEPS, default=3)
     campaign.add_argument("--seed", type=SEED, default=0)
     campaign.add_argument("--folds", type=FOLDS, default=3)
     campaign.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0)
+    _add_risk_option(campaign)
+    campaign.add_argument(
+        "--faketensor-rows",
+        type=integer(0, 1_000_000),
+        default=20,
+        help="FakeTensor and MemTracker: test jobs per fold they answer, and jobs they calibrate on",
+    )
+    campaign.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="stop after the measurements and the GPUMemNet-format CSVs: evaluate and train them "
+        "elsewhere, so that the GPU is held only while it measures",
+    )
     campaign.add_argument(
         "--timm-models",
         nargs="*",
         default=[],
-        help="timm model names to measure and predict (batch from --timm-batch-sizes)",
+        help="timm model names to measure and predict (batch from --timm-batch-sizes); skipped, "
+        "with a warning, where timm is not installed",
     )
     campaign.add_argument("--timm-batch-sizes", nargs="*", type=BATCH_SIZE, default=[32, 128])
     campaign.add_argument("--image-size", type=IMAGE_SIZE, default=224)
@@ -321,8 +454,10 @@ def _bins(args, family: str):
 
 def _estimator_options(args) -> dict:
     return {
-        "quantile": args.quantile,
         "optimizer": args.optimizer,
+        "max_under": args.max_under,
+        "calibration_fraction": args.calibration_fraction,
+        "calibration_rows": args.faketensor_rows,
         "gpumemnet_mlp": {"members": args.members, "epochs": args.mlp_epochs},
         "gpumemnet_transformer": {"members": args.members, "epochs": args.transformer_epochs},
     }
@@ -403,51 +538,113 @@ def _clean(args) -> None:
 
 def _evaluate(args) -> None:
     from membench.memnet.dataset import load_jobs
-    from membench.memnet.evaluate import evaluate
+    from membench.memnet.evaluate import evaluate, judgement
 
     jobs = load_jobs(args.data, args.family)
     if args.folds < 2 or args.folds > len(jobs):
         raise InputError(args.data, f"--folds {args.folds}: expected 2 to {len(jobs)} (the number of jobs)")
+    bins = _bins(args, args.family)
+    options = _estimator_options(args)
     table, predictions = evaluate(
         jobs,
-        _bins(args, args.family),
+        bins,
         folds=args.folds,
         seed=args.seed,
-        options=_estimator_options(args),
+        options={k: v for k, v in options.items() if k not in ("max_under", "calibration_rows")},
         faketensor_rows=args.faketensor_rows,
         timing_rows=args.timing_rows,
+        max_under=args.max_under,
+        splits=tuple(dict.fromkeys(args.splits)),
     )
-    table.insert(0, "dataset", args.dataset or Path(args.data).stem)
+    dataset = args.dataset or Path(args.data).name.split(".")[0]
+    too_small = judgement(jobs, bins)
+    table.insert(0, "dataset", dataset)
     table.insert(1, "family", args.family)
     table.insert(2, "jobs", len(jobs))
+    table.insert(3, "classes", len(set(predictions["true_bin"])) if len(predictions) else 0)
+    table.insert(4, "too_small_to_judge", too_small)
+    table["device_name"] = args.device_name or _measured_on(jobs)
     table["folds"], table["seed"], table["dropped_failed"] = args.folds, args.seed, jobs.dropped_failed
     write_table(table, args.out, parquet_path_for(args.out))
     if args.out_predictions:
-        predictions.insert(0, "dataset", args.dataset or Path(args.data).stem)
+        predictions.insert(0, "dataset", dataset)
         write_table(predictions, args.out_predictions)
+    if too_small:
+        LOG.warning("%s is too small to judge estimators by: %s", dataset, too_small)
     LOG.info(
-        "\n%s",
-        table[["estimator", "accuracy", "f1_weighted", "under_rate", "inference_ms"]].to_string(index=False),
+        "requested under-estimation rate %s\n%s",
+        args.max_under,
+        table[
+            ["estimator", "accuracy", "under_rate", "raw_accuracy", "raw_under_rate", "inference_ms"]
+        ].to_string(index=False),
     )
+
+
+def _measured_on(jobs) -> str:
+    """The GPUs a file's rows say they were measured on (its ``Device Name`` column), or ''."""
+    names = sorted({name for name in jobs.frame["device_name"] if name})
+    return ", ".join(names)
 
 
 def _train(args) -> None:
     from membench.memnet.dataset import load_jobs
-    from membench.memnet.estimators import new_estimator, save_estimators
+    from membench.memnet.estimators import LEARNED, new_estimator
+    from membench.memnet.evaluate import judgement
+    from membench.memnet.trained import (
+        CACHE_FILE,
+        Trained,
+        load_trained,
+        save_trained,
+        trained_identity,
+        training_ranges,
+    )
 
-    jobs = load_jobs(args.data, args.family)
     bins = _bins(args, args.family)
+    names = [*LEARNED, "horus"] + (["faketensor", "memtracker"] if args.faketensor_rows else [])
+    options = _estimator_options(args)
+    dataset = args.dataset or Path(args.data).name.split(".")[0]
+    identity = trained_identity(
+        {
+            "family": args.family,
+            "bins": [bins.start_mib, bins.width_mib, bins.count],
+            "seed": args.seed,
+            "dataset": dataset,
+            "device_name": args.device_name,
+            "estimators": names,
+            **options,
+        },
+        args.data,
+    )
+    cache = Path(args.outdir) / CACHE_FILE
+    if cache.is_file():
+        try:
+            same = load_trained(args.outdir).identity == identity
+        except InputError:
+            same = False
+        if same:
+            LOG.info("%s: trained with the same options on the same data by the same code; kept", cache)
+            return
+    jobs = load_jobs(args.data, args.family)
     trained = []
-    for name in ("gpumemnet_mlp", "gpumemnet_transformer", "membench"):
-        estimator = new_estimator(name, bins, seed=args.seed, **_estimator_options(args))
+    for name in names:
+        estimator = new_estimator(name, bins, seed=args.seed, **options)
         estimator.fit(jobs)
         trained.append(estimator)
-    save_estimators(args.outdir, args.family, bins, trained)
+    data = {
+        "path": str(args.data),
+        "dataset": dataset,
+        "device_name": args.device_name or _measured_on(jobs),
+        "jobs": len(jobs),
+        "ranges": training_ranges(jobs),
+        "too_small_to_judge": judgement(jobs, bins),
+    }
+    save_trained(args.outdir, Trained(args.family, bins, args.max_under, trained, data, identity))
     LOG.info(
-        "trained %s on %d %s jobs -> %s",
+        "trained %s on %d %s jobs (%s) -> %s",
         ", ".join(e.name for e in trained),
         len(jobs),
         args.family,
+        dataset,
         args.outdir,
     )
 
@@ -466,9 +663,18 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _trained_directories(args) -> list[str]:
+    """--estimators, or every directory of trained estimators the workflow wrote."""
+    if args.estimators:
+        return list(args.estimators)
+    if not WORKFLOW_ESTIMATORS.is_dir():
+        return []
+    return sorted(str(d) for d in WORKFLOW_ESTIMATORS.iterdir() if (d / "estimators.pt").is_file())
+
+
 def _predict(args) -> None:
-    from membench.memnet.estimators import load_estimators
-    from membench.memnet.predict import family_of, load_factory, predict_model
+    from membench.memnet.predict import format_prediction, load_factory, predict_model
+    from membench.memnet.trained import load_trained
 
     factory = load_factory(args.model)
     if len(args.kwargs) > MAX_KWARGS_CHARACTERS:
@@ -482,15 +688,19 @@ def _predict(args) -> None:
     if not isinstance(kwargs, dict):
         raise InputError(None, "--kwargs: expected a JSON object")
     shape = _parse_shape(args.input_shape)
-    family = args.family or family_of(factory(**kwargs))
-    trained, bins = [], _bins(args, family)
-    for directory in args.estimators:
-        trained_family, trained_bins, estimators = load_estimators(directory)
-        if trained_family == family:
-            trained, bins = estimators, trained_bins
-    if args.estimators and not trained:
-        LOG.warning("no trained estimators for family %s among %s", family, ", ".join(args.estimators))
-    frame = predict_model(
+    loaded = []
+    for directory in _trained_directories(args):
+        try:
+            loaded.append(load_trained(directory))
+        except InputError as exc:
+            if args.estimators:
+                raise
+            LOG.warning("skipped: %s", exc)
+    # Judged data first (enough jobs, several classes), then the most jobs: the first answers.
+    trained = sorted(loaded, key=lambda t: (bool(t.data.get("too_small_to_judge")), -t.data["jobs"]))
+    family = args.family
+    bins = _bins(args, family) if family or args.bins else None
+    frame, warnings = predict_model(
         factory,
         kwargs,
         shape,
@@ -498,11 +708,19 @@ def _predict(args) -> None:
         args.batch_size,
         args.optimizer,
         trained,
-        family,
         bins,
         args.model,
+        args.max_under,
+        family=family,
+        baselines=args.baselines,
     )
-    print(frame.to_string(index=False))
+    family = frame["family"].iloc[0]
+    matching = [t for t in trained if t.family == family]
+    header = (
+        f"{args.model} {json.dumps(kwargs)}: {family} model, batch {args.batch_size}, "
+        f"input {args.input_shape} {args.input_dtype}, {args.optimizer}"
+    )
+    print(format_prediction(frame, warnings, matching, args.max_under, header))
     if args.out:
         write_table(frame, args.out)
 
@@ -511,9 +729,9 @@ def _read_evaluation(path: str) -> pd.DataFrame:
     header = list(pd.read_csv(path, nrows=0).columns) if Path(path).is_file() else []
     return read_csv_columns(
         path,
-        ["dataset", "estimator", "accuracy", "f1_weighted", "under_rate", "inference_ms"],
+        ["dataset", "estimator", "max_under", "accuracy", "under_rate", "raw_accuracy", "raw_under_rate"],
         optional=header,
-        dtype={"dataset": str, "family": str, "estimator": str},
+        dtype={"dataset": str, "family": str, "estimator": str, "too_small_to_judge": str},
     )
 
 
@@ -524,7 +742,7 @@ def _table(args) -> None:
 
 
 def _plot(args) -> None:
-    from membench.memnet.plots import plot_comparison, plot_confusions
+    from membench.memnet.plots import plot_comparison, plot_confusions, plot_tradeoff
 
     if len(args.table) != len(args.predictions):
         raise InputError(None, "give one --predictions per --table")
@@ -532,6 +750,7 @@ def _plot(args) -> None:
     predictions = pd.concat([pd.read_csv(p) for p in args.predictions], ignore_index=True)
     plot_confusions(predictions, args.confusion_png)
     plot_comparison(tables, args.comparison_png)
+    plot_tradeoff(tables, args.tradeoff_png)
 
 
 def _campaign(args) -> None:

@@ -21,6 +21,7 @@ from membench.core.validate import csv_line, int_column, read_csv_columns
 
 __all__ = [
     "activation_code",
+    "activations_per_batch",
     "ACTIVATIONS",
     "Bins",
     "COUNT_COLUMNS",
@@ -34,12 +35,20 @@ __all__ = [
     "MAX_LAYER_LIST_CHARACTERS",
     "MAX_MEMORY_MIB",
     "MEMORY_COLUMN",
+    "MULTIWORD_KEYS",
     "REQUIRED",
+    "SPLITS",
+    "STATUS_FAILED",
 ]
 
 FAMILIES = ("mlp", "cnn", "transformer")
+# How jobs are split to evaluate estimators: stratified k-fold, and k-fold over architectures.
+SPLITS = ("kfold", "grouped")
 MEMORY_COLUMN = "Max GPU Memory (MiB)"
 STATUS_OK, STATUS_OOM = "SUCCESSFUL", "OOM_CRASH"
+# Statuses of runs that measured nothing: GPUMemNet's cleaner writes UNKNOWN_ERROR, membench's
+# measure FAILED and TIMEOUT. Their rows are dropped, as successes with 0 MiB are.
+STATUS_FAILED = ("UNKNOWN_ERROR", "FAILED", "TIMEOUT")
 
 # Columns every family's file must hold, in GPUMemNet's spelling.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -111,6 +120,23 @@ ACTIVATIONS = (
     "Softplus",
     "Tanh",
 )
+# Keys of GPUMemNet's file names that hold ``_`` (its CNN and Transformer runs).
+MULTIWORD_KEYS = frozenset(
+    {
+        "input_channels",
+        "num_classes",
+        "base_filters",
+        "input_size",
+        "embedding_size",
+        "num_layers",
+        "num_heads",
+        "ff_hidden_size",
+        "dropout_rate",
+        "seq_length",
+        "num_samples",
+        "batch_size",
+    }
+)
 # The largest numbers a row may hold. Within them every tensor the estimators rebuild from a row
 # (FakeTensor's MLP from its layer list) stays below 2**63 bytes: 2**20 samples of 2**40 values
 # of 4 bytes are 2**62.
@@ -153,19 +179,30 @@ class Jobs:
 
     ``filename, group, depth, batch_size, total_activations, total_parameters, input_elements,
     activation, layers`` (list of (name, activations per sample, parameters)), the count columns of
-    :data:`COUNT_COLUMNS` (0 where the file has none), ``oom`` (bool) and ``memory_mib``.
+    :data:`COUNT_COLUMNS` (0 where the file has none), ``oom`` (bool), ``memory_mib`` and
+    ``device_name`` (the GPU a row was measured on, where the file says; else empty).
+
+    ``activations_per_batch``: the file counted activations for the whole batch (GPUMemNet's CNN
+    and Transformer files, made with torchsummary at the job's batch size); the frame holds them
+    per sample, divided by the batch size, as every other file does.
     """
 
     family: str
     frame: pd.DataFrame
     path: str
     dropped_failed: int = 0
+    activations_per_batch: bool = False
 
     def __len__(self) -> int:
         return len(self.frame)
 
     def subset(self, index: np.ndarray) -> "Jobs":
-        return Jobs(self.family, self.frame.iloc[index].reset_index(drop=True), self.path)
+        return Jobs(
+            self.family,
+            self.frame.iloc[index].reset_index(drop=True),
+            self.path,
+            activations_per_batch=self.activations_per_batch,
+        )
 
 
 def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
@@ -175,7 +212,9 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
     columns, non-integer counts, a layer list that is not a Python literal list of
     ``(name, activations, parameters)``, negative or non-numeric memory, an unknown status, a number
     beyond its bound (:data:`MAX_BATCH_SIZE`, :data:`MAX_COUNT`, :data:`MAX_MEMORY_MIB`).
-    Successful rows with 0 MiB are failed measurements and are dropped (``Jobs.dropped_failed``).
+    Successful rows with 0 MiB (or none) are failed measurements and are dropped, as are rows whose
+    status is a failure (:data:`STATUS_FAILED`); ``Jobs.dropped_failed`` counts them. A file whose
+    layer lists count activations per batch is read per sample (:func:`activations_per_batch`).
     """
     if family not in FAMILIES:
         raise InputError(path, f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}")
@@ -197,47 +236,80 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
         frame[name] = int_column(raw, column, path, 0, MAX_COUNT).to_numpy() if column in raw else 0
     frame["memory_mib"] = _memory_column(raw, path).to_numpy()
     status = raw["Status"].str.strip() if "Status" in raw else pd.Series([STATUS_OK] * n)
-    bad = ~status.isin([STATUS_OK, STATUS_OOM])
+    bad = ~status.isin([STATUS_OK, STATUS_OOM, *STATUS_FAILED])
     if bad.any():
         i = int(bad.to_numpy().argmax())
         raise InputError(
-            path, f"{status.iloc[i]!r} is not {STATUS_OK} or {STATUS_OOM}", f"{csv_line(i)}, column Status"
+            path,
+            f"{status.iloc[i]!r} is not {STATUS_OK}, {STATUS_OOM} or a failure ({', '.join(STATUS_FAILED)})",
+            f"{csv_line(i)}, column Status",
         )
     frame["oom"] = (status == STATUS_OOM).to_numpy()
     frame["activation"] = (
         raw["Activation Function"].str.strip().to_numpy() if "Activation Function" in raw else ""
     )
     frame["layers"] = _layer_lists(raw, path) if "Activations-Params" in raw else [[] for _ in range(n)]
+    per_batch = activations_per_batch(frame["layers"], frame["batch_size"])
+    if per_batch:
+        frame["layers"] = [
+            [(name, a // b, p) for name, a, p in layers]
+            for layers, b in zip(frame["layers"], frame["batch_size"])
+        ]
+        frame["total_activations"] = frame["total_activations"] // frame["batch_size"]
+    frame["device_name"] = raw["Device Name"].str.strip().to_numpy() if "Device Name" in raw else ""
     tokens = [filename_tokens(name) for name in frame["filename"]]
     frame["group"] = [_group(family, t, raw, i) for i, t in enumerate(tokens)]
     frame["input_elements"] = [
         _input_elements(family, t, layers, frame.loc[i])
         for i, (t, layers) in enumerate(zip(tokens, frame["layers"]))
     ]
-    failed = (~frame["oom"]) & (frame["memory_mib"] <= 0)
+    failed = (status.isin(STATUS_FAILED).to_numpy()) | ((~frame["oom"]) & (frame["memory_mib"] <= 0))
     frame = frame[~failed].reset_index(drop=True)
-    return Jobs(family, frame, str(path), dropped_failed=int(failed.sum()))
+    return Jobs(family, frame, str(path), dropped_failed=int(failed.sum()), activations_per_batch=per_batch)
 
 
 def filename_tokens(filename: str) -> dict[str, str]:
     """``input:2346_output:197_depth:2_arch:pyramid...out`` -> ``{"input": "2346", ...}``.
 
-    Tokens are ``key:value`` joined by ``_``; a value may hold ``_`` (it runs to the next key).
+    Tokens are ``key:value`` joined by ``_``; a value may hold ``_`` (it runs to the next key), and
+    a key may too where it is one of GPUMemNet's (:data:`MULTIWORD_KEYS`: ``input_channels:3``,
+    ``num_classes:10``). A key given again keeps each later value as ``key#2``, ``key#3``
+    (GPUMemNet's CNN names give ``dropout`` twice: the rate, then whether it is used).
     """
     stem = filename[:-4] if filename.endswith(".out") else filename
     tokens: dict[str, str] = {}
     key = None
+    pending: list[str] = []  # words since the last key: the end of its value, or the start of the next key
     for part in stem.split("_"):
-        if ":" in part:
-            key, value = part.split(":", 1)
-            tokens[key] = value
-        elif key is not None:
-            tokens[key] += "_" + part
+        if ":" not in part:
+            pending.append(part)
+            continue
+        tail, value = part.split(":", 1)
+        joined = 0
+        for count in range(len(pending), 0, -1):
+            if "_".join([*pending[-count:], tail]) in MULTIWORD_KEYS:
+                joined = count
+                break
+        new_key = "_".join([*pending[len(pending) - joined :], tail])
+        if key is not None and len(pending) > joined:
+            tokens[key] += "_" + "_".join(pending[: len(pending) - joined])
+        pending = []
+        name, repeat = new_key, 1
+        while name in tokens:
+            repeat += 1
+            name = f"{new_key}#{repeat}"
+        tokens[name] = value
+        key = name
+    if key is not None and pending:
+        tokens[key] += "_" + "_".join(pending)
     return tokens
 
 
 def _memory_column(raw: pd.DataFrame, path) -> pd.Series:
-    values = pd.to_numeric(raw[MEMORY_COLUMN], errors="coerce")
+    """The measured MiB; an empty cell (GPUMemNet's cleaner leaves it so when no nvidia-smi log was
+    found) is 0, which drops a successful row as a failed measurement."""
+    text = raw[MEMORY_COLUMN].str.strip()
+    values = pd.to_numeric(text.mask(text == "", "0"), errors="coerce")
     where_bad = values.isna() | ~np.isfinite(values)
     if where_bad.any():
         i = int(where_bad.to_numpy().argmax())
@@ -305,17 +377,46 @@ def _group(family: str, tokens: dict[str, str], raw: pd.DataFrame, i: int) -> st
 
 def _input_elements(family: str, tokens: dict[str, str], layers, row) -> int:
     """Elements of one input sample: the first linear layer's fan-in (MLP), channels x size^2
-    (CNN, from the file name), the sequence length (Transformer); 0 where unknown."""
+    (CNN, from the file name: membench's ``channels`` and ``input``, GPUMemNet's ``input_channels``
+    and ``input_size``), the sequence length (Transformer); 0 where unknown."""
     if family == "mlp" and layers and layers[0][0] == "linear" and layers[0][1] > 0:
         return max(0, layers[0][2] // layers[0][1] - 1)
-    if family == "cnn" and "input" in tokens:
+    if family == "cnn":
+        channels = tokens.get("channels", tokens.get("input_channels", "3"))
+        size = tokens.get("input", tokens.get("input_size"))
         try:
-            return int(tokens.get("channels", "3")) * int(tokens["input"]) ** 2
+            return int(channels) * int(size) ** 2 if size is not None else 0
         except ValueError:
             return 0
     if family == "transformer":
         return int(row["seq_length"])
     return 0
+
+
+def activations_per_batch(layer_lists, batch_sizes) -> bool:
+    """Whether a file's layer lists count each layer's outputs for the whole batch rather than per
+    sample (torchsummary run at the job's batch size, as in GPUMemNet's CNN and Transformer files).
+
+    Told by the linear layers, whose parameters are ``(inputs + 1) x outputs`` (or ``inputs x
+    outputs``): per sample, a linear entry's parameters are a multiple of its activations; per
+    batch they are not, but are a multiple of activations / batch. The file counts per batch when
+    most rows whose last linear layer tells the two apart say so and every layer of every row
+    divides by its batch size.
+    """
+    told = per_batch = 0
+    for layers, batch in zip(layer_lists, batch_sizes):
+        batch = int(batch)
+        linear = [(a, p) for name, a, p in layers if name.lower() == "linear" and a > 0 and p > 0]
+        if batch < 2 or not linear:
+            continue
+        a, p = linear[-1]
+        sample, whole = p % a == 0, a % batch == 0 and p % (a // batch) == 0
+        if sample != whole:
+            told += 1
+            per_batch += whole
+    if told == 0 or 2 * per_batch <= told:
+        return False
+    return all(a % int(batch) == 0 for layers, batch in zip(layer_lists, batch_sizes) for _, a, _ in layers)
 
 
 def activation_code(names) -> np.ndarray:

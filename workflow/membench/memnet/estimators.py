@@ -1,30 +1,51 @@
-"""Memory estimators side by side: GPUMemNet's two ensemble classifiers, the Horus formula, a
-FakeTensor count, and membench's tensor-bytes regression.
+"""Memory estimators side by side, each answering at a stated risk of under-estimation.
 
-Every estimator has ``fit(jobs)`` (a no-op for the analytic ones) and ``predict(jobs)`` returning
-``(bins, mib)``: the predicted memory class of each job and, where the estimator predicts MiB, the
-MiB (else ``None``). :func:`new_estimator` builds a fresh, untrained one: evaluation calls it in
-every fold, so no fold sees a model trained on another fold's test jobs.
+- ``gpumemnet_mlp``, ``gpumemnet_transformer``: GPUMemNet's ensemble classifiers, with the class
+  taken at a calibrated threshold on their cumulative class probabilities.
+- ``horus``: the Horus formula as GPUMemNet applied it.
+- ``faketensor``: one training step counted on fake tensors.
+- ``memtracker``: PyTorch's module-level memory tracker over two steps on fake tensors.
+- ``membench``: a non-negative linear model of the measured MiB on the tensors a training step
+  holds (:func:`tensor_terms_mib`).
+
+Every estimator has ``fit(jobs)`` and ``predict(jobs, max_under=None)``, which returns
+:class:`Predictions`: the class at the requested risk ``max_under`` (the under-estimation rate the
+user accepts) and the uncalibrated class, plus MiB where the estimator gives them. ``fit`` sets
+the risk by split-conformal calibration (:mod:`membench.memnet.calibration`): the learned
+estimators fit on part of the jobs and calibrate on the rest; the analytic ones (nothing to fit)
+calibrate on the jobs given. Calibration only raises an answer, never lowers it: an estimator
+already safer than asked keeps its answers and achieves a lower rate than requested.
+:func:`new_estimator` builds a
+fresh, untrained one: evaluation calls it in every fold, so no fold sees a model trained or
+calibrated on another fold's test jobs.
+``state()`` and :func:`restore_estimator` save and restore a trained one as plain values and
+tensors (read back with ``weights_only=True``).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from membench.core import atomic
 from membench.core.errors import InputError
 from membench.core.seeding import seeded
-from membench.core.validate import open_regular, read_json_object
 from membench.memnet import faketensor
-from membench.memnet.dataset import Bins, Jobs, activation_code, filename_tokens
-from membench.memnet.models import build_mlp_from_layers, build_model, config_from_tokens, example_batch
+from membench.memnet.calibration import (
+    DEFAULT_CALIBRATION_FRACTION,
+    DEFAULT_MAX_UNDER,
+    MarginCalibration,
+    ThresholdCalibration,
+    calibration_split,
+)
+from membench.memnet.dataset import Bins, Jobs, activation_code
+from membench.memnet.models import job_model
 
 __all__ = [
+    "ANALYTIC",
     "BYTES_PER_VALUE",
     "EnsembleClassifier",
     "ESTIMATORS",
@@ -32,17 +53,45 @@ __all__ = [
     "gpumemnet_features",
     "Horus",
     "horus_mib",
-    "load_estimators",
+    "LEARNED",
+    "MemTracker",
     "MIB",
     "new_estimator",
-    "save_estimators",
+    "Predictions",
+    "restore_estimator",
+    "saved_elements",
     "tensor_terms_mib",
     "TensorBytesRegression",
 ]
 
 MIB = 2**20
 BYTES_PER_VALUE = 4  # float32 training
-ESTIMATORS = ("gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "membench")
+ESTIMATORS = ("gpumemnet_mlp", "gpumemnet_transformer", "horus", "faketensor", "memtracker", "membench")
+LEARNED = ("gpumemnet_mlp", "gpumemnet_transformer", "membench")
+ANALYTIC = ("horus", "faketensor", "memtracker")
+# A raise past every class is the last class; this stands in for an infinite margin when binning.
+_FAR_MIB = 1e300
+
+
+@dataclass
+class Predictions:
+    """An estimator's answers for jobs, one entry per job.
+
+    ``bins``: the class at the requested risk (-1 where the estimator has no answer);
+    ``raw_bins``: the uncalibrated class (argmax of the probabilities, or the estimate's class);
+    ``mib``: the estimate in MiB (NaN where none; None for classifiers);
+    ``low_mib``, ``high_mib``: the range at the requested risk: the peak is above ``high_mib`` (the
+    recommended figure) with probability at most the risk, and below ``low_mib`` likewise (``inf``
+    / ``-inf`` with too few calibration jobs for the risk);
+    ``reasons``: why there is no answer ('' where there is one).
+    """
+
+    bins: np.ndarray
+    raw_bins: np.ndarray
+    mib: np.ndarray | None = None
+    low_mib: np.ndarray | None = None
+    high_mib: np.ndarray | None = None
+    reasons: list[str] = field(default_factory=list)
 
 
 def gpumemnet_features(jobs: Jobs) -> np.ndarray:
@@ -87,37 +136,104 @@ def gpumemnet_features(jobs: Jobs) -> np.ndarray:
     return np.column_stack([numeric, activation_code(f["activation"])])
 
 
-def _layer_kind(name: str) -> str:
-    key = name.lower()
-    if key in ("linear", "conv2d", "nondynamicallyquantizablelinear", "multiheadattention"):
+# What autograd keeps of a layer for backward, by the layer's name (lower case, no "_"): its input
+# (weight layers, norms, most activations), its output (ReLU, Tanh, Sigmoid, Softmax), or a mask
+# of one byte per element (dropout). Names not listed keep nothing (views, Identity).
+_SAVES_INPUT = {
+    "linear",
+    "conv2d",
+    "nondynamicallyquantizablelinear",
+    "batchnormalization",
+    "batchnorm1d",
+    "batchnorm2d",
+    "layernorm",
+    "leakyrelu",
+    "elu",
+    "selu",
+    "gelu",
+    "silu",
+    "mish",
+    "softplus",
+    "prelu",
+    "hardtanh",
+    "adaptiveavgpool2d",
+    "avgpool2d",
+    "maxpool2d",
+}
+_SAVES_OUTPUT = {"relu", "tanh", "sigmoid", "softmax", "logsoftmax"}
+_MASK_FRACTION = {"dropout": 0.25}
+
+
+def _layer_key(name: str) -> str:
+    return name.lower().replace("_", "")
+
+
+def saved_elements(layers: list[tuple[str, int, int]], input_elements: int) -> float:
+    """Values per sample that autograd keeps for backward in a chain of ``layers``: each layer's
+    output counted once if the layer keeps it or the next layer keeps it as its input, plus the
+    input if the first layer keeps it, plus dropout masks (a quarter of a float each)."""
+    kept = {}
+    previous = -1
+    sizes = {-1: input_elements}
+    masks = 0.0
+    for i, (name, activations, _) in enumerate(layers):
+        key = _layer_key(name)
+        sizes[i] = activations
+        if key in _SAVES_INPUT:
+            kept[previous] = True
+        if key in _SAVES_OUTPUT:
+            kept[i] = True
+        masks += _MASK_FRACTION.get(key, 0.0) * activations
+        previous = i
+    return float(sum(sizes[i] for i in kept) + masks)
+
+
+def _kind(name: str) -> str:
+    key = _layer_key(name)
+    if key in ("linear", "conv2d", "nondynamicallyquantizablelinear", "multiheadattention", "embedding"):
         return "weight"
-    if "norm" in key or key == "batch_normalization":
+    if "norm" in key:
         return "norm"
     return "dropout" if key == "dropout" else "other"
 
 
+TERMS = (
+    "parameters",
+    "saved_x_batch",
+    "activations_x_batch",
+    "weight_layer_activations_x_batch",
+    "norm_activations_x_batch",
+    "dropout_activations_x_batch",
+    "largest_layer_x_batch",
+    "input_x_batch",
+)
+
+
 def tensor_terms_mib(jobs: Jobs) -> np.ndarray:
-    """What the tensors of a training step scale with, in MiB of float32: parameters (weights,
-    gradients, optimizer state); activations x batch, in total and by the kind of layer that
-    produced them (weight layers, norms, dropout: each saves a different share for backward); the
-    largest layer's activations x batch (transient gradients); input elements x batch."""
+    """What the tensors of a training step scale with, in MiB of float32 (jobs x :data:`TERMS`):
+    parameters (weights, gradients, optimizer state); the values autograd keeps for backward
+    (:func:`saved_elements`) x batch; activations x batch, in total and by the kind of layer that
+    produced them (weight layers, norms, dropout); the largest layer's activations x batch
+    (transient gradients); input elements x batch."""
     f = jobs.frame
     batch = f["batch_size"].to_numpy(float)
     kinds = ("weight", "norm", "dropout")
-    by_kind = np.array(
+    per_sample = np.array(
         [
-            [sum(a for n, a, _ in layers if _layer_kind(n) == k) for k in kinds]
+            [saved_elements(layers, int(inputs))]
+            + [sum(a for n, a, _ in layers if _kind(n) == k) for k in kinds]
             + [max((a for _, a, _ in layers), default=0)]
-            for layers in f["layers"]
+            for layers, inputs in zip(f["layers"], f["input_elements"])
         ],
         dtype=float,
-    ).reshape(len(f), 4)
+    ).reshape(len(f), 5)
     return (
         np.column_stack(
             [
                 f["total_parameters"].to_numpy(float),
+                per_sample[:, 0] * batch,
                 f["total_activations"].to_numpy(float) * batch,
-                by_kind * batch[:, None],
+                per_sample[:, 1:] * batch[:, None],
                 f["input_elements"].to_numpy(float) * batch,
             ]
         )
@@ -126,117 +242,236 @@ def tensor_terms_mib(jobs: Jobs) -> np.ndarray:
     )
 
 
-class Horus:
-    """The Horus formula as GPUMemNet applied it: MiB = 4 ((A B + P) + B P) / 2^20 with A the
-    activations per sample, P the parameters, B the batch size."""
-
-    name = "horus"
-
-    def __init__(self, bins: Bins, **_) -> None:
-        self.bins = bins
-
-    def fit(self, jobs: Jobs) -> None:
-        """Nothing to learn."""
-
-    def predict(self, jobs: Jobs):
-        f = jobs.frame
-        a, p, b = (f[c].to_numpy(float) for c in ("total_activations", "total_parameters", "batch_size"))
-        mib = horus_mib(a, p, b)
-        return self.bins.label(mib), mib
-
-    def state(self) -> dict:
-        return {}
-
-
 def horus_mib(activations: np.ndarray, parameters: np.ndarray, batch: np.ndarray) -> np.ndarray:
     """Horus's estimate in MiB (float32: 4 bytes a value)."""
     return 4 * ((activations * batch + parameters) + batch * parameters) / MIB
 
 
-class FakeTensor:
+def _far(mib: np.ndarray) -> np.ndarray:
+    return np.nan_to_num(mib, nan=0.0, posinf=_FAR_MIB, neginf=-_FAR_MIB)
+
+
+class _MibEstimator:
+    """An estimator answering in MiB: ``estimates(jobs)`` gives (estimate, scale, reasons) and the
+    class at the requested risk is that of the estimate raised by a calibrated number of scales
+    (:class:`~membench.memnet.calibration.MarginCalibration`)."""
+
+    name = ""
+    learned = False
+
+    def __init__(
+        self,
+        bins: Bins,
+        max_under: float = DEFAULT_MAX_UNDER,
+        calibration_fraction: float = DEFAULT_CALIBRATION_FRACTION,
+        seed: int = 0,
+        calibration_rows: int | None = None,
+    ) -> None:
+        self.bins, self.max_under, self.seed = bins, max_under, seed
+        self.calibration_fraction, self.calibration_rows = calibration_fraction, calibration_rows
+        self.calibration = MarginCalibration(*(np.zeros(0) for _ in range(3)), np.zeros(0, dtype=bool))
+
+    def point_mib(self, jobs: Jobs) -> tuple[np.ndarray, list[str]]:
+        """Each job's estimate in MiB (NaN where there is none) and why there is none ('' else)."""
+        raise NotImplementedError
+
+    def scale_of(self, estimate: np.ndarray) -> np.ndarray:
+        """The error expected of each estimate, in MiB: here the estimate itself, so that the
+        margin is a fraction of it."""
+        return np.maximum(np.nan_to_num(estimate, nan=1.0), 1.0)
+
+    def estimates(self, jobs: Jobs) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(estimate, scale, reasons) of each job."""
+        estimate, reasons = self.point_mib(jobs)
+        return estimate, self.scale_of(estimate), reasons
+
+    def _fit(self, jobs: Jobs) -> None:
+        """Fit on the fitting part (learned estimators)."""
+
+    def fit(self, jobs: Jobs) -> None:
+        """Fit on part of ``jobs`` and calibrate on the rest (learned), or calibrate on ``jobs``
+        (analytic; at most ``calibration_rows`` of them, drawn with the seed)."""
+        if self.learned:
+            fit, calibrate = calibration_split(len(jobs), self.calibration_fraction, self.seed)
+            self._fit(jobs.subset(fit))
+        else:
+            calibrate = np.arange(len(jobs))
+            if self.calibration_rows is not None and len(calibrate) > self.calibration_rows:
+                rng = np.random.default_rng(self.seed)
+                calibrate = np.sort(rng.permutation(calibrate)[: self.calibration_rows])
+        held = jobs.subset(calibrate)
+        estimate, scale, _ = self.estimates(held)
+        answered = np.isfinite(estimate)
+        frame = held.frame
+        self.calibration = MarginCalibration(
+            estimate[answered],
+            scale[answered],
+            frame["memory_mib"].to_numpy(float)[answered],
+            frame["oom"].to_numpy(bool)[answered],
+        )
+
+    def predict(self, jobs: Jobs, max_under: float | None = None) -> Predictions:
+        estimate, reasons = self.point_mib(jobs)
+        return self.answer(estimate, reasons, max_under)
+
+    def answer(self, estimate: np.ndarray, reasons: list[str], max_under: float | None = None) -> Predictions:
+        """The answers for given estimates (NaN: none), at ``max_under`` (default: the estimator's)."""
+        max_under = self.max_under if max_under is None else max_under
+        estimate = np.asarray(estimate, dtype=float)
+        scale = self.scale_of(estimate)
+        answered = np.isfinite(estimate)
+        margin = self.calibration.class_margin(self.bins, max_under)
+        low, high = self.calibration.mib_range(max_under)
+        low, high = min(low, 0.0), max(high, 0.0)  # the range holds the estimate: raise-only, as classes
+        with np.errstate(invalid="ignore"):
+            raised = estimate + np.where(np.isinf(margin), margin, margin * scale)
+            low_mib = estimate + np.where(np.isinf(low), low, low * scale)
+            high_mib = estimate + np.where(np.isinf(high), high, high * scale)
+        raw = self.bins.label(_far(estimate))
+        return Predictions(
+            bins=np.where(answered, np.maximum(raw, self.bins.label(_far(raised))), -1),
+            raw_bins=np.where(answered, raw, -1),
+            mib=estimate,
+            low_mib=np.where(answered, low_mib, np.nan),
+            high_mib=np.where(answered, high_mib, np.nan),
+            reasons=list(reasons),
+        )
+
+    def state(self) -> dict:
+        return {"calibration": self.calibration.state()}
+
+    def load_state(self, state: dict) -> None:
+        self.calibration = MarginCalibration.from_state(state["calibration"])
+
+
+class Horus(_MibEstimator):
+    """The Horus formula as GPUMemNet applied it: MiB = 4 ((A B + P) + B P) / 2^20 with A the
+    activations per sample, P the parameters, B the batch size."""
+
+    name = "horus"
+
+    def point_mib(self, jobs: Jobs):
+        f = jobs.frame
+        a, p, b = (f[c].to_numpy(float) for c in ("total_activations", "total_parameters", "batch_size"))
+        return horus_mib(a, p, b), [""] * len(f)
+
+
+class _FakeStep(_MibEstimator):
+    """Rebuilds each job's model from its row (``models.job_model``) and counts its training step
+    on fake tensors; a row that cannot be rebuilt gets NaN and the reason."""
+
+    def __init__(self, bins: Bins, optimizer: str = "adam", counts: dict | None = None, **options) -> None:
+        super().__init__(bins, **options)
+        self.optimizer = optimizer
+        # (file name, batch size) -> (MiB, reason): counts already made, shared by the folds of an
+        # evaluation (a row's count does not depend on the fold); None counts every row anew.
+        self.counts = counts
+
+    def _count_mib(self, build, make_batch) -> float:
+        raise NotImplementedError
+
+    def _count_row(self, family: str, row) -> tuple[float, str]:
+        try:
+            build, make_batch = job_model(family, row.filename, row.layers, int(row.batch_size))
+            return self._count_mib(build, make_batch), ""
+        except InputError as exc:
+            return math.nan, exc.problem
+
+    def point_mib(self, jobs: Jobs):
+        answers = []
+        for row in jobs.frame.itertuples():
+            if self.counts is None:
+                answers.append(self._count_row(jobs.family, row))
+                continue
+            key = (row.filename, int(row.batch_size))
+            if key not in self.counts:
+                self.counts[key] = self._count_row(jobs.family, row)
+            answers.append(self.counts[key])
+        return np.array([mib for mib, _ in answers], dtype=float), [reason for _, reason in answers]
+
+
+class FakeTensor(_FakeStep):
     """One training step under ``FakeTensorMode``: parameters + gradients + optimizer state + saved
-    activations, in MiB. Jobs whose model cannot be rebuilt from the row, or whose tensors could
-    not exist (2**63 bytes or more), get NaN."""
+    activations, in MiB (:func:`membench.memnet.faketensor.step_bytes`)."""
 
     name = "faketensor"
 
-    def __init__(self, bins: Bins, optimizer: str = "adam", **_) -> None:
-        self.bins = bins
-        self.optimizer = optimizer
-
-    def fit(self, jobs: Jobs) -> None:
-        """Nothing to learn."""
-
-    def predict(self, jobs: Jobs):
-        mib = np.array([self._row_mib(jobs.family, row) for row in jobs.frame.itertuples()], dtype=float)
-        bins = np.where(np.isnan(mib), -1, self.bins.label(np.nan_to_num(mib)))
-        return bins, mib
-
-    def _row_mib(self, family: str, row) -> float:
-        try:
-            if family == "mlp" and row.layers:
-                return faketensor.step_bytes(
-                    lambda: build_mlp_from_layers(row.layers)[0],
-                    lambda: (
-                        torch.empty(row.batch_size, row.input_elements),
-                        torch.zeros(row.batch_size, dtype=torch.long),
-                    ),
-                    self.optimizer,
-                ).total_mib
-            config = config_from_tokens(family, filename_tokens(row.filename))
-            return faketensor.step_bytes(
-                lambda: build_model(family, config), lambda: example_batch(family, config), self.optimizer
-            ).total_mib
-        except InputError:
-            return float("nan")
-
-    def state(self) -> dict:
-        return {}
+    def _count_mib(self, build, make_batch) -> float:
+        return faketensor.step_bytes(build, make_batch, self.optimizer).total_mib
 
 
-class TensorBytesRegression:
+class MemTracker(_FakeStep):
+    """PyTorch's ``MemTracker`` over two training steps under ``FakeTensorMode``: the peak of all
+    live tensors, in MiB (:func:`membench.memnet.faketensor.tracked_peak_bytes`)."""
+
+    name = "memtracker"
+
+    def _count_mib(self, build, make_batch) -> float:
+        return faketensor.tracked_peak_bytes(build, make_batch, self.optimizer) / MIB
+
+
+class TensorBytesRegression(_MibEstimator):
     """membench's estimator: a non-negative linear model of the measured MiB on the tensor terms
     (:func:`tensor_terms_mib`) plus a constant (CUDA context, allocator slack), fitted by least
-    squares on successful jobs; the class is taken from the prediction raised by the ``quantile``
-    of the training residuals, so under-estimation (the OOM risk) stays rare."""
+    squares on the successful jobs of the fitting part. Its scale (the error it expects of a job)
+    is ``a + b x estimate``, ``a, b >= 0`` fitted to the absolute residuals there, so that the
+    calibrated margin grows with the job."""
 
     name = "membench"
+    learned = True
 
-    def __init__(self, bins: Bins, quantile: float = 0.7, **_) -> None:
-        self.bins = bins
-        self.quantile = quantile
-        self.coef = np.zeros(7)
+    def __init__(self, bins: Bins, **options) -> None:
+        super().__init__(bins, **options)
+        self.coef = np.zeros(len(TERMS))
         self.intercept_mib = 0.0
-        self.margin_mib = 0.0
+        self.scale_coef = np.array([1.0, 0.0])
+        self.scale_floor_mib = 1e-6
 
-    def fit(self, jobs: Jobs) -> None:
-        from sklearn.linear_model import LinearRegression
+    def _fit(self, jobs: Jobs) -> None:
+        from scipy.optimize import nnls
 
         ok = ~jobs.frame["oom"].to_numpy()
         x, y = tensor_terms_mib(jobs)[ok], jobs.frame["memory_mib"].to_numpy(float)[ok]
         if len(y) == 0:
             return
-        model = LinearRegression(positive=True).fit(x, y)
-        self.coef, self.intercept_mib = model.coef_.astype(float), float(model.intercept_)
-        self.margin_mib = float(np.quantile(y - self.mib(x), self.quantile))
+        # Columns scaled to unit size, so that the solver weighs MiB and GiB terms alike.
+        design = np.column_stack([x, np.ones(len(y))])
+        norms = np.maximum(np.abs(design).max(axis=0), 1e-12)
+        solution, _ = nnls(design / norms, y)
+        solution = solution / norms
+        self.coef, self.intercept_mib = solution[:-1], float(solution[-1])
+        estimate = self.mib(x)
+        residual = np.abs(y - estimate)
+        top = max(float(estimate.max()), 1e-12)
+        scale, _ = nnls(np.column_stack([np.ones(len(y)), estimate / top]), residual)
+        # A floor keeps every scale positive (a perfect fit leaves no residual to scale by).
+        self.scale_floor_mib = max(0.05 * float(residual.mean()), 1e-6)
+        self.scale_coef = np.array([scale[0], scale[1] / top])
 
     def mib(self, terms: np.ndarray) -> np.ndarray:
         return terms @ self.coef + self.intercept_mib
 
-    def predict(self, jobs: Jobs):
-        mib = self.mib(tensor_terms_mib(jobs))
-        return self.bins.label(mib + self.margin_mib), mib
+    def point_mib(self, jobs: Jobs):
+        return self.mib(tensor_terms_mib(jobs)), [""] * len(jobs)
+
+    def scale_of(self, estimate: np.ndarray) -> np.ndarray:
+        return np.maximum(self.scale_coef[0] + self.scale_coef[1] * estimate, self.scale_floor_mib)
 
     def state(self) -> dict:
         return {
+            **super().state(),
             "coef": self.coef.tolist(),
             "intercept_mib": self.intercept_mib,
-            "margin_mib": self.margin_mib,
+            "scale_coef": self.scale_coef.tolist(),
+            "scale_floor_mib": self.scale_floor_mib,
         }
 
     def load_state(self, state: dict) -> None:
+        super().load_state(state)
         self.coef = np.asarray(state["coef"], dtype=float)
-        self.intercept_mib, self.margin_mib = float(state["intercept_mib"]), float(state["margin_mib"])
+        self.intercept_mib = float(state["intercept_mib"])
+        self.scale_coef = np.asarray(state["scale_coef"], dtype=float)
+        self.scale_floor_mib = float(state["scale_floor_mib"])
 
 
 class _TokenTransformer(nn.Module):
@@ -257,16 +492,31 @@ class _TokenTransformer(nn.Module):
 
 class EnsembleClassifier:
     """GPUMemNet's ensemble classifiers: ``members`` networks (MLPs, or small transformers over the
-    features as tokens) trained with different seeds on standardised features; the class is the
-    argmax of their mean probabilities. Full-batch Adam, ``epochs`` steps, seeded."""
+    features as tokens) trained with different seeds on standardised features of the fitting part;
+    full-batch Adam, ``epochs`` steps, seeded. The raw class is the argmax of their mean
+    probabilities; the class at the requested risk is the smallest whose cumulative probability
+    exceeds a threshold calibrated on the held-out part
+    (:class:`~membench.memnet.calibration.ThresholdCalibration`)."""
+
+    learned = True
 
     def __init__(
-        self, bins: Bins, kind: str, seed: int = 0, members: int = 3, epochs: int = 200, **_
+        self,
+        bins: Bins,
+        kind: str,
+        seed: int = 0,
+        members: int = 3,
+        epochs: int = 200,
+        max_under: float = DEFAULT_MAX_UNDER,
+        calibration_fraction: float = DEFAULT_CALIBRATION_FRACTION,
+        **_,
     ) -> None:
         self.bins, self.kind, self.seed, self.members, self.epochs = bins, kind, seed, members, epochs
+        self.max_under, self.calibration_fraction = max_under, calibration_fraction
         self.name = f"gpumemnet_{kind}"
         self.nets: list[nn.Module] = []
         self.mean = self.std = None
+        self.calibration = ThresholdCalibration(np.zeros(0))
 
     def _new_net(self, features: int) -> nn.Module:
         if self.kind == "mlp":
@@ -282,18 +532,27 @@ class EnsembleClassifier:
     def _scaled(self, jobs: Jobs) -> torch.Tensor:
         return torch.as_tensor((gpumemnet_features(jobs) - self.mean) / self.std, dtype=torch.float32)
 
-    def fit(self, jobs: Jobs) -> None:
-        features = gpumemnet_features(jobs)
-        self.mean, self.std = features.mean(axis=0), features.std(axis=0) + 1e-6
-        x = self._scaled(jobs)
+    def _labels(self, jobs: Jobs) -> np.ndarray:
         memory = np.where(jobs.frame["oom"], np.inf, jobs.frame["memory_mib"])
-        y = torch.as_tensor(self.bins.label(np.nan_to_num(memory, posinf=1e18)))
+        return self.bins.label(np.nan_to_num(memory, posinf=1e18))
+
+    def fit(self, jobs: Jobs) -> None:
+        fit, calibrate = calibration_split(len(jobs), self.calibration_fraction, self.seed)
+        part = jobs.subset(fit)
+        features = gpumemnet_features(part)
+        self.mean, self.std = features.mean(axis=0), features.std(axis=0) + 1e-6
+        x = self._scaled(part)
+        y = torch.as_tensor(self._labels(part))
         self.nets = [self._train_member(x, y, member) for member in range(self.members)]
+        held = jobs.subset(calibrate)
+        self.calibration = ThresholdCalibration.from_probabilities(
+            self.probabilities(held), self._labels(held)
+        )
 
     def _train_member(self, x: torch.Tensor, y: torch.Tensor, member: int) -> nn.Module:
         with seeded(self.seed * 1000 + member):
             net = self._new_net(x.shape[1])
-        opt = torch.optim.Adam(net.parameters(), lr=1e-2 if self.kind == "mlp" else 3e-3)
+        opt = torch.optim.Adam(net.parameters(), lr=1e-2)
         net.train()
         for _ in range(self.epochs):
             opt.zero_grad(set_to_none=True)
@@ -302,75 +561,82 @@ class EnsembleClassifier:
         net.eval()
         return net
 
-    def predict(self, jobs: Jobs):
+    def probabilities(self, jobs: Jobs) -> np.ndarray:
+        """Mean class probabilities of the members (jobs x classes, float64)."""
         x = self._scaled(jobs)
         with torch.no_grad():
             probs = torch.stack([net(x).softmax(dim=1) for net in self.nets]).mean(dim=0)
-        return probs.argmax(dim=1).numpy(), None
+        return probs.double().numpy()
+
+    def predict(self, jobs: Jobs, max_under: float | None = None) -> Predictions:
+        max_under = self.max_under if max_under is None else max_under
+        probs = self.probabilities(jobs)
+        threshold = self.calibration.threshold(max_under)
+        raw = probs.argmax(axis=1)
+        return Predictions(
+            bins=np.maximum(raw, ThresholdCalibration.classes(probs, threshold)),
+            raw_bins=raw,
+            reasons=[""] * len(jobs),
+        )
 
     def state(self) -> dict:
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        return {
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "members": self.members,
+            "epochs": self.epochs,
+            "seed": self.seed,
+            "nets": [net.state_dict() for net in self.nets],
+            "calibration": self.calibration.state(),
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.mean, self.std = np.asarray(state["mean"]), np.asarray(state["std"])
+        self.members, self.epochs, self.seed = state["members"], state["epochs"], state["seed"]
+        self.nets = []
+        for weights in state["nets"]:
+            net = self._new_net(len(self.mean))
+            net.load_state_dict(weights)
+            net.eval()
+            self.nets.append(net)
+        self.calibration = ThresholdCalibration.from_state(state["calibration"])
 
 
-def new_estimator(name: str, bins: Bins, seed: int = 0, **options) -> object:
-    """A fresh, untrained estimator ``name`` (one of :data:`ESTIMATORS`)."""
-    if name == "gpumemnet_mlp":
-        return EnsembleClassifier(bins, "mlp", seed=seed, **options.get("gpumemnet_mlp", {}))
-    if name == "gpumemnet_transformer":
-        return EnsembleClassifier(bins, "transformer", seed=seed, **options.get("gpumemnet_transformer", {}))
+def new_estimator(
+    name: str,
+    bins: Bins,
+    seed: int = 0,
+    max_under: float = DEFAULT_MAX_UNDER,
+    calibration_fraction: float = DEFAULT_CALIBRATION_FRACTION,
+    **options,
+) -> object:
+    """A fresh, untrained estimator ``name`` (one of :data:`ESTIMATORS`) answering at ``max_under``.
+
+    ``options``: ``gpumemnet_mlp`` / ``gpumemnet_transformer`` (dicts of ``members``, ``epochs``),
+    ``optimizer`` (of FakeTensor's and MemTracker's step), ``calibration_rows`` (jobs FakeTensor and
+    MemTracker calibrate on at most), ``counts`` (a dict of FakeTensor's or MemTracker's counts by
+    estimator name, to share between estimators built for the same jobs)."""
+    risk = {"max_under": max_under, "calibration_fraction": calibration_fraction, "seed": seed}
+    if name in ("gpumemnet_mlp", "gpumemnet_transformer"):
+        return EnsembleClassifier(bins, name.split("_", 1)[1], **risk, **options.get(name, {}))
     if name == "horus":
-        return Horus(bins)
-    if name == "faketensor":
-        return FakeTensor(bins, optimizer=options.get("optimizer", "adam"))
+        return Horus(bins, **risk)
+    if name in ("faketensor", "memtracker"):
+        kind = FakeTensor if name == "faketensor" else MemTracker
+        return kind(
+            bins,
+            optimizer=options.get("optimizer", "adam"),
+            calibration_rows=options.get("calibration_rows"),
+            counts=(options.get("counts") or {}).get(name),
+            **risk,
+        )
     if name == "membench":
-        return TensorBytesRegression(bins, quantile=options.get("quantile", 0.7))
+        return TensorBytesRegression(bins, **risk)
     raise InputError(None, f"unknown estimator {name!r}; expected one of {', '.join(ESTIMATORS)}")
 
 
-def save_estimators(directory: str | os.PathLike, family: str, bins: Bins, estimators: list) -> None:
-    """Write trained estimators: ``estimators.json`` (bins, scalars) and one ``<name>.pt`` state dict
-    per network (read back with ``weights_only=True``)."""
-    directory = Path(directory)
-    meta = {"family": family, "bins": [bins.start_mib, bins.width_mib, bins.count], "estimators": {}}
-    for est in estimators:
-        entry = {"state": est.state()}
-        if isinstance(est, EnsembleClassifier):
-            entry["options"] = {"members": est.members, "epochs": est.epochs, "seed": est.seed}
-            with atomic.atomic_path(directory / f"{est.name}.pt", suffix=".pt") as tmp:
-                torch.save([net.state_dict() for net in est.nets], tmp)
-        meta["estimators"][est.name] = entry
-    atomic.write_json(directory / "estimators.json", meta)
-
-
-def load_estimators(directory: str | os.PathLike) -> tuple[str, Bins, list]:
-    """Read what :func:`save_estimators` wrote: (family, bins, trained estimators)."""
-    directory = Path(directory)
-    path = directory / "estimators.json"
-    missing = "trained estimators not found (run `membench memnet train`)"
-    meta = read_json_object(path, missing)
-    try:
-        family, bins = meta["family"], Bins(*meta["bins"])
-        estimators = []
-        for name, entry in meta["estimators"].items():
-            est = new_estimator(name, bins)
-            if isinstance(est, EnsembleClassifier):
-                est.members, est.epochs, est.seed = (
-                    entry["options"][k] for k in ("members", "epochs", "seed")
-                )
-                est.mean, est.std = np.asarray(entry["state"]["mean"]), np.asarray(entry["state"]["std"])
-                with open_regular(directory / f"{name}.pt", missing=missing) as handle:
-                    states = torch.load(handle, weights_only=True)
-                est.nets = []
-                for state in states:
-                    net = est._new_net(len(est.mean))
-                    net.load_state_dict(state)
-                    net.eval()
-                    est.nets.append(net)
-            elif isinstance(est, TensorBytesRegression):
-                est.load_state(entry["state"])
-            estimators.append(est)
-    except InputError:
-        raise  # a weights file missing or not a regular file, named by open_regular
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise InputError(path, f"not a membench estimator directory ({exc})") from None
-    return family, bins, estimators
+def restore_estimator(name: str, bins: Bins, state: dict, max_under: float = DEFAULT_MAX_UNDER) -> object:
+    """A trained estimator from its ``state()``."""
+    estimator = new_estimator(name, bins, max_under=max_under)
+    estimator.load_state(state)
+    return estimator

@@ -1,27 +1,76 @@
-"""Evaluation: k-fold cross-validation that builds fresh estimators in every fold, and a split
-grouped by architecture; accuracy, weighted F1, under-estimation rate, MAE and inference time."""
+"""Evaluation at a stated risk: k-fold cross-validation that builds (and calibrates) fresh
+estimators in every fold, and a split grouped by architecture.
+
+For every estimator: accuracy, weighted F1, under- and over-estimation rates of its class at the
+requested risk ``max_under``, next to the same of its uncalibrated class (``raw_*``); the achieved
+under-estimation rate with its 95% Clopper-Pearson interval, and whether the requested rate lies
+within sampling error of it or above (``risk_met``); for estimators answering in MiB, the MAE of
+the estimate and how often the peak exceeded the recommended MiB (``mib_under_rate``); the rows
+it could not answer and why; inference time of one single-job prediction.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from membench.core.timing import Timer
-from membench.memnet.dataset import Bins, Jobs
+from membench.memnet.calibration import binomial_interval
+from membench.memnet.dataset import SPLITS, Bins, Jobs
 from membench.memnet.estimators import ESTIMATORS, new_estimator
 
-__all__ = ["evaluate", "METRICS", "split_indices", "SPLITS", "summarise", "true_bins"]
+__all__ = [
+    "evaluate",
+    "judgement",
+    "METRICS",
+    "MIN_JUDGED_JOBS",
+    "split_indices",
+    "summarise",
+    "true_bins",
+]
 
-SPLITS = ("kfold", "grouped")
-METRICS = ("accuracy", "f1_weighted", "under_rate", "over_rate", "mae_mib", "inference_ms", "rows")
+METRICS = (
+    "accuracy",
+    "f1_weighted",
+    "under_rate",
+    "under_rate_ci_low",
+    "under_rate_ci_high",
+    "risk_met",
+    "over_rate",
+    "raw_accuracy",
+    "raw_under_rate",
+    "mae_mib",
+    "mib_under_rate",
+    "inference_ms",
+    "rows",
+    "no_answer_rows",
+    "no_answer_reason",
+)
+# Fewer jobs than this, or a single class, and a data set cannot tell estimators apart.
+MIN_JUDGED_JOBS = 30
+# FakeTensor and MemTracker run a fake training step per job: they answer for a sample of rows.
+_SAMPLED = ("faketensor", "memtracker")
 
 
 def true_bins(jobs: Jobs, bins: Bins) -> np.ndarray:
     """Each job's memory class; OOM jobs are in the last class."""
     label = bins.label(jobs.frame["memory_mib"].to_numpy(float))
     return np.where(jobs.frame["oom"].to_numpy(), bins.count - 1, label)
+
+
+def judgement(jobs: Jobs, bins: Bins) -> str:
+    """Why a data set is too small to judge estimators by ('' when it is not): fewer than
+    :data:`MIN_JUDGED_JOBS` jobs, or every job in one class (every estimator that always answers
+    that class scores 1.0)."""
+    reasons = []
+    if len(jobs) < MIN_JUDGED_JOBS:
+        reasons.append(f"{len(jobs)} jobs, fewer than {MIN_JUDGED_JOBS}")
+    if len(np.unique(true_bins(jobs, bins))) < 2:
+        reasons.append("every job in one class")
+    return "; ".join(reasons)
 
 
 def split_indices(
@@ -54,35 +103,48 @@ def evaluate(
     faketensor_rows: int = 50,
     timing_rows: int = 20,
     factory: Callable = new_estimator,
+    max_under: float = 0.02,
+    splits: tuple[str, ...] = SPLITS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Evaluate every estimator on ``jobs``; returns (one row per estimator, one row per prediction).
+    """Evaluate every estimator on ``jobs`` at the requested risk ``max_under``; returns (one row
+    per estimator, one row per prediction).
 
-    ``factory(name, bins, seed=..., **options)`` is called for every estimator in every fold of
-    every split: nothing trained on one fold is reused in another. FakeTensor, which runs a fake
-    training step per job, answers for at most ``faketensor_rows`` test jobs per fold. Inference time
-    is the median over ``timing_rows`` single-job predictions per fold, features included; the
-    timing fields of :mod:`membench.core.timing` (unit ``iteration``: one single-job prediction)
-    cover every timed prediction of an estimator, both splits.
+    ``factory(name, bins, seed=..., max_under=..., **options)`` is called for every estimator in
+    every fold of every split: nothing trained or calibrated on one fold is reused in another.
+
+    FakeTensor and MemTracker run a fake training step per job, so they see a seeded sample of
+    ``faketensor_rows`` x ``folds`` jobs: in each fold they answer for the sample's test jobs and
+    calibrate on its training jobs (each job counted once, its count shared by the folds). Their
+    inference time is one timed single-job prediction per fold.
+
+    Inference time is the median over ``timing_rows`` single-job predictions per fold, features
+    included; the timing fields of :mod:`membench.core.timing` (unit ``iteration``: one single-job
+    prediction) cover every timed prediction of an estimator, all splits.
     """
-    options = options or {}
     labels = true_bins(jobs, bins)
-    rng = np.random.default_rng(seed)
+    sample = np.sort(np.random.default_rng(seed).permutation(len(jobs))[: faketensor_rows * folds])
+    counts: dict[str, dict] = {name: {} for name in _SAMPLED}
+    options = {**(options or {}), "calibration_rows": None, "counts": counts}
     predictions = []
     timers = {name: Timer("iteration") for name in estimators}
-    for split in SPLITS:
+    for split in splits:
         for fold, (train, test) in enumerate(split_indices(jobs, labels, split, folds, seed)):
             for name in estimators:
-                estimator = factory(name, bins, seed=seed + fold, **options)
-                estimator.fit(jobs.subset(train))
-                rows = test if name != "faketensor" else np.sort(rng.permutation(test)[:faketensor_rows])
+                estimator = factory(name, bins, seed=seed + fold, max_under=max_under, **options)
+                sampled = name in _SAMPLED
+                estimator.fit(jobs.subset(np.intersect1d(train, sample) if sampled else train))
+                rows = np.intersect1d(test, sample) if sampled else test
                 subset = jobs.subset(rows)
-                predicted, mib = estimator.predict(subset)
+                answer = estimator.predict(subset)
                 times_ms = []
-                for i in range(min(timing_rows, len(rows))):
+                if sampled:
+                    estimator.counts = None  # time a count, not a look-up
+                for i in range(min(1 if sampled else timing_rows, len(rows))):
                     one = subset.subset(np.array([i]))
                     with timers[name].sample():
                         estimator.predict(one)
                     times_ms.append(timers[name].samples_s[-1] * 1e3)
+                no_mib = np.full(len(rows), np.nan)
                 predictions.append(
                     pd.DataFrame(
                         {
@@ -91,52 +153,98 @@ def evaluate(
                             "fold": fold,
                             "filename": subset.frame["filename"],
                             "true_bin": labels[rows],
-                            "pred_bin": predicted,
+                            "pred_bin": answer.bins,
+                            "raw_bin": answer.raw_bins,
                             "memory_mib": subset.frame["memory_mib"].to_numpy(float),
                             "oom": subset.frame["oom"].to_numpy(),
-                            "pred_mib": np.nan if mib is None else mib,
+                            "pred_mib": no_mib if answer.mib is None else answer.mib,
+                            "low_mib": no_mib if answer.low_mib is None else answer.low_mib,
+                            "high_mib": no_mib if answer.high_mib is None else answer.high_mib,
+                            "no_answer_reason": answer.reasons or [""] * len(rows),
                             "inference_ms": np.median(times_ms) if times_ms else np.nan,
                         }
                     )
                 )
     frame = pd.concat(predictions, ignore_index=True) if predictions else pd.DataFrame()
-    table = summarise(frame, estimators)
+    table = summarise(frame, estimators, splits, max_under)
+    table.insert(1, "max_under", max_under)
     timing = pd.DataFrame([timers[name].fields() for name in table["estimator"]])
     return pd.concat([table, timing], axis=1), frame
 
 
-def summarise(predictions: pd.DataFrame, estimators: tuple[str, ...]) -> pd.DataFrame:
-    """One row per estimator: k-fold metrics, then ``grouped_<metric>`` for the grouped split."""
+def _most_common(reasons: pd.Series) -> str:
+    counted = Counter(r for r in reasons if r)
+    if not counted:
+        return ""
+    reason, count = counted.most_common(1)[0]
+    return f"{count} of {len(reasons)}: {reason}"
+
+
+def _metrics(part: pd.DataFrame, max_under: float | None) -> dict:
+    """The :data:`METRICS` of one estimator's predictions in one split."""
     from sklearn.metrics import f1_score
 
+    answered = part[part["pred_bin"] >= 0]
+    result: dict = {m: np.nan for m in METRICS}
+    result.update(
+        {
+            "rows": int(len(answered)),
+            "no_answer_rows": int(len(part) - len(answered)),
+            "no_answer_reason": _most_common(part["no_answer_reason"]) if len(part) else "",
+        }
+    )
+    if not len(answered):
+        return result
+    truth, pred, raw = (answered[c].to_numpy() for c in ("true_bin", "pred_bin", "raw_bin"))
+    under = int((pred < truth).sum())
+    low, high = binomial_interval(under, len(answered))
+    with_mib = answered[answered["pred_mib"].notna()]
+    measured = with_mib[~with_mib["oom"]]
+    result.update(
+        {
+            "accuracy": float((truth == pred).mean()),
+            "f1_weighted": float(f1_score(truth, pred, average="weighted", zero_division=0)),
+            "under_rate": under / len(answered),
+            "under_rate_ci_low": low,
+            "under_rate_ci_high": high,
+            "risk_met": bool(max_under is None or low <= max_under),
+            "over_rate": float((pred > truth).mean()),
+            "raw_accuracy": float((truth == raw).mean()),
+            "raw_under_rate": float((raw < truth).mean()),
+            "mae_mib": float((measured["pred_mib"] - measured["memory_mib"]).abs().mean())
+            if len(measured)
+            else np.nan,
+            "mib_under_rate": float(
+                (with_mib["oom"] | (with_mib["memory_mib"] > with_mib["high_mib"])).mean()
+            )
+            if len(with_mib)
+            else np.nan,
+            "inference_ms": float(answered.groupby("fold")["inference_ms"].first().median()),
+        }
+    )
+    return result
+
+
+def summarise(
+    predictions: pd.DataFrame,
+    estimators: tuple[str, ...],
+    splits: tuple[str, ...] = SPLITS,
+    max_under: float | None = None,
+) -> pd.DataFrame:
+    """One row per estimator: k-fold metrics (:data:`METRICS`), then ``grouped_<metric>`` for the
+    grouped split (NaN for a split not run). ``risk_met``: the requested rate ``max_under`` is not
+    below the interval of the achieved one."""
     rows = []
     for name in estimators:
         row = {"estimator": name}
         for split in SPLITS:
+            prefix = "" if split == "kfold" else "grouped_"
             part = (
                 predictions[(predictions["estimator"] == name) & (predictions["split"] == split)]
-                if len(predictions)
-                else predictions
+                if len(predictions) and split in splits
+                else None
             )
-            part = part[part["pred_bin"] >= 0] if len(part) else part
-            prefix = "" if split == "kfold" else "grouped_"
-            if not len(part):
-                row.update({prefix + m: np.nan for m in METRICS})
-                continue
-            truth, pred = part["true_bin"].to_numpy(), part["pred_bin"].to_numpy()
-            measured = part[~part["oom"] & part["pred_mib"].notna()]
-            row.update(
-                {
-                    prefix + "accuracy": float((truth == pred).mean()),
-                    prefix + "f1_weighted": float(f1_score(truth, pred, average="weighted", zero_division=0)),
-                    prefix + "under_rate": float((pred < truth).mean()),
-                    prefix + "over_rate": float((pred > truth).mean()),
-                    prefix + "mae_mib": float((measured["pred_mib"] - measured["memory_mib"]).abs().mean())
-                    if len(measured)
-                    else np.nan,
-                    prefix + "inference_ms": float(part.groupby("fold")["inference_ms"].first().median()),
-                    prefix + "rows": int(len(part)),
-                }
-            )
+            metrics = _metrics(part, max_under) if part is not None else {m: np.nan for m in METRICS}
+            row.update({prefix + key: value for key, value in metrics.items()})
         rows.append(row)
     return pd.DataFrame(rows)

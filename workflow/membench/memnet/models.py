@@ -8,14 +8,19 @@ to rebuild its model (what the FakeTensor estimator needs).
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import torch
 from torch import nn
 
 from membench.core.errors import InputError
+from membench.memnet.dataset import filename_tokens
 
 __all__ = [
     "ACTIVATION_MODULES",
     "build_cnn",
+    "build_cnn_from_layers",
     "build_mlp",
     "build_mlp_from_layers",
     "build_model",
@@ -24,6 +29,9 @@ __all__ = [
     "config_from_tokens",
     "CONFIG_KEYS",
     "example_batch",
+    "GPUMEMNET_TRANSFORMER_TOKENS",
+    "job_model",
+    "LayerGraph",
     "layer_name",
     "layer_summary",
     "MLP_PATTERNS",
@@ -50,6 +58,20 @@ ACTIVATION_MODULES = {
     "tanh": nn.Tanh,
 }
 TRANSFORMER_VOCAB = 1000
+# GPUMemNet's Transformer file-name tokens -> membench's configuration keys.
+GPUMEMNET_TRANSFORMER_TOKENS = {
+    "embedding_size": "embed",
+    "num_layers": "layers",
+    "num_heads": "heads",
+    "seq_length": "seq",
+    "batch_size": "batch",
+    "num_classes": "classes",
+    "dropout_rate": "dropout",
+    "ff_hidden_size": "ff",
+    "input_size": "vocab",
+}
+# Kernel sizes, strides and paddings tried when a convolution is rebuilt from its counts.
+_KERNELS, _STRIDES = (3, 1, 5, 7), (1, 2, 3, 4)
 # Keys of each family's configuration, in file-name order, with their types.
 CONFIG_KEYS: dict[str, dict[str, type]] = {
     "mlp": {
@@ -93,9 +115,17 @@ def config_filename(family: str, config: dict) -> str:
 
 
 def config_from_tokens(family: str, tokens: dict[str, str], where: str = "file name") -> dict:
-    """Parse the tokens of a file name (see ``dataset.filename_tokens``) back into a configuration."""
+    """Parse the tokens of a file name (see ``dataset.filename_tokens``) back into a configuration:
+    membench's names, or GPUMemNet's Transformer names (:data:`GPUMEMNET_TRANSFORMER_TOKENS`, which
+    add the feed-forward width and the vocabulary)."""
+    keys = dict(CONFIG_KEYS[family])
+    if family == "transformer" and not set(keys) <= set(tokens) and "embedding_size" in tokens:
+        tokens = {
+            ours: tokens[theirs] for theirs, ours in GPUMEMNET_TRANSFORMER_TOKENS.items() if theirs in tokens
+        }
+        keys |= {"ff": int, "vocab": int}
     config = {}
-    for key, kind in CONFIG_KEYS[family].items():
+    for key, kind in keys.items():
         if key not in tokens:
             raise InputError(None, f"{where}: no {key!r} token; cannot rebuild the {family} model")
         text = tokens[key]
@@ -220,13 +250,19 @@ def build_cnn(config: dict) -> nn.Module:
 
 
 class TransformerClassifier(nn.Module):
-    """Token embedding, a stack of encoder layers (batch first), mean pooling, a linear head."""
+    """Token embedding, a stack of encoder layers (batch first), mean pooling, a linear head; the
+    feed-forward width is ``config["ff"]`` (default 4 x embed) and the vocabulary
+    ``config["vocab"]`` (default :data:`TRANSFORMER_VOCAB`)."""
 
     def __init__(self, config: dict) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(TRANSFORMER_VOCAB, config["embed"])
+        self.embedding = nn.Embedding(config.get("vocab", TRANSFORMER_VOCAB), config["embed"])
         layer = nn.TransformerEncoderLayer(
-            config["embed"], config["heads"], 4 * config["embed"], dropout=config["dropout"], batch_first=True
+            config["embed"],
+            config["heads"],
+            config.get("ff", 4 * config["embed"]),
+            dropout=config["dropout"],
+            batch_first=True,
         )
         self.encoder = nn.TransformerEncoder(layer, config["layers"], enable_nested_tensor=False)
         self.head = nn.Linear(config["embed"], config["classes"])
@@ -300,3 +336,196 @@ def module_counts(model: nn.Module) -> dict[str, int]:
     for m in model.modules():
         counts[type(m).__name__] = counts.get(type(m).__name__, 0) + 1
     return counts
+
+
+class LayerGraph(nn.Module):
+    """Modules applied in order, each to the output of an earlier one (``sources[i]``: 0 is the
+    input, ``j`` the output of module ``j``): a chain, with branches where a module takes an older
+    output (a residual block's shortcut). An output is dropped after its last use."""
+
+    def __init__(self, modules: list[nn.Module], sources: list[int]) -> None:
+        super().__init__()
+        self.steps = nn.ModuleList(modules)
+        self.sources = list(sources)
+        self._last_use = {source: i for i, source in enumerate(self.sources)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outputs = {0: x}
+        for i, (module, source) in enumerate(zip(self.steps, self.sources)):
+            outputs[i + 1] = module(outputs[source])
+            if self._last_use.get(source) == i:
+                del outputs[source]
+        return outputs[len(self.steps)]
+
+
+def _conv_from_counts(shapes: list[tuple[int, ...]], current: int, activations: int, params: int):
+    """(source, Conv2d, output shape) of a convolution with ``params`` parameters and
+    ``activations`` outputs per sample, taking the current output or, failing that, the latest
+    earlier one that fits (kernel 3, 1, 5 or 7; padding k // 2 or 0), at the smallest stride that
+    any of them fits; None if none fits."""
+    order = [current] + [j for j in range(len(shapes) - 1, -1, -1) if j != current]
+    for stride in _STRIDES:
+        for source in order:
+            if len(shapes[source]) != 3:
+                continue
+            c_in, h_in, w_in = shapes[source]
+            for k in _KERNELS:
+                for bias in (1, 0):
+                    c_out, rest = divmod(params, c_in * k * k + bias)
+                    if rest or c_out < 1 or activations % c_out:
+                        continue
+                    for pad in (k // 2, 0):
+                        h, w = (h_in + 2 * pad - k) // stride + 1, (w_in + 2 * pad - k) // stride + 1
+                        if h > 0 and h * w == activations // c_out:
+                            conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=pad, bias=bool(bias))
+                            return source, conv, (c_out, h, w)
+    return None
+
+
+def _pool_from_counts(shape: tuple[int, ...], activations: int, adaptive: bool, kind: str):
+    """A pooling layer taking ``shape`` to ``activations`` outputs per sample, or None."""
+    if len(shape) != 3 or activations % shape[0]:
+        return None
+    c, h_in, w_in = shape
+    pixels = activations // c
+    if adaptive:
+        side = math.isqrt(pixels)
+        if side * side != pixels:
+            return None
+        pool = nn.AdaptiveAvgPool2d(side) if kind == "avg" else nn.AdaptiveMaxPool2d(side)
+        return pool, (c, side, side)
+    for k in (2, 3):
+        for stride in (2, 1):
+            for pad in (0, 1):
+                h, w = (h_in + 2 * pad - k) // stride + 1, (w_in + 2 * pad - k) // stride + 1
+                if h > 0 and h * w == pixels:
+                    make = nn.AvgPool2d if kind == "avg" else nn.MaxPool2d
+                    return make(k, stride=stride, padding=pad), (c, h, w)
+    return None
+
+
+def build_cnn_from_layers(
+    layers: list[tuple[str, int, int]], channels: int, size: int
+) -> tuple[nn.Module, tuple[int, int, int]]:
+    """A CNN with the layers of an ``Activations-Params`` list (outputs per sample, parameters),
+    for an input of ``channels`` x ``size`` x ``size``; returns (model, input shape).
+
+    Each convolution's channels, kernel, stride and padding are solved from its counts, taking
+    the previous output or, where that cannot give them, an earlier one (a residual shortcut),
+    at the smallest stride that fits;
+    norms, activations, dropout, pooling, flatten, linear and softmax layers follow by name. Adds
+    that join branches are not in such lists and are left out, so the model holds the listed
+    layers' tensors, not the branches' sums. Raises :class:`InputError` naming the first layer
+    that no shape explains.
+    """
+    modules: list[nn.Module] = []
+    sources: list[int] = []
+    shapes: list[tuple[int, ...]] = [(channels, size, size)]
+    current = 0
+    for i, (name, activations, params) in enumerate(layers):
+        key = name.lower().replace("_", "")
+        shape = shapes[current]
+        source = current
+        where = f"layer {i + 1} ({name!r}, {activations}, {params})"
+        if key == "conv2d":
+            found = _conv_from_counts(shapes, current, activations, params)
+            if found is None:
+                raise InputError(
+                    None,
+                    f"{where}: no earlier output, kernel (1, 3, 5, 7), stride and padding give these "
+                    "outputs and parameters; cannot rebuild the CNN",
+                )
+            source, module, shape = found
+        elif key in ("adaptiveavgpool2d", "adaptivemaxpool2d", "avgpool2d", "maxpool2d"):
+            found = _pool_from_counts(
+                shape, activations, key.startswith("adaptive"), "avg" if "avg" in key else "max"
+            )
+            if found is None:
+                raise InputError(None, f"{where}: no pooling takes the {shape} outputs before it to these")
+            module, shape = found
+        elif key == "flatten":
+            module, shape = nn.Flatten(), (math.prod(shape),)
+        elif key == "linear":
+            features = math.prod(shape)
+            if activations < 1 or params not in ((features + 1) * activations, features * activations):
+                raise InputError(
+                    None, f"{where}: no linear layer takes the {features} outputs before it to these"
+                )
+            linear = nn.Linear(features, activations, bias=params != features * activations)
+            module = linear if len(shape) == 1 else nn.Sequential(nn.Flatten(), linear)
+            shape = (activations,)
+        else:
+            if activations != math.prod(shape):
+                raise InputError(None, f"{where}: does not keep the {math.prod(shape)} outputs before it")
+            if "norm" in key:
+                if len(shape) != 3 or params not in (0, 2 * shape[0]):
+                    raise InputError(None, f"{where}: no batch norm over the {shape} outputs before it")
+                module = nn.BatchNorm2d(shape[0], affine=params > 0)
+            elif key == "dropout":
+                module = nn.Dropout(0.1)
+            elif key == "softmax":
+                module = nn.Softmax(dim=1)
+            else:
+                module = _activation(key)
+        modules.append(module)
+        sources.append(source)
+        shapes.append(shape)
+        current = len(shapes) - 1
+    if not modules or len(shapes[current]) != 1:
+        raise InputError(
+            None, "the layer list does not end in class scores (a linear layer); cannot rebuild the CNN"
+        )
+    return LayerGraph(modules, sources), (channels, size, size)
+
+
+def job_model(
+    family: str, filename: str, layers: list[tuple[str, int, int]], batch_size: int
+) -> tuple[Callable[[], nn.Module], Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
+    """(build, make_batch) of a GPUMemNet-format row's training job, for counting its tensors:
+    ``build()`` the model, ``make_batch()`` one batch of (inputs, class targets) of
+    ``batch_size`` samples, uninitialised (shapes and dtypes are what count).
+
+    MLPs are rebuilt from their layer list; CNNs from the file name where it is membench's
+    (:func:`build_cnn`), else from the layer list (:func:`build_cnn_from_layers`, the input's
+    channels and size from the name's ``channels``/``input`` or ``input_channels``/``input_size``);
+    Transformers from the file name (membench's or GPUMemNet's tokens). Raises :class:`InputError`
+    saying why a row cannot be rebuilt.
+    """
+    tokens = filename_tokens(filename)
+    targets = torch.zeros(batch_size, dtype=torch.long)
+    if family == "mlp":
+        if not layers:
+            raise InputError(None, "no layer list; cannot rebuild the MLP")
+        with torch.device("meta"):  # checks the list without allocating its weights
+            features = build_mlp_from_layers(layers)[1]
+        return lambda: build_mlp_from_layers(layers)[0], lambda: (torch.empty(batch_size, features), targets)
+    if family == "cnn":
+        try:
+            config = config_from_tokens("cnn", tokens)
+        except InputError:
+            config = None
+        if config is not None:
+            shape = (config["channels"], config["input"], config["input"])
+            return lambda: build_cnn(config), lambda: (torch.empty(batch_size, *shape), targets)
+        channels = tokens.get("channels", tokens.get("input_channels"))
+        size = tokens.get("input", tokens.get("input_size"))
+        if not layers:
+            raise InputError(None, "no layer list; cannot rebuild the CNN")
+        if channels is None or size is None or not channels.isdigit() or not size.isdigit():
+            raise InputError(
+                None,
+                "the file name gives no input channels and size (channels/input or "
+                "input_channels/input_size); cannot rebuild the CNN",
+            )
+        with torch.device("meta"):  # raises naming the first layer no shape explains
+            build_cnn_from_layers(layers, int(channels), int(size))
+        shape = (int(channels), int(size), int(size))
+        return (
+            lambda: build_cnn_from_layers(layers, shape[0], shape[1])[0],
+            lambda: (torch.empty(batch_size, *shape), targets),
+        )
+    config = config_from_tokens("transformer", tokens)
+    return (
+        lambda: TransformerClassifier(config),
+        lambda: (torch.zeros(batch_size, config["seq"], dtype=torch.long), targets),
+    )

@@ -1,4 +1,6 @@
-"""Report figures: confusion matrices of every estimator (k-fold split) and the estimator comparison."""
+"""Report figures: confusion matrices of every estimator (k-fold split), the estimator comparison,
+and each estimator's accuracy against its under-estimation rate (at the requested risk and
+uncalibrated)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,14 @@ from membench.core.plots import (
     figure_note,
     flagged_note,
     grouped_method_bars,
+    method_colour,
     method_legend,
     panel_grid,
     save_figure,
     timing_by_method,
 )
 
-__all__ = ["BASELINE", "plot_comparison", "plot_confusions"]
+__all__ = ["BASELINE", "plot_comparison", "plot_confusions", "plot_tradeoff"]
 
 BASELINE = "horus"
 
@@ -68,9 +71,10 @@ def plot_confusions(predictions: pd.DataFrame, png_path: str | os.PathLike) -> N
 
 
 def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
-    """Accuracy, under-estimation rate and inference time of one single-job prediction (median,
-    whiskers fastest..slowest, hatched when flagged; ratios to the Horus formula) of every
-    estimator (k-fold), one group of bars per dataset."""
+    """Accuracy and under-estimation rate at the requested risk (a dashed line marks the requested
+    rate), and inference time of one single-job prediction (median, whiskers fastest..slowest,
+    hatched when flagged; ratios to the Horus formula) of every estimator (k-fold), one group of
+    bars per dataset."""
     estimators = list(dict.fromkeys(table["estimator"]))
     timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
     fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
@@ -90,6 +94,8 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
             log=False,
         )
         ax.set_ylim(0, 1.05)
+    for requested in sorted(set(pd.to_numeric(table["max_under"], errors="coerce").dropna())):
+        axes[1].axhline(requested, color="black", linestyle="--", linewidth=0.8)
     timing = timing_by_method(table, "estimator") if timed else None
     if timed:
         frame = table.assign(
@@ -124,4 +130,55 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     note = flagged_note(timing, "inference time") if timed else ""
     if note:
         figure_note(fig, note)
+    save_figure(fig, png_path)
+
+
+def _too_small(table: pd.DataFrame) -> pd.Series:
+    reason = (
+        table["too_small_to_judge"] if "too_small_to_judge" in table else pd.Series("", index=table.index)
+    )
+    return reason.fillna("").astype(str).replace("nan", "")
+
+
+def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
+    """One panel per dataset: each estimator's accuracy against its under-estimation rate (k-fold),
+    a filled marker at the requested risk (whiskers: the rate's 95% interval) and a hollow one
+    uncalibrated, joined by a line; a dashed line at the requested rate. Up and left is better; a
+    dataset too small to judge by says so in its title."""
+    datasets = list(dict.fromkeys(table["dataset"]))
+    estimators = list(dict.fromkeys(table["estimator"]))
+    fig, axes = panel_grid(len(datasets), ncols=2, panel_height_in=3.2)
+    reasons = _too_small(table)
+    for ax, dataset in zip(axes, datasets):
+        part = table[table["dataset"] == dataset]
+        for _, row in part.iterrows():
+            colour = method_colour(str(row["estimator"]))
+            x, y = float(row["under_rate"]), float(row["accuracy"])
+            raw_x, raw_y = float(row["raw_under_rate"]), float(row["raw_accuracy"])
+            if np.isfinite(raw_x) and np.isfinite(x):
+                ax.plot([raw_x, x], [raw_y, y], color=colour, linewidth=0.8)
+            if np.isfinite(raw_x):
+                ax.plot(raw_x, raw_y, "o", markerfacecolor="white", markeredgecolor=colour, markersize=6)
+            if np.isfinite(x):
+                low = float(row.get("under_rate_ci_low", np.nan))
+                high = float(row.get("under_rate_ci_high", np.nan))
+                xerr = (
+                    [[max(x - low, 0)], [max(high - x, 0)]]
+                    if np.isfinite(low) and np.isfinite(high)
+                    else None
+                )
+                ax.errorbar(x, y, xerr=xerr, fmt="o", color=colour, markersize=6, capsize=2, linewidth=0.8)
+        for requested in sorted(set(pd.to_numeric(part["max_under"], errors="coerce").dropna())):
+            ax.axvline(requested, color="black", linestyle="--", linewidth=0.8)
+        reason = next((r for r in reasons[part.index] if r), "")
+        ax.set_title(f"{dataset}" + (f"\ntoo small to judge: {reason}" if reason else ""), fontsize=FONT_SIZE)
+        ax.set_xlabel("under-estimation rate (fraction of jobs)")
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlim(left=-0.01)
+    method_legend(fig, estimators, loc="outside upper center", ncols=3)
+    figure_note(
+        fig,
+        "filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated",
+    )
     save_figure(fig, png_path)
