@@ -5,36 +5,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import faults
 import pytest
 import yaml
+from workflow.runs import TEST_CONFIG, snakemake_command
 
 from membench.core import snakemake_lock
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-TEST_CONFIG = REPO / "tests" / "workflow" / "config.yaml"
 TABLES = ("results/tables/datasets.csv", "results/tables/appclass.csv")
-
-
-def _snakemake(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(configfile),
-        "--cores",
-        "2",
-        *args,
-    ]
 
 
 def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
@@ -47,7 +28,7 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     clean, killed = tmp_path / "clean", tmp_path / "killed"
-    reference = faults.run(_snakemake(clean, *TABLES, configfile=configfile), timeout_s=900)
+    reference = faults.run(snakemake_command(clean, *TABLES, configfile=configfile), timeout_s=900)
     # Kill once a job has finished (the lock is held and some outputs exist), at a seeded random time.
     first_output = killed / "results" / "data" / "bodmas" / "tiny" / "metadata.csv"
     delays = faults.kill_delays(21, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.5)
@@ -62,7 +43,7 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
                 faults.comparable_table(killed / table)  # a table present is a whole one
 
     outcome = faults.kill_and_rerun(
-        _snakemake(killed, *TABLES, configfile=configfile),
+        snakemake_command(killed, *TABLES, configfile=configfile),
         delays,
         after_kill,
         started=first_output.exists,
@@ -85,10 +66,10 @@ def test_a_dead_snakemakes_lock_is_removed_by_a_run_only(tmp_path):
     dead.wait()
     snakemake_lock.record_owner(snakemake_dir, pid=dead.pid)
     for args in (["-n"], ["--lint"]):
-        checked = faults.run(_snakemake(tmp_path, *args))
+        checked = faults.run(snakemake_command(tmp_path, *args))
         assert "removed the lock" not in checked.output, args
         assert (snakemake_dir / "locks" / "0.input.lock").exists(), f"{args} removed the lock"
-    ran = faults.run(_snakemake(tmp_path, "results/data/bodmas/tiny/metadata.csv"))
+    ran = faults.run(snakemake_command(tmp_path, "results/data/bodmas/tiny/metadata.csv"))
     assert ran.returncode == 0 and "removed the lock of Snakemake process" in ran.output, ran.output[-3000:]
     assert (tmp_path / "results" / "data" / "bodmas" / "tiny" / "metadata.csv").exists()
 
@@ -99,7 +80,7 @@ def test_division_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, ke
     config["division"]["kernels"] = kernels
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
-    dry = faults.run(_snakemake(tmp_path / "work", "-n", configfile=configfile))
+    dry = faults.run(snakemake_command(tmp_path / "work", "-n", configfile=configfile))
     assert ("division_build" in dry.output) == builds
     assert "division_memory" in dry.output
 
@@ -112,7 +93,7 @@ def test_appclass_jobs_with_torch_kernels_do_not_wait_for_the_build(tmp_path, ke
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     dry = faults.run(
-        _snakemake(tmp_path / "work", "-n", "-p", "results/tables/appclass.csv", configfile=configfile)
+        snakemake_command(tmp_path / "work", "-n", "-p", "results/tables/appclass.csv", configfile=configfile)
     )
     assert ("appclass_build" in dry.output) == builds
     assert ("--build-manifest" in dry.output) == builds
