@@ -145,6 +145,21 @@ def test_a_cache_from_other_code_or_data_is_refused_and_the_same_one_is_kept(
     assert f"the data it was trained on ({data}) has changed since" in capsys.readouterr().err
 
 
+def test_predict_finds_the_workflows_estimators_and_prefers_judged_data(
+    tmp_path, toy_jobs, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "results" / "memnet" / "estimators"
+    assert _train(tmp_path, _toy_csv(tmp_path, toy_jobs, n=24, name="small.csv"), root / "measured_mlp") == 0
+    data = _toy_csv(tmp_path, toy_jobs, n=60, name="big.csv")
+    assert _train(tmp_path, data, root / "big", "--bins", "1400", "0.5", "6", "--dataset", "big") == 0
+    capsys.readouterr()
+    assert main([*PREDICT, "--batch-size", "8", "--input-shape", "16", "--max-under", "0.1"]) == 0
+    printed = capsys.readouterr().out
+    # the 24-job smoke test (one class) is left out where judged data answers for the family
+    assert "trained on big (" in printed and "measured_mlp" not in printed
+
+
 def test_predict_without_trained_estimators_answers_uncalibrated_and_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no results/memnet/estimators here
     assert main([*PREDICT, "--batch-size", "8", "--input-shape", "16"]) == 0

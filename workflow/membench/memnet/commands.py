@@ -696,6 +696,10 @@ def _predict(args) -> None:
             if args.estimators:
                 raise
             LOG.warning("skipped: %s", exc)
+    if not args.estimators:
+        # Of the workflow's, a smoke test's estimators answer only for a family nothing else covers.
+        judged = {t.family for t in loaded if not t.data.get("too_small_to_judge")}
+        loaded = [t for t in loaded if not t.data.get("too_small_to_judge") or t.family not in judged]
     # Judged data first (enough jobs, several classes), then the most jobs: the first answers.
     trained = sorted(loaded, key=lambda t: (bool(t.data.get("too_small_to_judge")), -t.data["jobs"]))
     family = args.family

@@ -1,0 +1,34 @@
+"""memnet on a GPU: configurations measured one process each with NVML, cleaned into GPUMemNet's
+format; the GPU measurement of a job lies above FakeTensor's count of its tensors (the CUDA
+context and the allocator's cache are on top)."""
+
+import pandas as pd
+import pytest
+import torch
+
+from membench.memnet.clean import clean_records
+from membench.memnet.dataset import DEFAULT_BINS, load_jobs
+from membench.memnet.estimators import new_estimator
+from membench.memnet.generate import generate
+from membench.memnet.measure import config_of, measure_configs
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+RANGES = {"input": (64, 256), "classes": (2, 10), "depth": (1, 3), "filters": (8, 32), "batch": (4, 16)}
+
+
+def test_cnn_jobs_are_measured_with_nvml_and_exceed_their_tensors(tmp_path):
+    configs = generate("cnn", 3, seed=0, ranges=RANGES)
+    records = measure_configs(configs, "cnn", tmp_path / "records", device="cuda", steps=2, timeout_s=300)
+    assert [r["status"] for r in records] == ["SUCCESSFUL"] * 3
+    assert {r["memory_source"] for r in records} <= {"nvml_peak_mib", "cuda_peak_reserved_mib"}
+    typed = pd.DataFrame(
+        [{"config_id": r["config_id"], **config_of(r, "cnn")} for r in configs.to_dict("records")]
+    )
+    frame, skipped = clean_records(records, typed, "cnn")
+    frame.to_csv(tmp_path / "gpumemnet.csv", index=False)
+    jobs = load_jobs(tmp_path / "gpumemnet.csv", "cnn")
+    assert skipped == 0 and len(jobs) == 3 and jobs.frame["device_name"].str.len().gt(0).all()
+    counted, reasons = new_estimator("faketensor", DEFAULT_BINS["cnn"]).point_mib(jobs)
+    assert reasons == [""] * 3
+    assert (jobs.frame["memory_mib"].to_numpy() > counted).all()
