@@ -52,6 +52,10 @@ def test_evaluate_reports_the_achieved_rate_beside_the_requested_one(tmp_path, t
     # 24 jobs, all in one 1 GB class, cannot tell estimators apart: the table says so
     assert (table["too_small_to_judge"] == "24 jobs, fewer than 30; every job in one class").all()
     assert table.loc[table["estimator"] == "faketensor", "rows"].item() == 3  # one per fold
+    # a fold calibrates the learned estimators on 30% of its 16 training jobs, Horus on all of them,
+    # FakeTensor on the 3-job sample's training jobs (never on the ones it answers for)
+    calibrated = table.set_index("estimator")["calibration_jobs"]
+    assert calibrated["membench"] == 5 and calibrated["horus"] == 16 and calibrated["faketensor"] < 3
     assert set(TIMING_FIELDS) <= set(table.columns) and (table["time_unit"] == "iteration").all()
 
 

@@ -2,7 +2,9 @@
 estimators in every fold, and a split grouped by architecture.
 
 For every estimator: accuracy, weighted F1, under- and over-estimation rates of its class at the
-requested risk ``max_under``, next to the same of its uncalibrated class (``raw_*``); the achieved
+requested risk ``max_under``, next to the same of its uncalibrated class (``raw_*``), and the
+fewest jobs it was calibrated on in a fold (``calibration_jobs``: with fewer than
+``calibration.min_calibration_jobs(max_under)`` it answers the last class); the achieved
 under-estimation rate with its 95% Clopper-Pearson interval, and whether the requested rate lies
 within sampling error of it or above (``risk_met``); for estimators answering in MiB, the MAE of
 the estimate and how often the peak exceeded the recommended MiB (``mib_under_rate``); the rows
@@ -48,6 +50,7 @@ METRICS = (
     "rows",
     "no_answer_rows",
     "no_answer_reason",
+    "calibration_jobs",
 )
 # Fewer jobs than this, or a single class, and a data set cannot tell estimators apart.
 MIN_JUDGED_JOBS = 30
@@ -161,6 +164,7 @@ def evaluate(
                             "low_mib": no_mib if answer.low_mib is None else answer.low_mib,
                             "high_mib": no_mib if answer.high_mib is None else answer.high_mib,
                             "no_answer_reason": answer.reasons or [""] * len(rows),
+                            "calibration_jobs": len(estimator.calibration),
                             "inference_ms": np.median(times_ms) if times_ms else np.nan,
                         }
                     )
@@ -191,6 +195,7 @@ def _metrics(part: pd.DataFrame, max_under: float | None) -> dict:
             "rows": int(len(answered)),
             "no_answer_rows": int(len(part) - len(answered)),
             "no_answer_reason": _most_common(part["no_answer_reason"]) if len(part) else "",
+            "calibration_jobs": int(part["calibration_jobs"].min()) if len(part) else 0,
         }
     )
     if not len(answered):

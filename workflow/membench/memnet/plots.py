@@ -5,6 +5,7 @@ uncalibrated)."""
 from __future__ import annotations
 
 import os
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,9 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     """Accuracy and under-estimation rate at the requested risk (a dashed line marks the requested
     rate), and inference time of one single-job prediction (median, whiskers fastest..slowest,
     hatched when flagged; ratios to the Horus formula) of every estimator (k-fold), one group of
-    bars per dataset."""
+    bars per dataset, those that can judge estimators first. The rate's axis ends a quarter above
+    the largest rate or requested rate, so that small rates stay visible."""
+    table = _judged_first(table)
     estimators = list(dict.fromkeys(table["estimator"]))
     timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
     fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
@@ -93,9 +96,12 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
             method_column="estimator",
             log=False,
         )
-        ax.set_ylim(0, 1.05)
-    for requested in sorted(set(pd.to_numeric(table["max_under"], errors="coerce").dropna())):
-        axes[1].axhline(requested, color="black", linestyle="--", linewidth=0.8)
+    axes[0].set_ylim(0, 1.05)
+    requested = sorted(set(pd.to_numeric(table["max_under"], errors="coerce").dropna()))
+    rates = pd.to_numeric(table["under_rate"], errors="coerce").dropna().tolist()
+    axes[1].set_ylim(0, 1.25 * max([*rates, *requested, 0.01]))
+    for rate in requested:
+        axes[1].axhline(rate, color="black", linestyle="--", linewidth=0.8)
     timing = timing_by_method(table, "estimator") if timed else None
     if timed:
         frame = table.assign(
@@ -133,6 +139,13 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     save_figure(fig, png_path)
 
 
+def _judged_first(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of data sets that can judge estimators first (in their order), the smoke tests
+    (``too_small_to_judge``) after them."""
+    small = _too_small(table).astype(bool).to_numpy()
+    return pd.concat([table[~small], table[small]], ignore_index=True)
+
+
 def _too_small(table: pd.DataFrame) -> pd.Series:
     reason = (
         table["too_small_to_judge"] if "too_small_to_judge" in table else pd.Series("", index=table.index)
@@ -145,10 +158,11 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     a filled marker at the requested risk (whiskers: the rate's 95% interval) and a hollow one
     uncalibrated, joined by a line; a dashed line at the requested rate. Up and left is better; a
     dataset too small to judge by says so in its title."""
+    table = _judged_first(table)
+    reasons = _too_small(table)
     datasets = list(dict.fromkeys(table["dataset"]))
     estimators = list(dict.fromkeys(table["estimator"]))
     fig, axes = panel_grid(len(datasets), ncols=2, panel_height_in=3.2)
-    reasons = _too_small(table)
     for ax, dataset in zip(axes, datasets):
         part = table[table["dataset"] == dataset]
         for _, row in part.iterrows():
@@ -171,7 +185,8 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         for requested in sorted(set(pd.to_numeric(part["max_under"], errors="coerce").dropna())):
             ax.axvline(requested, color="black", linestyle="--", linewidth=0.8)
         reason = next((r for r in reasons[part.index] if r), "")
-        ax.set_title(f"{dataset}" + (f"\ntoo small to judge: {reason}" if reason else ""), fontsize=FONT_SIZE)
+        note = "\n".join(textwrap.wrap(f"too small to judge: {reason}", 48)) if reason else ""
+        ax.set_title(f"{dataset}\n{note}" if note else dataset, fontsize=FONT_SIZE - (1 if note else 0))
         ax.set_xlabel("under-estimation rate (fraction of jobs)")
         ax.set_ylabel("accuracy")
         ax.set_ylim(-0.02, 1.02)
