@@ -70,7 +70,8 @@ MAX_UNDER = real(0, 0.5, exclusive_low=True)
 CALIBRATION_FRACTION = real(0, 1, exclusive_low=True, exclusive_high=True)
 # Where predict looks for trained estimators when --estimators names none: the workflow's.
 WORKFLOW_ESTIMATORS = Path("results") / "memnet" / "estimators"
-# predict runs the model on two real samples: one sample of 2**26 values is 256 MiB of float32.
+# predict runs a factory that cannot build on the meta device on two real samples: one sample of
+# 2**26 values is 256 MiB of float32.
 MAX_SAMPLE_ELEMENTS = 2**26
 # Factory arguments are a few numbers and names; a longer text is no such object.
 MAX_KWARGS_CHARACTERS = 65_536
