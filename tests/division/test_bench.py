@@ -9,10 +9,12 @@ from membench.core.meter import Meter
 from membench.division.bench import (
     largest_batch,
     make_optimizer,
+    measure_compressors,
     measure_step_memory,
     measure_throughput,
     prepare_model,
     random_batch,
+    step_memory_bound,
 )
 from membench.division.kernels import TORCH_KERNELS
 from membench.division.methods import MethodSpec
@@ -33,17 +35,17 @@ def test_largest_batch_refuses_bad_bounds():
         largest_batch(lambda b: True, 0, 10)
 
 
-def _job(method: str):
+def _job(method: str, kernels=TORCH_KERNELS):
     cpu = torch.device("cpu")
-    model, _ = prepare_model("resnet18", method, 10, cpu, MethodSpec(), TORCH_KERNELS, 0, width=4)
+    model, _ = prepare_model("resnet18", method, 10, cpu, MethodSpec(), kernels, 0, width=4)
     inputs, targets = random_batch(8, 16, 10, cpu, 0)
     return model, make_optimizer(model), inputs, targets
 
 
-def test_step_memory_reports_activation_and_total():
+def test_step_memory_reports_activation_and_total(extension_kernels):
     results = {}
     for method in ("vanilla", "division"):
-        model, optimizer, inputs, targets = _job(method)
+        model, optimizer, inputs, targets = _job(method, extension_kernels)
         with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
             fields = measure_step_memory(model, optimizer, inputs, targets, meter)
         summary = meter.summary()
@@ -86,3 +88,27 @@ def test_step_memory_lets_other_errors_through():
     with pytest.raises(RuntimeError, match="illegal memory access"):
         with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
             measure_step_memory(model, make_optimizer(model), inputs, targets, meter)
+
+
+@pytest.mark.parametrize("method", ["vanilla", "division", "actnn2bit"])
+def test_the_memory_bound_is_below_the_measured_peak(extension_kernels, method):
+    model, optimizer, inputs, targets = _job(method, extension_kernels)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_allocator=True) as meter:
+        measure_step_memory(model, optimizer, inputs, targets, meter)
+    peak_mib = meter.summary()["step_alloc_peak_mib"]
+    bound = step_memory_bound(model, optimizer, inputs, targets)
+    parts = bound["bound_saved_mib"] + bound["bound_grads_mib"] + bound["bound_maps_mib"]
+    assert bound["step_alloc_bound_mib"] == pytest.approx(parts)
+    grads_mib = sum(p.numel() * 4 for p in model.parameters()) / 2**20
+    assert bound["bound_grads_mib"] <= grads_mib and bound["bound_at"]
+    assert 0 < bound["step_alloc_bound_mib"] <= peak_mib
+
+
+def test_compressor_benchmark_fields(extension_kernels):
+    fields = measure_compressors(extension_kernels, (2, 4, 9, 9), MethodSpec(), repeats=2)
+    assert fields["map_shape"] == "2x4x9x9" and fields["map_dtype"] == "float32" and fields["repeats"] == 2
+    assert fields["time_unit"] == "repeat" and fields["time_samples"] == 2
+    for method in ("division", "actnn2bit"):
+        total = fields[f"{method}_compress_ms"] + fields[f"{method}_decompress_ms"]
+        assert fields[f"{method}_ms"] == pytest.approx(total)
+        assert fields[f"{method}_vs_clone"] == pytest.approx(total / fields["clone_ms"])

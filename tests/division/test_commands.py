@@ -120,3 +120,16 @@ def test_plot_needs_a_table(tmp_path, capsys):
 def test_images_lmdb_command_reports_bad_folder(tmp_path, capsys):
     code = main(["images", "lmdb", "--root", str(tmp_path), "--split", "train", "--out", str(tmp_path / "o")])
     assert code == 2 and "split directory not found" in capsys.readouterr().err
+
+
+def test_compressors_job_times_both_compressors_against_a_clone(tmp_path):
+    outdir = tmp_path / "compressors"
+    arguments = ["--batch-size", "2", "--channels", "3", "--image-size", "12", "--repeats", "2"]
+    command = ["division", "compressors", "--outdir", str(outdir), *arguments, "--kernels", "torch"]
+    assert main(command) == 0
+    record = json.loads((outdir / "metrics.json").read_text())
+    assert (
+        record["job"] == "compressors" and record["kernels"] == "torch" and record["map_shape"] == "2x3x12x12"
+    )
+    assert record["division_ms"] > 0 and record["actnn2bit_vs_clone"] > 0
+    assert set(TIMING_FIELDS) <= set(record)

@@ -1,6 +1,6 @@
 """DIVISION on a CUDA device (``pytest -m gpu``): the CUDA kernels bit-exact with the CPU reference
-given the same random numbers, on the tensor's own device, and every method's training step under
-float32, float16 and bfloat16 autocast."""
+(the same Philox noise, every dtype and bit width), on the tensor's own device, and every method's
+training step under float32, float16 and bfloat16 autocast."""
 
 from __future__ import annotations
 
@@ -43,41 +43,89 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _map(shape, dtype, seed: int = 0) -> torch.Tensor:
+    x = torch.randn(shape, generator=_generator(seed)) * 3 + 1
+    x.view(-1)[::7] = -0.0  # signed zeros, as ReLU outputs hold
+    return x.to(dtype)
+
+
+def _equal_on_cpu(ours, reference) -> bool:
+    return all(
+        a.device.type == "cuda" and torch.equal(a.cpu(), b) and a.dtype == b.dtype
+        for a, b in zip(ours, reference, strict=True)
+    )
+
+
+SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Tiles that divide the plane, edge tiles, a plane under a block, a plane wider than a block of
+# threads, values that do not fill a byte, one value.
+SHAPES = ((4, 8, 16, 16), (2, 3, 17, 13), (1, 2, 7, 20), (2, 2, 3, 300), (3, 1, 9, 8), (1, 1, 1, 1))
+
+
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
-def test_quantize_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, bits):
-    x = torch.randn(129, 1000, generator=_generator(0)) * 3
-    minimum, scale = (t.float() for t in compress.row_range(x, bits))
-    noise = torch.rand(x.shape, generator=_generator(1))
-    expected = compress.quantize_pack(x, minimum, scale, noise, bits)
-    packed = cuda_kernels.quantize_pack(x.to(CUDA), minimum.to(CUDA), scale.to(CUDA), noise.to(CUDA), bits)
-    assert packed.device.type == "cuda"
-    assert torch.equal(packed.cpu(), expected)
-    restored = cuda_kernels.unpack_dequantize(packed, minimum.to(CUDA), scale.to(CUDA), bits, 1000)
-    assert torch.equal(restored.cpu(), compress.unpack_dequantize(expected, minimum, scale, bits, 1000))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dtype, bits):
+    for index, shape in enumerate(SHAPES):
+        x = _map(shape, dtype, index)
+        saved = cuda_kernels.division_compress(x.to(CUDA), 8, bits, SEED, OFFSET)
+        expected = compress.division_compress(x, 8, bits, SEED, OFFSET)
+        assert _equal_on_cpu(saved, expected), shape
+        restored = cuda_kernels.division_decompress(*saved, 8, bits, shape[2], shape[3], dtype, False)
+        assert _equal_on_cpu(
+            [restored], [compress.division_decompress(*expected, 8, bits, *shape[2:], dtype, False)]
+        )
+        for group_size in (256, 33):
+            saved = cuda_kernels.group_compress(x.to(CUDA), group_size, bits, SEED, OFFSET)
+            expected = compress.group_compress(x, group_size, bits, SEED, OFFSET)
+            assert _equal_on_cpu(saved, expected), (shape, group_size)
+            restored = cuda_kernels.group_decompress(*saved, group_size, bits, list(shape), dtype, False)
+            reference = compress.group_decompress(*expected, group_size, bits, list(shape), dtype, False)
+            assert _equal_on_cpu([restored], [reference]), (shape, group_size)
 
 
-def test_mask_and_maxpool_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels):
-    mask = torch.rand(100_003, generator=_generator(0)) > 0.4
-    packed = cuda_kernels.pack_mask(mask.to(CUDA))
-    assert torch.equal(packed.cpu(), compress.pack_mask(mask))
-    assert torch.equal(cuda_kernels.unpack_mask(packed, mask.numel()).cpu(), mask)
-    x = torch.randn(4, 8, 17, 17, generator=_generator(1))
-    out, index = cuda_kernels.maxpool2d_forward(x.to(CUDA), 2, 2, 0)
-    ref_out, ref_index = compress.maxpool2d_forward(x, 2, 2, 0)
-    assert torch.equal(out.cpu(), ref_out) and torch.equal(index.cpu(), ref_index)
-    grad_out = torch.randn(ref_out.shape, generator=_generator(2))
-    grad = cuda_kernels.maxpool2d_backward(grad_out.to(CUDA), index, 17, 17, 2, 2, 0)
-    assert torch.equal(grad.cpu(), compress.maxpool2d_backward(grad_out, ref_index, 17, 17, 2, 2, 0))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mask_and_maxpool_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dtype):
+    x = _map((3, 5, 110, 61), dtype)  # not a whole number of bytes or of blocks of 2048 values
+    grad = _map(x.shape, dtype, 1)
+    out, packed = cuda_kernels.relu_pack(x.to(CUDA))
+    assert _equal_on_cpu((out, packed), compress.relu_pack(x))
+    assert _equal_on_cpu(
+        [cuda_kernels.masked_grad(grad.to(CUDA), packed, 1.0)],
+        [compress.masked_grad(grad, packed.cpu(), 1.0)],
+    )
+    for p in (0.7, 0.1):
+        dropped = cuda_kernels.dropout_pack(x.to(CUDA), p, SEED, OFFSET)
+        assert _equal_on_cpu(dropped, compress.dropout_pack(x, p, SEED, OFFSET))
+        gain = 1.0 / (1.0 - p)
+        grad_in = cuda_kernels.masked_grad(grad.to(CUDA), dropped[1], gain)
+        assert _equal_on_cpu([grad_in], [compress.masked_grad(grad, dropped[1].cpu(), gain)])
+    for kernel, stride, padding in ((2, 2, 0), (3, 2, 1)):
+        x = _map((4, 8, 17, 17), dtype, 2)
+        out, index = cuda_kernels.maxpool2d_forward(x.to(CUDA), kernel, stride, padding)
+        assert _equal_on_cpu((out, index), compress.maxpool2d_forward(x, kernel, stride, padding))
+        grad_out = _map(out.shape, dtype, 3)
+        grad = cuda_kernels.maxpool2d_backward(grad_out.to(CUDA), index, 17, 17, kernel, stride, padding)
+        expected = compress.maxpool2d_backward(grad_out, index.cpu(), 17, 17, kernel, stride, padding)
+        if kernel == stride:
+            assert _equal_on_cpu([grad], [expected])
+        else:  # overlapping windows: sums of up to 4 values, rounded to the dtype in another order
+            exact = compress.maxpool2d_backward(
+                grad_out.float(), index.cpu(), 17, 17, kernel, stride, padding
+            )
+            error = 4 * torch.finfo(dtype).eps * grad_out.float().abs().max().item()
+            torch.testing.assert_close(grad.cpu().float(), exact, rtol=0, atol=error)
 
 
 def test_kernels_run_on_the_tensors_device(cuda_kernels):
     """The device guard: outputs land on the inputs' GPU whatever the current device is."""
     last = torch.device("cuda", torch.cuda.device_count() - 1)
-    mask = torch.rand(1000, generator=_generator(0), device="cpu") > 0.5
+    x = _map((2, 3, 8, 8), torch.float32)
     with torch.cuda.device(0):
-        packed = cuda_kernels.pack_mask(mask.to(last))
-    assert packed.device == last
-    assert torch.equal(packed.cpu(), compress.pack_mask(mask))
+        out, packed = cuda_kernels.relu_pack(x.to(last))
+        saved = cuda_kernels.division_compress(x.to(last), 8, 2, SEED, OFFSET)
+    assert out.device == last and packed.device == last and all(t.device == last for t in saved)
+    assert _equal_on_cpu(saved, compress.division_compress(x, 8, 2, SEED, OFFSET))
 
 
 @pytest.mark.parametrize("amp", ["none", "fp16", "bf16"])

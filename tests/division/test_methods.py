@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import weakref
 
 import pytest
 import torch
@@ -204,3 +205,85 @@ def test_unknown_method_and_model_are_refused():
         convert_model(small_cnn(), "zip")
     with pytest.raises(ValueError, match="model"):
         build_model("vgg", 10)
+
+
+class _Recording:
+    """A compressor that records what it compresses (storage addresses) and weak references to the
+    compressed copies it returns."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.inputs: list[int] = []
+        self.copies: list[weakref.ref] = []
+
+    def compress(self, x, generator, ops):
+        self.inputs.append(x.data_ptr())
+        saved = self.inner.compress(x, generator, ops)
+        self.copies += [weakref.ref(t) for t in saved]
+        return saved
+
+    def decompress(self, *args):
+        return self.inner.decompress(*args)
+
+
+def _recorded(model: nn.Module, method: str = "division") -> _Recording:
+    context = convert_model(model, method)
+    context.compressor = _Recording(context.compressor)
+    return context.compressor
+
+
+def test_every_step_compresses_its_own_inputs():
+    """A fixed batch reused across steps (as the speed and memory benchmarks do) is compressed again
+    in each step, and no compressed copy outlives its step's backward."""
+    model = small_cnn()
+    recording = _recorded(model)
+    x, y = smooth_batch(4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    per_step = []
+    for _ in range(3):
+        recording.inputs.clear()
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        per_step.append(list(recording.inputs))
+        assert recording.copies and all(ref() is None for ref in recording.copies)
+    assert all(step[0] == x.data_ptr() for step in per_step)  # the first conv's input: the batch
+    assert len({len(step) for step in per_step}) == 1
+
+
+def test_a_tensor_feeding_two_layers_is_compressed_once_per_pass():
+    class Fork(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(3, 4, 3, padding=1)
+            self.left = nn.Conv2d(4, 4, 3, padding=1)
+            self.right = nn.Conv2d(4, 4, 1)
+
+        def forward(self, x):
+            h = self.stem(x)
+            return self.left(h) + self.right(h)
+
+    torch.manual_seed(0)
+    model = Fork()
+    recording = _recorded(model)
+    x = torch.randn(2, 3, 8, 8)
+    for step in range(2):
+        recording.inputs.clear()
+        model(x).sum().backward()
+        assert len(recording.inputs) == 2, step  # x, then h once for both convs
+
+
+def test_the_generator_state_gives_back_the_same_noise():
+    base = small_cnn()
+    x, y = smooth_batch(4)
+    first, second = copy.deepcopy(base), copy.deepcopy(base)
+    context = convert_model(first, "division", seed=5)
+    state = context.state_dict()
+    gradients(first, x, y)
+    other = convert_model(second, "division", seed=9)
+    other.load_state_dict(state)
+    expected = torch.cat([p.grad.flatten() for p in first.parameters()])
+    assert torch.equal(gradients(second, x, y), expected)
+    third = copy.deepcopy(base)
+    convert_model(third, "division", seed=9)  # its own noise
+    assert not torch.equal(gradients(third, x, y), expected)

@@ -1,10 +1,12 @@
-"""The benchmark algorithms: one training step's memory, training throughput, largest batch.
+"""The benchmark algorithms: one training step's memory and its lower bound, training throughput,
+the largest batch, and the compressors against cloning a map.
 
 They take a prepared model and tensors and return numbers; the job runner (``commands``) does I/O.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import torch
@@ -15,6 +17,9 @@ from membench.core.meter import MIB, Meter
 from membench.core.oom import is_out_of_memory, oom_fields
 from membench.core.seeding import seeded
 from membench.core.timing import Timer
+from membench.core.tracers import SavedActivationCounter
+from membench.division.compress import DivisionCompressor, GroupCompressor
+from membench.division.functions import CompressedBatchNorm2d, CompressedConv2d
 from membench.division.kernels import Kernels
 from membench.division.methods import MethodSpec, convert_model
 from membench.division.models import build_model
@@ -23,11 +28,13 @@ from membench.division.precision import FLOAT32, Precision
 __all__ = [
     "largest_batch",
     "make_optimizer",
+    "measure_compressors",
     "measure_step_memory",
     "measure_throughput",
     "prepare_model",
     "random_batch",
     "state_bytes",
+    "step_memory_bound",
     "training_step",
 ]
 
@@ -129,6 +136,83 @@ def measure_step_memory(
     }
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def step_memory_bound(
+    model, optimizer, inputs, targets, precision: Precision = FLOAT32
+) -> dict[str, float | str]:
+    """A lower bound of a training step's allocator peak (what :func:`measure_step_memory` reports
+    as ``step_alloc_peak_mib``: bytes allocated during the step), from one instrumented step.
+
+    These bytes are allocated during the step and alive at once:
+    - at the end of the forward pass, every saved tensor (unique storages; parameters, buffers and
+      the input batch excluded);
+    - when a layer's backward starts: the saved tensors of the layers whose backward has not run yet
+      (its own included), the gradients accumulated so far and its own parameters' (about to be),
+      the gradient maps autograd holds (the layer's output gradient, and those waiting for another
+      consumer, as a residual block's output gradient waits for the shortcut), the gradient of its
+      input (when the input needs one) and, for a layer that keeps its input compressed, the
+      decompressed input in the dtype it computes in: one convolution backward takes both.
+    The bound is the largest of these sums over the step; kernels' workspaces and any other
+    temporaries come on top of it. Returns ``step_alloc_bound_mib`` and its parts at that moment:
+    ``bound_saved_mib``, ``bound_grads_mib``, ``bound_maps_mib`` and ``bound_at`` (the layer, or
+    ``end of forward``).
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    counter = SavedActivationCounter(exclude=[*model.parameters(), *model.buffers(), inputs])
+    best = {"total": -1, "saved": 0, "grads": 0, "maps": 0, "at": ""}
+    names = {module: name for name, module in model.named_modules()}
+    held: dict[int, tuple[weakref.ref, int]] = {}  # output gradients seen, by storage
+
+    def consider(at: str, saved: int, grads: int, maps: int) -> None:
+        if saved + grads + maps > best["total"]:
+            best.update(total=saved + grads + maps, saved=saved, grads=grads, maps=maps, at=at)
+
+    def after_forward(module, args, output) -> None:
+        if not (isinstance(output, torch.Tensor) and output.requires_grad) or not args:
+            return
+        x = args[0]
+        maps = _nbytes(x) if isinstance(x, torch.Tensor) and x.requires_grad else 0
+        compressed = isinstance(module, (CompressedConv2d, CompressedBatchNorm2d))
+        if compressed and module.context.compressor is not None:
+            device = x.device.type
+            autocast = isinstance(module, CompressedConv2d) and torch.is_autocast_enabled(device)
+            dtype = torch.get_autocast_dtype(device) if autocast else x.dtype
+            maps += x.numel() * torch.finfo(dtype).bits // 8
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+
+        def before_backward(grad: torch.Tensor) -> None:
+            held[grad.untyped_storage().data_ptr()] = (weakref.ref(grad), _nbytes(grad))
+            gradient_maps = sum(nbytes for ref, nbytes in held.values() if ref() is not None)
+            grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
+            grads += sum(_nbytes(p) for p in own if p.grad is None)
+            at = names.get(module, type(module).__name__)
+            consider(at, counter.current_bytes, grads, maps + gradient_maps)
+
+        output.register_hook(before_backward)
+
+    leaves = [m for m in model.modules() if not any(True for _ in m.children())]
+    handles = [m.register_forward_hook(after_forward) for m in leaves]
+    try:
+        optimizer.zero_grad(set_to_none=True)
+        with precision.autocast(), counter:
+            loss = nn.functional.cross_entropy(model(inputs), targets)
+        consider("end of forward", counter.current_bytes, 0, 0)
+        precision.backward_step(loss, optimizer)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {
+        "step_alloc_bound_mib": best["total"] / MIB,
+        "bound_saved_mib": best["saved"] / MIB,
+        "bound_grads_mib": best["grads"] / MIB,
+        "bound_maps_mib": best["maps"] / MIB,
+        "bound_at": best["at"],
+    }
+
+
 def _release(optimizer, device: torch.device) -> None:
     """Drop the gradients and cached blocks a failed step left behind."""
     optimizer.zero_grad(set_to_none=True)
@@ -159,6 +243,63 @@ def measure_throughput(
         "step_ms_min": min(steady_s) * 1e3,
         "step_ms_max": max(steady_s) * 1e3,
     }
+
+
+def measure_compressors(
+    kernels: Kernels,
+    shape: tuple[int, int, int, int],
+    spec: MethodSpec = MethodSpec(),
+    repeats: int = 20,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device = torch.device("cpu"),
+    seed: int = 0,
+) -> dict[str, object]:
+    """Time compressing and decompressing one random map of ``shape`` (N, C, H, W) and ``dtype``
+    by DIVISION and by the ActNN-style compressor of ``spec``, against cloning the map.
+
+    Each of ``repeats`` rounds times, one after the other, a clone, then each compressor's compress
+    and its decompress (so load changes hit all alike). Returns per operation its median in ms over
+    the steady rounds (``clone_ms``, ``division_compress_ms``, ``division_decompress_ms``, ...), per
+    compressor ``<method>_ms`` (compress plus decompress) and ``<method>_vs_clone`` (that over
+    ``clone_ms``), the clone's timing fields (:mod:`membench.core.timing`, unit ``repeat``), and
+    ``timing_reliable`` / ``timing_flag`` over all operations.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    compressors = {
+        "division": DivisionCompressor(spec.block_size, spec.hfc_bits),
+        "actnn2bit": GroupCompressor(spec.group_size, spec.actnn_bits),
+    }
+    timers = {"clone": Timer("repeat", device=device)}
+    for name in compressors:
+        timers[f"{name}_compress"] = Timer("repeat", device=device)
+        timers[f"{name}_decompress"] = Timer("repeat", device=device)
+    for _ in range(repeats + 1):  # the first round is warm-up (timing_fields leaves it out)
+        with timers["clone"].sample():
+            x.clone()
+        for name, compressor in compressors.items():
+            with timers[f"{name}_compress"].sample():
+                saved = compressor.compress(x, generator, kernels)
+            with timers[f"{name}_decompress"].sample():
+                compressor.decompress(saved, x.shape, dtype, kernels)
+            del saved
+    fields: dict[str, object] = dict(timers["clone"].fields())
+    timings = {name: timer.fields() for name, timer in timers.items()}
+    for name, timing in timings.items():
+        fields[f"{name}_ms"] = timing["time_median_s"] * 1e3
+        fields[f"{name}_spread_pct"] = timing["time_spread_pct"]
+    for name in compressors:
+        fields[f"{name}_ms"] = fields[f"{name}_compress_ms"] + fields[f"{name}_decompress_ms"]
+        fields[f"{name}_vs_clone"] = fields[f"{name}_ms"] / fields["clone_ms"]
+    flags = [f"{name}: {t['timing_flag']}" for name, t in timings.items() if not t["timing_reliable"]]
+    fields.update(timing_reliable=not flags, timing_flag="; ".join(flags))
+    fields.update(
+        map_shape="x".join(map(str, shape)),
+        map_dtype=str(dtype).removeprefix("torch."),
+        map_mib=x.numel() * x.element_size() / MIB,
+        repeats=repeats,
+    )
+    return fields
 
 
 def largest_batch(fits: Callable[[int], bool], start: int, limit: int) -> tuple[int, list[tuple[int, bool]]]:

@@ -20,6 +20,7 @@ from membench.core.options import (
     MOMENTUM,
     SEED,
     STEPS,
+    THREADS,
     TIMEOUT_S,
     WEIGHT_DECAY,
     WORKERS,
@@ -35,32 +36,19 @@ from membench.division.methods import METHODS, MethodSpec
 from membench.division.models import MODELS, STEMS
 from membench.division.precision import AMP_CHOICES
 
-__all__ = ["build_parser", "CONFIG_KEYS", "memory_parser", "NUM_CLASSES", "run", "SYSTEM"]
+__all__ = ["build_parser", "CONFIG_KEYS", "MAP_DTYPES", "memory_parser", "NUM_CLASSES", "run", "SYSTEM"]
 
 SYSTEM = "division"
+# The dtypes of a map the compressor benchmark measures (the kernels read and write these).
+MAP_DTYPES = ("float32", "float16", "bfloat16")
 # The methods that compress nothing (methods.convert_model): they run torch's own operators whatever
 # --kernels says, record kernels "torch", and build nothing.
 _UNCOMPRESSED = ("vanilla", "checkpoint")
 NUM_CLASSES = integer(2, 100_000)
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv"
-    )
-    parser.add_argument("--variant", required=True, choices=METHODS, help="the training method")
-    parser.add_argument("--model", default="resnet18", choices=MODELS)
-    parser.add_argument(
-        "--width",
-        type=integer(1, 4096),
-        default=None,
-        help="first-stage channels (ResNets) or growth rate (DenseNet)",
-    )
-    parser.add_argument(
-        "--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)"
-    )
-    parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
-    parser.add_argument("--seed", type=SEED, default=0)
+def _add_compressor_options(parser: argparse.ArgumentParser) -> None:
+    """The compressors' settings and which kernels run them."""
     parser.add_argument(
         "--block-size", type=integer(1, 1024), default=MethodSpec.block_size, help="DIVISION LFC block B"
     )
@@ -90,6 +78,26 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="manifest.json of `membench division build --outdir` (default: the per-user cache's build)",
     )
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--outdir", type=OutputDir, required=True, help="job directory for metrics.json and memlog.csv"
+    )
+    parser.add_argument("--variant", required=True, choices=METHODS, help="the training method")
+    parser.add_argument("--model", default="resnet18", choices=MODELS)
+    parser.add_argument(
+        "--width",
+        type=integer(1, 4096),
+        default=None,
+        help="first-stage channels (ResNets) or growth rate (DenseNet)",
+    )
+    parser.add_argument(
+        "--stem", default=None, choices=STEMS, help="DenseNet-121/ResNet-50 stem (default imagenet)"
+    )
+    parser.add_argument("--device", default="auto", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)")
+    parser.add_argument("--seed", type=SEED, default=0)
+    _add_compressor_options(parser)
     parser.add_argument(
         "--amp",
         default="none",
@@ -108,6 +116,13 @@ def _add_synthetic(parser: argparse.ArgumentParser) -> None:
 def _add_memory(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
     _add_synthetic(parser)
+    parser.add_argument(
+        "--memory-bound",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="after the measured step, one instrumented step computes a lower bound of its allocator "
+        "peak (step_alloc_bound_mib) and the ratio of the peak to it (step_alloc_peak_vs_bound)",
+    )
     parser.add_argument("--trace-live-tensors", action=argparse.BooleanOptionalAction, default=True)
     add_allocator_option(parser)
 
@@ -207,6 +222,22 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--warmup-steps", type=integer(0, 1_000_000), default=3, help="untimed training steps before timing"
     )
 
+    compressors = steps.add_parser(
+        "compressors", help="compress + decompress of one map by DIVISION and ActNN-style, against a clone"
+    )
+    compressors.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json")
+    compressors.add_argument("--batch-size", type=BATCH_SIZE, default=32, help="the map's N")
+    compressors.add_argument("--channels", type=integer(1, 2**16), default=64, help="the map's C")
+    compressors.add_argument("--image-size", type=IMAGE_SIZE, default=32, help="the map's H and W")
+    compressors.add_argument("--dtype", default="float32", choices=MAP_DTYPES, help="the map's dtype")
+    compressors.add_argument("--repeats", type=integer(1, 1000), default=20, help="timed rounds")
+    compressors.add_argument("--threads", type=THREADS, default=1, help="torch CPU threads")
+    compressors.add_argument(
+        "--device", default="cpu", help=f"one of {', '.join(DEVICE_CHOICES)} (or cuda:N)"
+    )
+    compressors.add_argument("--seed", type=SEED, default=0)
+    _add_compressor_options(compressors)
+
     maxbatch = steps.add_parser(
         "maxbatch", help="largest batch whose training step fits (binary search, one process per probe)"
     )
@@ -268,6 +299,8 @@ def run(args: argparse.Namespace) -> None:
         plot_speed(args.table, args.out)
     elif args.step == "maxbatch":
         _maxbatch(args)
+    elif args.step == "compressors":
+        _compressors(args)
     else:
         _job(args)
 
@@ -337,6 +370,19 @@ def _measure(args, device, ranks, start: float) -> None:
         return
     record.update(meter.summary())
     record.update(fields)
+    if record.get("step_alloc_bound_mib") and record.get("step_alloc_peak_mib") is not None:
+        record["step_alloc_peak_vs_bound"] = record["step_alloc_peak_mib"] / record["step_alloc_bound_mib"]
+        logging.info(
+            "step allocator peak %.1f MiB = %.2fx its lower bound %.1f MiB (saved %.1f + gradients %.1f + "
+            "maps %.1f MiB, at %s)",
+            record["step_alloc_peak_mib"],
+            record["step_alloc_peak_vs_bound"],
+            record["step_alloc_bound_mib"],
+            record["bound_saved_mib"],
+            record["bound_grads_mib"],
+            record["bound_maps_mib"],
+            record["bound_at"],
+        )
     record["wall_s"] = time.perf_counter() - start
     path = write_job_outputs(args.outdir, record, meter.memlog())
     logging.info(
@@ -350,7 +396,13 @@ def _measure(args, device, ranks, start: float) -> None:
 
 
 def _memory(args, device, spec, kernels, meter) -> dict:
-    from membench.division.bench import make_optimizer, measure_step_memory, prepare_model, random_batch
+    from membench.division.bench import (
+        make_optimizer,
+        measure_step_memory,
+        prepare_model,
+        random_batch,
+        step_memory_bound,
+    )
     from membench.division.precision import Precision
 
     model, _ = prepare_model(
@@ -358,7 +410,11 @@ def _memory(args, device, spec, kernels, meter) -> dict:
     )
     optimizer = make_optimizer(model)
     inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
-    return measure_step_memory(model, optimizer, inputs, targets, meter, Precision(args.amp, device))
+    precision = Precision(args.amp, device)
+    fields = measure_step_memory(model, optimizer, inputs, targets, meter, precision)
+    if args.memory_bound and fields["status"] == "ok":
+        fields.update(step_memory_bound(model, optimizer, inputs, targets, precision))
+    return fields
 
 
 def _speed(args, device, spec, kernels, meter) -> dict:
@@ -381,6 +437,57 @@ def _speed(args, device, spec, kernels, meter) -> dict:
             Precision(args.amp, device),
         )
     return {**fields, "train_steps": args.train_steps, "warmup_steps": args.warmup_steps}
+
+
+def _compressors(args) -> None:
+    """Compress + decompress one map by each compressor against a clone; write metrics.json."""
+    import torch
+
+    from membench.core.device import resolve_device
+    from membench.core.extension import user_cache_dir
+    from membench.core.metrics import job_record, write_job_outputs
+    from membench.division.bench import measure_compressors
+    from membench.division.kernels import select_kernels
+
+    start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    kernels = select_kernels(
+        args.kernels, args.build_manifest, device.type, cache_dir=user_cache_dir(os.environ)
+    )
+    spec = MethodSpec(block_size=args.block_size, hfc_bits=args.hfc_bits, group_size=args.group_size)
+    shape = (args.batch_size, args.channels, args.image_size, args.image_size)
+    record = job_record(SYSTEM, "compressors", "random_map", device, args.seed, args.batch_size)
+    record.update(
+        {
+            "job": "compressors",
+            "kernels": kernels.value,
+            "kernels_fallback_reason": kernels.fallback_reason,
+            "block_size": spec.block_size,
+            "hfc_bits": spec.hfc_bits,
+            "group_size": spec.group_size,
+            "channels": args.channels,
+            "image_size": args.image_size,
+        }
+    )
+    record.update(
+        measure_compressors(kernels, shape, spec, args.repeats, getattr(torch, args.dtype), device, args.seed)
+    )
+    record["wall_s"] = time.perf_counter() - start
+    path = write_job_outputs(args.outdir, record)
+    logging.info(
+        "%s map, %s kernels, %d thread(s): clone %.2f ms; DIVISION %.2f ms (%.1fx the clone); "
+        "ActNN-style %.2f ms (%.1fx) -> %s",
+        record["map_shape"],
+        record["kernels"],
+        args.threads,
+        record["clone_ms"],
+        record["division_ms"],
+        record["division_vs_clone"],
+        record["actnn2bit_ms"],
+        record["actnn2bit_vs_clone"],
+        path,
+    )
 
 
 def _maxbatch(args) -> None:

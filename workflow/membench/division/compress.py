@@ -19,6 +19,7 @@ draws the same noise.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -108,11 +109,18 @@ def philox_uniform(seed: int, offset: int, rows: int, length: int, device: torch
     call = torch.arange(blocks * 16, dtype=torch.int64, device=device).expand(rows, blocks * 16)
     row = torch.arange(rows, dtype=torch.int64, device=device)[:, None].expand_as(call)
     offset_words = (torch.full_like(call, offset & _MASK32), torch.full_like(call, (offset >> 32) & _MASK32))
-    words = torch.stack(philox4x32((call, row, *offset_words), (seed & _MASK32, (seed >> 32) & _MASK32)), 2)
-    halves = torch.stack((words & 0xFFFF, words >> 16), dim=3)  # (rows, call, word, half)
+    words = philox4x32((call, row, *offset_words), (seed & _MASK32, (seed >> 32) & _MASK32))
+    uniforms = torch.stack(  # (rows, call, word, half)
+        [torch.stack((_half_uniform(w & 0xFFFF), _half_uniform(w >> 16)), dim=2) for w in words], dim=2
+    )
     # (rows, block, lane, word, half) -> value order (block, word, half, lane)
-    halves = halves.view(rows, blocks, 16, 4, 2).permute(0, 1, 3, 4, 2).reshape(rows, blocks * 128)
-    return (halves[:, :length].to(torch.float32) + 0.5) * 2.0**-16
+    uniforms = uniforms.view(rows, blocks, 16, 4, 2).permute(0, 1, 3, 4, 2).reshape(rows, blocks * 128)
+    return uniforms[:, :length]
+
+
+def _half_uniform(half: torch.Tensor) -> torch.Tensor:
+    """The uniform of 16-bit integers (int64): ``(half + 1/2) * 2**-16``, float32 (exact)."""
+    return (half.to(torch.float32) + 0.5) * 2.0**-16
 
 
 def philox_inputs(generator: torch.Generator | None) -> tuple[int, int]:
@@ -314,13 +322,18 @@ def division_decompress(
     height: int,
     width: int,
     dtype: torch.dtype,
+    channels_last: bool,
 ) -> torch.Tensor:
     """Inverse of :func:`division_compress`: (N, C, height, width) in ``dtype``, the dequantised HFC
-    plus the upsampled LFC computed in float32."""
+    plus the upsampled LFC computed in float32, laid out channels last when ``channels_last``."""
     n, c = lfc.shape[:2]
     hfc = unpack_dequantize(packed, minimum.float(), scale.float(), bits, height * width)
     hfc = hfc.view(n, c, height, width)
-    return (hfc + upsample_low_frequency(lfc, height, width, block)).to(dtype)
+    return _laid_out((hfc + upsample_low_frequency(lfc, height, width, block)).to(dtype), channels_last)
+
+
+def _laid_out(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 def group_compress(
@@ -345,12 +358,14 @@ def group_decompress(
     scale: torch.Tensor,
     group_size: int,
     bits: int,
-    numel: int,
+    shape: list[int],
     dtype: torch.dtype,
+    channels_last: bool,
 ) -> torch.Tensor:
-    """Inverse of :func:`group_compress`: the first ``numel`` values, flat, in ``dtype``."""
+    """Inverse of :func:`group_compress`: the map of ``shape`` in ``dtype``, laid out channels last
+    (a 4-D ``shape``) when ``channels_last``."""
     values = unpack_dequantize(packed, minimum.float(), scale.float(), bits, group_size)
-    return values.view(-1)[:numel].to(dtype)
+    return _laid_out(values.view(-1)[: math.prod(shape)].view(shape).to(dtype), channels_last)
 
 
 @dataclass(frozen=True)
@@ -371,11 +386,17 @@ class DivisionCompressor:
         return tuple(ops.division_compress(x, self.block, self.bits, *philox_inputs(generator)))
 
     def decompress(
-        self, saved: tuple[torch.Tensor, ...], shape: torch.Size, dtype: torch.dtype, ops
+        self,
+        saved: tuple[torch.Tensor, ...],
+        shape: torch.Size,
+        dtype: torch.dtype,
+        ops,
+        channels_last: bool = False,
     ) -> torch.Tensor:
+        """The map of ``shape`` in ``dtype`` (channels last when asked, on a CPU)."""
         lfc, packed, minimum, scale = saved
         return ops.division_decompress(
-            lfc, packed, minimum, scale, self.block, self.bits, shape[2], shape[3], dtype
+            lfc, packed, minimum, scale, self.block, self.bits, shape[2], shape[3], dtype, channels_last
         )
 
 
@@ -397,10 +418,15 @@ class GroupCompressor:
         return tuple(ops.group_compress(x, self.group_size, self.bits, *philox_inputs(generator)))
 
     def decompress(
-        self, saved: tuple[torch.Tensor, ...], shape: torch.Size, dtype: torch.dtype, ops
+        self,
+        saved: tuple[torch.Tensor, ...],
+        shape: torch.Size,
+        dtype: torch.dtype,
+        ops,
+        channels_last: bool = False,
     ) -> torch.Tensor:
+        """The map of ``shape`` in ``dtype`` (channels last when asked, on a CPU)."""
         packed, minimum, scale = saved
-        values = ops.group_decompress(
-            packed, minimum, scale, self.group_size, self.bits, shape.numel(), dtype
+        return ops.group_decompress(
+            packed, minimum, scale, self.group_size, self.bits, list(shape), dtype, channels_last
         )
-        return values.view(shape)

@@ -81,11 +81,15 @@ class CompressionContext:
         self._compressed[id(x)] = (weakref.ref(x), x._version, tuple(weakref.ref(t) for t in saved))
         return saved
 
-    def decompress(self, saved, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
-        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``, written in ``dtype``."""
+    def decompress(
+        self, saved, shape: torch.Size, dtype: torch.dtype, channels_last: bool = False
+    ) -> torch.Tensor:
+        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``, written in ``dtype``
+        (laid out channels last when ``channels_last``, on a CPU)."""
         if self.compressor is None:
-            return saved[0].to(dtype)
-        return self.compressor.decompress(tuple(saved), shape, dtype, self.kernels)
+            x = saved[0].to(dtype)
+            return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+        return self.compressor.decompress(tuple(saved), shape, dtype, self.kernels, channels_last)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The generator's state (a uint8 tensor), so a resumed run draws the same noise."""
@@ -137,7 +141,13 @@ class _Conv2dFunction(Function):
         weight, *saved = ctx.saved_tensors
         shape, dtype, compute, bias, stride, padding, dilation, groups, context = ctx.config
         compute = compute or dtype
-        x = context.decompress(saved, shape, compute)
+        # On a CPU the backward runs channels last: oneDNN's (N, C, H, W) convolution backward
+        # reorders its input and output gradient into two more map-sized buffers, channels last
+        # needs none (and is faster). The input is decompressed straight into that layout.
+        channels_last = grad_out.device.type == "cpu" and len(shape) == 4
+        if channels_last:
+            grad_out = grad_out.to(compute).contiguous(memory_format=torch.channels_last)
+        x = context.decompress(saved, shape, compute, channels_last)
         with torch.autocast(grad_out.device.type, enabled=False):
             grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
                 grad_out.to(compute),
@@ -156,6 +166,9 @@ class _Conv2dFunction(Function):
                     bias is not None and ctx.needs_input_grad[2],
                 ],
             )
+        del x, grad_out
+        if grad_x is not None and channels_last:  # upstream layers run (N, C, H, W)
+            grad_x = grad_x.contiguous()
         return (
             _cast(grad_x, dtype),
             _cast(grad_weight, weight.dtype),

@@ -1,11 +1,19 @@
-// CUDA kernels of the activation compressors; same layouts and arithmetic as division_ops.cpp.
-// Built only when torch has CUDA and nvcc is present. Multiplications and additions use the
-// _rn intrinsics so that nvcc does not contract them into FMAs, which would change the rounding.
-// Only ATen's tensor and per-operator headers and c10/cuda's stream, guard and exception headers
-// are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA toolkit
-// lacks, and torch/extension.h (Python bindings, in division_ops.cpp) would only slow nvcc down.
-// Every launch runs on the inputs' device (a device guard) and its current stream.
+// CUDA kernels of the activation compressors: the same layouts, noise and arithmetic as the CPU
+// kernels (division_ops.cpp) and the pure-torch reference, bit for bit. Built only when torch has
+// CUDA and nvcc is present. nvcc is given --fmad=false, so multiplications and additions are not
+// contracted into FMAs, which would change the rounding.
+//
+// Structure: DIVISION compresses one (sample, channel) plane per thread block (tile means, the HFC's
+// range, then stochastic rounding and packing, the plane read from global memory, which the L2
+// cache holds between the steps); ActNN-style compresses one group per warp; dropout draws its mask
+// per block of 2048 values; every thread that draws noise runs one Philox call for its 8 values
+// (division_common.h), and the levels go through shared memory to be packed into bytes.
+// Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
+// headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
+// toolkit lacks, and torch/extension.h (Python bindings, in division_ops.cpp) would only slow nvcc
+// down. Every launch runs on the inputs' device (a device guard) and its current stream.
 
+#include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -15,63 +23,327 @@
 
 #include <vector>
 
+#include "division_common.h"
+
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Values whose levels a block holds at once: one Philox call (8 values) per thread.
+constexpr int kBlockValues = 8 * kThreads;
+constexpr int kMaxWidth = 8192;  // a plane's row of column sums in shared memory
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
 cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
-__global__ void quantize_pack_kernel(const float* x, const float* minimum, const float* scale, const float* noise,
-                                     uint8_t* out, int64_t rows, int64_t length, int64_t row_bytes, int bits) {
-  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (b >= rows * row_bytes) return;
-  const int64_t g = b / row_bytes, byte_in_row = b % row_bytes;
-  const int per_byte = 8 / bits;
-  const float levels = static_cast<float>((1 << bits) - 1);
-  uint8_t byte = 0;
-  for (int k = 0; k < per_byte; ++k) {
-    const int64_t j = byte_in_row * per_byte + k;
-    if (j >= length) break;
-    float level = floorf(__fadd_rn(__fdiv_rn(__fsub_rn(x[g * length + j], minimum[g]), scale[g]), noise[g * length + j]));
-    level = fminf(fmaxf(level, 0.0f), levels);
-    byte |= static_cast<uint8_t>(static_cast<int>(level) << (k * bits));
+#define MEMBENCH_DISPATCH_MAP_TYPES(TYPE, NAME, ...)                                    \
+  AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)             \
+                                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)          \
+                                         AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+// Calls f(std::integral_constant<int, bits>()) (bits already checked by the caller).
+template <typename F>
+void dispatch_bits(int64_t bits, F&& f) {
+  switch (bits) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    default: f(std::integral_constant<int, 8>()); break;
   }
-  out[b] = byte;
 }
 
-__global__ void unpack_dequantize_kernel(const uint8_t* packed, const float* minimum, const float* scale, float* x,
-                                         int64_t rows, int64_t length, int64_t row_bytes, int bits) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * length) return;
-  const int64_t g = i / length, j = i % length;
-  const int per_byte = 8 / bits;
-  const int level = (packed[g * row_bytes + j / per_byte] >> ((j % per_byte) * bits)) & ((1 << bits) - 1);
-  x[i] = __fadd_rn(__fmul_rn(static_cast<float>(level), scale[g]), minimum[g]);
+__host__ __device__ __forceinline__ int64_t packed_row_bytes(int64_t length, int64_t bits) {
+  const int64_t per_byte = 8 / bits;
+  return (length + per_byte - 1) / per_byte;
 }
 
-__global__ void pack_mask_kernel(const bool* mask, uint8_t* out, int64_t numel, int64_t bytes) {
+// The 8 values of Philox call `call` of a row: value v (0 .. 7) of the call is value
+// noise_value(call, v) of the row (division_common.h: 16 calls per block of 128 values).
+__device__ __forceinline__ int64_t noise_value(int64_t call, int v) {
+  return (call / membench::kNoiseCalls) * membench::kNoiseBlock + 32 * (v / 2) + 16 * (v % 2) +
+         call % membench::kNoiseCalls;
+}
+
+__device__ __forceinline__ float call_uniform(const membench::Philox4& r, int v) {
+  return membench::uniform_from_half((r.word[v / 2] >> (16 * (v % 2))) & 0xFFFFu);
+}
+
+__device__ __forceinline__ membench::Philox4 philox_call(uint64_t seed, uint64_t offset, uint32_t row,
+                                                         int64_t call) {
+  return membench::philox4x32_10(static_cast<uint32_t>(call), row, static_cast<uint32_t>(offset),
+                                 static_cast<uint32_t>(offset >> 32), static_cast<uint32_t>(seed),
+                                 static_cast<uint32_t>(seed >> 32));
+}
+
+// Minimum, maximum and NaN flag, reduced over a warp.
+struct Range {
+  float minimum;
+  float maximum;
+  int nan;
+};
+
+__device__ __forceinline__ void range_add(Range& r, float v) {
+  r.minimum = v < r.minimum ? v : r.minimum;
+  r.maximum = v > r.maximum ? v : r.maximum;
+  r.nan |= v != v;
+}
+
+// Merges another range (an empty one is (+inf, -inf): its bounds are not values).
+__device__ __forceinline__ void range_merge(Range& r, float minimum, float maximum, int nan) {
+  r.minimum = minimum < r.minimum ? minimum : r.minimum;
+  r.maximum = maximum > r.maximum ? maximum : r.maximum;
+  r.nan |= nan;
+}
+
+__device__ __forceinline__ Range warp_range(Range r) {
+  for (int delta = 16; delta > 0; delta /= 2) {
+    const float minimum = __shfl_xor_sync(0xFFFFFFFFu, r.minimum, delta);
+    const float maximum = __shfl_xor_sync(0xFFFFFFFFu, r.maximum, delta);
+    const int nan = __shfl_xor_sync(0xFFFFFFFFu, r.nan, delta);
+    range_merge(r, minimum, maximum, nan);
+  }
+  return r;
+}
+
+// The range over a block, known to every thread.
+__device__ Range block_range(Range r) {
+  __shared__ Range partial[kWarps];
+  r = warp_range(r);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) partial[warp] = r;
+  __syncthreads();
+  Range total{INFINITY, -INFINITY, 0};
+  for (int w = 0; w < kWarps; ++w) range_merge(total, partial[w].minimum, partial[w].maximum, partial[w].nan);
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ membench::Grid range_grid(const Range& r, int bits) {
+  return membench::row_grid(r.nan ? NAN : r.minimum, r.nan ? NAN : r.maximum, bits);
+}
+
+// Packs levels[0 .. count) (zero from count on, to a whole byte) into out, threads `first` on in steps of `stride`.
+template <int BITS>
+__device__ __forceinline__ void pack_levels(const uint8_t* levels, int64_t count, uint8_t* out, int first,
+                                            int stride) {
+  constexpr int per_byte = 8 / BITS;
+  for (int64_t b = first; b < (count + per_byte - 1) / per_byte; b += stride) {
+    uint8_t byte = 0;
+    for (int i = 0; i < per_byte; ++i) byte |= static_cast<uint8_t>(levels[b * per_byte + i] << (i * BITS));
+    out[b] = byte;
+  }
+}
+
+// -- DIVISION: one block per (sample, channel) plane ----------------------------------------------
+
+// In-plane indices are 32-bit (a plane has fewer than 2^31 values; the host checks).
+template <typename scalar_t, int BITS>
+__global__ void division_compress_kernel(const scalar_t* __restrict__ x, int height, int width, int tile_h,
+                                         int tile_w, uint64_t seed, uint64_t offset, c10::BFloat16* __restrict__ lfc,
+                                         uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
+                                         c10::BFloat16* __restrict__ scale) {
+  extern __shared__ float column[];  // width floats
+  __shared__ uint8_t levels[kBlockValues];
+  __shared__ float grid_low, grid_step;
+  const int64_t p = blockIdx.x;
+  const int area = height * width, rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
+  const scalar_t* plane = x + p * area;
+  c10::BFloat16* plane_lfc = lfc + p * rows * cols;
+  // Tile means: each column of a tile row summed downwards, then the columns of a tile.
+  for (int tr = 0; tr < rows; ++tr) {
+    const int h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+    for (int w = threadIdx.x; w < width; w += blockDim.x) {
+      float sum = 0.0f;
+      for (int h = h0; h < h1; ++h) sum = __fadd_rn(sum, static_cast<float>(plane[h * width + w]));
+      column[w] = sum;
+    }
+    __syncthreads();
+    for (int tc = threadIdx.x; tc < cols; tc += blockDim.x) {
+      const int w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
+      float sum = 0.0f;
+      for (int w = w0; w < w1; ++w) sum = __fadd_rn(sum, column[w]);
+      plane_lfc[tr * cols + tc] = c10::BFloat16(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
+    }
+    __syncthreads();  // also makes the LFC written above visible to the whole block
+  }
+  // The HFC's range against the bfloat16 LFC.
+  Range range{INFINITY, -INFINITY, 0};
+  for (int j = threadIdx.x; j < area; j += blockDim.x) {
+    const int h = j / width, w = j % width;
+    range_add(range, __fsub_rn(static_cast<float>(plane[j]),
+                               static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w])));
+  }
+  range = block_range(range);
+  if (threadIdx.x == 0) {
+    const membench::Grid grid = range_grid(range, BITS);
+    minimum[p] = grid.low;
+    scale[p] = grid.step;
+    grid_low = static_cast<float>(grid.low);
+    grid_step = static_cast<float>(grid.step);
+  }
+  __syncthreads();
+  const float low = grid_low, step = grid_step, top = static_cast<float>((1 << BITS) - 1);
+  uint8_t* row_out = packed + p * packed_row_bytes(area, BITS);
+  // Stochastic rounding, kBlockValues values at a time: a Philox call per thread, levels packed.
+  for (int begin = 0; begin < area; begin += kBlockValues) {
+    const int64_t call = begin / 8 + threadIdx.x;
+    const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), call);
+    for (int v = 0; v < 8; ++v) {
+      const int j = static_cast<int>(noise_value(call, v));
+      uint8_t level = 0;
+      if (j < area) {
+        const int h = j / width, w = j % width;
+        const float hfc = __fsub_rn(static_cast<float>(plane[j]),
+                                    static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w]));
+        level = static_cast<uint8_t>(membench::quantize_level(hfc, low, step, call_uniform(r, v), top));
+      }
+      levels[j - begin] = level;
+    }
+    __syncthreads();
+    pack_levels<BITS>(levels, min64(kBlockValues, area - begin), row_out + begin / (8 / BITS), threadIdx.x,
+                      blockDim.x);
+    __syncthreads();
+  }
+}
+
+template <typename scalar_t, int BITS>
+__global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
+                                           const c10::BFloat16* __restrict__ minimum,
+                                           const c10::BFloat16* __restrict__ scale, int height, int width, int tile_h,
+                                           int tile_w, scalar_t* __restrict__ out) {
+  constexpr int per_byte = 8 / BITS;
+  const int64_t p = blockIdx.x;
+  const int area = height * width, cols = (width + tile_w - 1) / tile_w, rows = (height + tile_h - 1) / tile_h;
+  const c10::BFloat16* plane_lfc = lfc + p * rows * cols;
+  const uint8_t* row = packed + p * packed_row_bytes(area, BITS);
+  const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
+  for (int j = threadIdx.x; j < area; j += blockDim.x) {
+    const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
+    const int h = j / width, w = j % width;
+    const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
+    out[p * area + j] =
+        static_cast<scalar_t>(__fadd_rn(hfc, static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w])));
+  }
+}
+
+// -- ActNN-style: one warp per group --------------------------------------------------------------
+
+template <typename scalar_t, int BITS>
+__global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t numel, int64_t group_size,
+                                      int64_t groups, uint64_t seed, uint64_t offset, uint8_t* __restrict__ packed,
+                                      c10::BFloat16* __restrict__ minimum, c10::BFloat16* __restrict__ scale) {
+  constexpr int kWarpValues = 8 * 32;
+  __shared__ uint8_t warp_levels[kWarps][kWarpValues];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (g >= groups) return;  // a whole warp leaves: no block-wide barrier follows
+  const int64_t base = g * group_size, count = min64(group_size, numel - base);
+  // The range, with the zero padding of the last group.
+  Range range{INFINITY, -INFINITY, 0};
+  for (int64_t k = lane; k < count; k += 32) range_add(range, static_cast<float>(x[base + k]));
+  if (count < group_size) range_add(range, 0.0f);
+  range = warp_range(range);
+  const membench::Grid grid = range_grid(range, BITS);
+  if (lane == 0) {
+    minimum[g] = grid.low;
+    scale[g] = grid.step;
+  }
+  const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
+  const float top = static_cast<float>((1 << BITS) - 1);
+  uint8_t* levels = warp_levels[warp];
+  uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
+  for (int64_t begin = 0; begin < group_size; begin += kWarpValues) {
+    const int64_t call = begin / 8 + lane;
+    const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
+    for (int v = 0; v < 8; ++v) {
+      const int64_t k = noise_value(call, v);
+      const float value = k < count ? static_cast<float>(x[base + k]) : 0.0f;
+      levels[k - begin] =
+          k < group_size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
+    }
+    __syncwarp();
+    pack_levels<BITS>(levels, min64(kWarpValues, group_size - begin), row_out + begin / (8 / BITS), lane, 32);
+    __syncwarp();
+  }
+}
+
+template <typename scalar_t, int BITS>
+__global__ void group_decompress_kernel(const uint8_t* __restrict__ packed, const c10::BFloat16* __restrict__ minimum,
+                                        const c10::BFloat16* __restrict__ scale, int64_t numel, int64_t group_size,
+                                        int64_t groups, scalar_t* __restrict__ out) {
+  constexpr int per_byte = 8 / BITS;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (g >= groups) return;
+  const int64_t base = g * group_size, count = min64(group_size, numel - base);
+  const uint8_t* row = packed + g * packed_row_bytes(group_size, BITS);
+  const float low = static_cast<float>(minimum[g]), step = static_cast<float>(scale[g]);
+  for (int64_t k = threadIdx.x % 32; k < count; k += 32) {
+    const int level = (row[k / per_byte] >> ((k % per_byte) * BITS)) & ((1 << BITS) - 1);
+    out[base + k] = static_cast<scalar_t>(__fadd_rn(__fmul_rn(static_cast<float>(level), step), low));
+  }
+}
+
+// -- 1-bit masks ------------------------------------------------------------------------------------
+
+template <typename scalar_t>
+__global__ void relu_pack_kernel(const scalar_t* __restrict__ x, int64_t numel, scalar_t* __restrict__ out,
+                                 uint8_t* __restrict__ packed) {
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (b >= bytes) return;
+  if (b >= (numel + 7) / 8) return;
   uint8_t byte = 0;
-  for (int bit = 0; bit < 8 && b * 8 + bit < numel; ++bit) byte |= static_cast<uint8_t>(mask[b * 8 + bit]) << bit;
-  out[b] = byte;
+  for (int i = 0; i < 8 && b * 8 + i < numel; ++i) {
+    const float v = static_cast<float>(x[b * 8 + i]);
+    out[b * 8 + i] = static_cast<scalar_t>(__fmul_rn(v, v > 0.0f ? 1.0f : 0.0f));
+    byte |= static_cast<uint8_t>(v > 0.0f) << i;
+  }
+  packed[b] = byte;
 }
 
-__global__ void unpack_mask_kernel(const uint8_t* packed, bool* mask, int64_t numel) {
+template <typename scalar_t>
+__global__ void dropout_pack_kernel(const scalar_t* __restrict__ x, int64_t numel, float p, float gain,
+                                    uint64_t seed, uint64_t offset, scalar_t* __restrict__ out,
+                                    uint8_t* __restrict__ packed) {
+  __shared__ uint8_t keep[kBlockValues];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kBlockValues;
+  const int64_t call = begin / 8 + threadIdx.x;
+  const membench::Philox4 r = philox_call(seed, offset, 0, call);
+  for (int v = 0; v < 8; ++v) {
+    const int64_t j = noise_value(call, v);
+    const bool kept = call_uniform(r, v) >= p;
+    if (j < numel) {
+      out[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(x[j]), kept ? 1.0f : 0.0f), gain));
+    }
+    keep[j - begin] = j < numel && kept;
+  }
+  __syncthreads();
+  pack_levels<1>(keep, min64(kBlockValues, numel - begin), packed + begin / 8, threadIdx.x, blockDim.x);
+}
+
+template <typename scalar_t>
+__global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const uint8_t* __restrict__ packed,
+                                   int64_t numel, float gain, scalar_t* __restrict__ grad_in) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= numel) return;
-  mask[j] = (packed[j / 8] >> (j % 8)) & 1;
+  const float keep = (packed[j / 8] >> (j % 8)) & 1 ? 1.0f : 0.0f;
+  grad_in[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(grad_out[j]), keep), gain));
 }
 
-__global__ void maxpool_forward_kernel(const float* x, float* out, int8_t* index, int64_t planes, int64_t height,
-                                       int64_t width, int64_t out_h, int64_t out_w, int kernel, int stride, int padding) {
+// -- max pooling with window indices --------------------------------------------------------------
+
+template <typename scalar_t>
+__global__ void maxpool_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
+                                       int8_t* __restrict__ index, int64_t planes, int64_t height, int64_t width,
+                                       int64_t out_h, int64_t out_w, int kernel, int stride, int padding) {
   const int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (o >= planes * out_h * out_w) return;
   const int64_t p = o / (out_h * out_w), oh = (o / out_w) % out_h, ow = o % out_w;
-  const float* plane = x + p * height * width;
-  float best = -INFINITY;
+  const scalar_t* plane = x + p * height * width;
+  scalar_t best = plane[0];
+  float best_value = -INFINITY;
   int best_index = -1;
   for (int kh = 0; kh < kernel; ++kh) {
     const int64_t ih = oh * stride - padding + kh;
@@ -79,9 +351,11 @@ __global__ void maxpool_forward_kernel(const float* x, float* out, int8_t* index
     for (int kw = 0; kw < kernel; ++kw) {
       const int64_t iw = ow * stride - padding + kw;
       if (iw < 0 || iw >= width) continue;
-      const float value = plane[ih * width + iw];
-      if (best_index < 0 || value > best || isnan(value)) {
-        best = value;
+      const float value = static_cast<float>(plane[ih * width + iw]);
+      // The first maximum in scan order wins and NaN propagates, as in torch's max_pool2d.
+      if (best_index < 0 || value > best_value || isnan(value)) {
+        best = plane[ih * width + iw];
+        best_value = value;
         best_index = kh * kernel + kw;
       }
     }
@@ -90,65 +364,167 @@ __global__ void maxpool_forward_kernel(const float* x, float* out, int8_t* index
   index[o] = static_cast<int8_t>(best_index);
 }
 
-__global__ void maxpool_backward_kernel(const float* grad_out, const int8_t* index, float* grad_in, int64_t planes,
-                                        int64_t height, int64_t width, int64_t out_h, int64_t out_w, int kernel,
-                                        int stride, int padding) {
-  const int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (o >= planes * out_h * out_w) return;
-  const int64_t p = o / (out_h * out_w), oh = (o / out_w) % out_h, ow = o % out_w;
-  const int k = index[o];
-  const int64_t ih = oh * stride - padding + k / kernel, iw = ow * stride - padding + k % kernel;
-  atomicAdd(grad_in + (p * height + ih) * width + iw, grad_out[o]);
+// Each input value gathers the gradients of the windows whose winner it is, in the order of the
+// windows (as the CPU kernel adds them), so the sums need no atomics and are the same on both devices.
+template <typename scalar_t>
+__global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, const int8_t* __restrict__ index,
+                                        scalar_t* __restrict__ grad_in, int64_t planes, int64_t height,
+                                        int64_t width, int64_t out_h, int64_t out_w, int kernel, int stride,
+                                        int padding) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= planes * height * width) return;
+  const int64_t p = i / (height * width), ih = (i / width) % height, iw = i % width;
+  // Windows oh with oh * stride - padding <= ih < oh * stride - padding + kernel.
+  const int64_t oh0 = max64(0, (ih + padding - kernel + stride) / stride);
+  const int64_t oh1 = min64(out_h - 1, (ih + padding) / stride);
+  const int64_t ow0 = max64(0, (iw + padding - kernel + stride) / stride);
+  const int64_t ow1 = min64(out_w - 1, (iw + padding) / stride);
+  scalar_t sum = scalar_t(0.0f);
+  for (int64_t oh = oh0; oh <= oh1; ++oh) {
+    for (int64_t ow = ow0; ow <= ow1; ++ow) {
+      const int64_t o = (p * out_h + oh) * out_w + ow;
+      const int k = index[o];
+      if (oh * stride - padding + k / kernel == ih && ow * stride - padding + k % kernel == iw) {
+        sum = static_cast<scalar_t>(__fadd_rn(static_cast<float>(sum), static_cast<float>(grad_out[o])));
+      }
+    }
+  }
+  grad_in[i] = sum;
 }
 
 }  // namespace
 
-at::Tensor quantize_pack_cuda(at::Tensor x, at::Tensor minimum, at::Tensor scale, at::Tensor noise, int64_t bits) {
+std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int64_t bits, int64_t seed,
+                                               int64_t offset) {
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const int64_t rows = x.size(0), length = x.size(1), per_byte = 8 / bits;
-  const int64_t row_bytes = (length + per_byte - 1) / per_byte;
-  auto packed = at::empty({rows, row_bytes}, x.options().dtype(at::kByte));
-  const int64_t n = rows * row_bytes;
-  if (n == 0) return packed;
-  quantize_pack_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
-      x.data_ptr<float>(), minimum.data_ptr<float>(), scale.data_ptr<float>(), noise.data_ptr<float>(),
-      packed.data_ptr<uint8_t>(), rows, length, row_bytes, static_cast<int>(bits));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return packed;
+  const int64_t planes = x.size(0) * x.size(1), height = x.size(2), width = x.size(3);
+  TORCH_CHECK(width <= kMaxWidth && height * width < (int64_t{1} << 31), "maps wider than ", kMaxWidth,
+              " or planes of 2^31 values or more are not supported on CUDA");
+  int64_t tile_h, tile_w;
+  membench::lfc_tile(height, width, block, tile_h, tile_w);
+  const auto bf16 = x.options().dtype(at::kBFloat16);
+  auto lfc = at::empty({x.size(0), x.size(1), (height + tile_h - 1) / tile_h, (width + tile_w - 1) / tile_w}, bf16);
+  auto packed = at::empty({planes, packed_row_bytes(height * width, bits)}, x.options().dtype(at::kByte));
+  auto minimum = at::empty({planes}, bf16);
+  auto scale = at::empty({planes}, bf16);
+  if (planes == 0 || height * width == 0) return {lfc, packed, minimum, scale};
+  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
+    dispatch_bits(bits, [&](auto bits_constant) {
+      division_compress_kernel<scalar_t, decltype(bits_constant)::value>
+          <<<planes, kThreads, width * sizeof(float), stream()>>>(
+              x.data_ptr<scalar_t>(), static_cast<int>(height), static_cast<int>(width), static_cast<int>(tile_h),
+              static_cast<int>(tile_w), static_cast<uint64_t>(seed),
+              static_cast<uint64_t>(offset), lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(),
+              minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return {lfc, packed, minimum, scale};
 }
 
-at::Tensor unpack_dequantize_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t bits, int64_t length) {
+at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tensor minimum, at::Tensor scale,
+                                    int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype) {
   const c10::cuda::CUDAGuard device_guard(packed.device());
-  const int64_t rows = packed.size(0), row_bytes = packed.size(1);
-  auto x = at::empty({rows, length}, minimum.options());
-  const int64_t n = rows * length;
-  if (n == 0) return x;
-  unpack_dequantize_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
-      packed.data_ptr<uint8_t>(), minimum.data_ptr<float>(), scale.data_ptr<float>(), x.data_ptr<float>(), rows,
-      length, row_bytes, static_cast<int>(bits));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return x;
+  TORCH_CHECK(height * width < (int64_t{1} << 31), "planes of 2^31 values or more are not supported on CUDA");
+  int64_t tile_h, tile_w;
+  membench::lfc_tile(height, width, block, tile_h, tile_w);
+  auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
+  if (out.numel() == 0) return out;
+  MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
+    dispatch_bits(bits, [&](auto bits_constant) {
+      division_decompress_kernel<scalar_t, decltype(bits_constant)::value>
+          <<<lfc.size(0) * lfc.size(1), kThreads, 0, stream()>>>(
+              lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+              scale.data_ptr<c10::BFloat16>(), static_cast<int>(height), static_cast<int>(width),
+              static_cast<int>(tile_h), static_cast<int>(tile_w), out.data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return out;
 }
 
-at::Tensor pack_mask_cuda(at::Tensor mask) {
-  const c10::cuda::CUDAGuard device_guard(mask.device());
-  const int64_t numel = mask.numel(), bytes = (numel + 7) / 8;
-  auto packed = at::empty({bytes}, mask.options().dtype(at::kByte));
-  if (bytes == 0) return packed;
-  pack_mask_kernel<<<blocks_for(bytes), kThreads, 0, stream()>>>(
-      mask.data_ptr<bool>(), packed.data_ptr<uint8_t>(), numel, bytes);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return packed;
+std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, int64_t bits, int64_t seed,
+                                            int64_t offset) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const int64_t numel = x.numel(), groups = (numel + group_size - 1) / group_size;
+  const auto bf16 = x.options().dtype(at::kBFloat16);
+  auto packed = at::empty({groups, packed_row_bytes(group_size, bits)}, x.options().dtype(at::kByte));
+  auto minimum = at::empty({groups}, bf16);
+  auto scale = at::empty({groups}, bf16);
+  if (groups == 0) return {packed, minimum, scale};
+  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
+    dispatch_bits(bits, [&](auto bits_constant) {
+      group_compress_kernel<scalar_t, decltype(bits_constant)::value>
+          <<<(groups + kWarps - 1) / kWarps, kThreads, 0, stream()>>>(
+              x.data_ptr<scalar_t>(), numel, group_size, groups, static_cast<uint64_t>(seed),
+              static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+              scale.data_ptr<c10::BFloat16>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return {packed, minimum, scale};
 }
 
-at::Tensor unpack_mask_cuda(at::Tensor packed, int64_t numel) {
+at::Tensor group_decompress_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t group_size,
+                                 int64_t bits, int64_t numel, at::ScalarType dtype) {
   const c10::cuda::CUDAGuard device_guard(packed.device());
-  auto mask = at::empty({numel}, packed.options().dtype(at::kBool));
-  if (numel == 0) return mask;
-  unpack_mask_kernel<<<blocks_for(numel), kThreads, 0, stream()>>>(
-      packed.data_ptr<uint8_t>(), mask.data_ptr<bool>(), numel);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return mask;
+  const int64_t groups = (numel + group_size - 1) / group_size;
+  auto out = at::empty({numel}, packed.options().dtype(dtype));
+  if (numel == 0) return out;
+  MEMBENCH_DISPATCH_MAP_TYPES(dtype, "group_decompress_cuda", [&] {
+    dispatch_bits(bits, [&](auto bits_constant) {
+      group_decompress_kernel<scalar_t, decltype(bits_constant)::value>
+          <<<(groups + kWarps - 1) / kWarps, kThreads, 0, stream()>>>(
+              packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(), numel,
+              group_size, groups, out.data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return out;
+}
+
+std::vector<at::Tensor> relu_pack_cuda(at::Tensor x) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const int64_t numel = x.numel(), bytes = (numel + 7) / 8;
+  auto out = at::empty(x.sizes(), x.options());
+  auto packed = at::empty({bytes}, x.options().dtype(at::kByte));
+  if (numel == 0) return {out, packed};
+  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "relu_pack_cuda", [&] {
+    relu_pack_kernel<scalar_t><<<blocks_for(bytes), kThreads, 0, stream()>>>(
+        x.data_ptr<scalar_t>(), numel, out.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {out, packed};
+}
+
+std::vector<at::Tensor> dropout_pack_cuda(at::Tensor x, double p, int64_t seed, int64_t offset) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const int64_t numel = x.numel();
+  auto out = at::empty(x.sizes(), x.options());
+  auto packed = at::empty({(numel + 7) / 8}, x.options().dtype(at::kByte));
+  if (numel == 0) return {out, packed};
+  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "dropout_pack_cuda", [&] {
+    dropout_pack_kernel<scalar_t><<<(numel + kBlockValues - 1) / kBlockValues, kThreads, 0, stream()>>>(
+        x.data_ptr<scalar_t>(), numel, static_cast<float>(p), static_cast<float>(1.0 / (1.0 - p)),
+        static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), out.data_ptr<scalar_t>(),
+        packed.data_ptr<uint8_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {out, packed};
+}
+
+at::Tensor masked_grad_cuda(at::Tensor grad_out, at::Tensor packed, double gain) {
+  const c10::cuda::CUDAGuard device_guard(grad_out.device());
+  const int64_t numel = grad_out.numel();
+  auto grad_in = at::empty(grad_out.sizes(), grad_out.options());
+  if (numel == 0) return grad_in;
+  MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "masked_grad_cuda", [&] {
+    masked_grad_kernel<scalar_t><<<blocks_for(numel), kThreads, 0, stream()>>>(
+        grad_out.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>(), numel, static_cast<float>(gain),
+        grad_in.data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return grad_in;
 }
 
 std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int64_t stride, int64_t padding) {
@@ -159,22 +535,27 @@ std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int
   auto index = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options().dtype(at::kChar));
   const int64_t n = planes * out_h * out_w;
   if (n == 0) return {out, index};
-  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
-      x.data_ptr<float>(), out.data_ptr<float>(), index.data_ptr<int8_t>(), planes, height, width, out_h, out_w,
-      static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "maxpool2d_forward_cuda", [&] {
+    maxpool_forward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream()>>>(
+        x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes, height, width, out_h,
+        out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
   return {out, index};
 }
 
-at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_t height, int64_t width, int64_t kernel, int64_t stride, int64_t padding) {
+at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_t height, int64_t width,
+                                   int64_t kernel, int64_t stride, int64_t padding) {
   const c10::cuda::CUDAGuard device_guard(grad_out.device());
   const int64_t planes = grad_out.size(0) * grad_out.size(1), out_h = grad_out.size(2), out_w = grad_out.size(3);
-  auto grad_in = at::zeros({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
-  const int64_t n = planes * out_h * out_w;
+  auto grad_in = at::empty({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
+  const int64_t n = planes * height * width;
   if (n == 0) return grad_in;
-  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(
-      grad_out.data_ptr<float>(), index.data_ptr<int8_t>(), grad_in.data_ptr<float>(), planes, height, width, out_h,
-      out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward_cuda", [&] {
+    maxpool_backward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream()>>>(
+        grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(), planes, height, width,
+        out_h, out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
   return grad_in;
 }
