@@ -3,10 +3,10 @@
 // CUDA and nvcc is present. nvcc is given --fmad=false, so multiplications and additions are not
 // contracted into FMAs, which would change the rounding.
 //
-// Structure: DIVISION compresses one (sample, channel) plane per thread block (tile means, the HFC's
-// range, then stochastic rounding and packing, the plane read from global memory, which the L2
-// cache holds between the steps); ActNN-style compresses one group per warp; dropout draws its mask
-// per block of 2048 values; every thread that draws noise runs one Philox call for its 8 values
+// Structure: DIVISION compresses one (sample, channel) plane per warp (tile means, the HFC's range,
+// then stochastic rounding and packing, the plane read from global memory, which the caches hold
+// between the steps); ActNN-style compresses one group per warp; dropout draws its mask per block
+// of 2048 values; every thread that draws noise runs one Philox call for its 8 values
 // (division_common.h), and the levels go through shared memory to be packed into bytes.
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
@@ -31,7 +31,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 // Values whose levels a block holds at once: one Philox call (8 values) per thread.
 constexpr int kBlockValues = 8 * kThreads;
-constexpr int kMaxWidth = 8192;  // a plane's row of column sums in shared memory
+constexpr int kMaxWidth = 4096;  // a plane's rows and columns (tables and column sums in shared memory)
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
@@ -109,19 +109,6 @@ __device__ __forceinline__ Range warp_range(Range r) {
   return r;
 }
 
-// The range over a block, known to every thread.
-__device__ Range block_range(Range r) {
-  __shared__ Range partial[kWarps];
-  r = warp_range(r);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) partial[warp] = r;
-  __syncthreads();
-  Range total{INFINITY, -INFINITY, 0};
-  for (int w = 0; w < kWarps; ++w) range_merge(total, partial[w].minimum, partial[w].maximum, partial[w].nan);
-  __syncthreads();
-  return total;
-}
-
 __device__ __forceinline__ membench::Grid range_grid(const Range& r, int bits) {
   return membench::row_grid(r.nan ? NAN : r.minimum, r.nan ? NAN : r.maximum, bits);
 }
@@ -138,95 +125,153 @@ __device__ __forceinline__ void pack_levels(const uint8_t* levels, int64_t count
   }
 }
 
-// -- DIVISION: one block per (sample, channel) plane ----------------------------------------------
+// -- DIVISION: one warp per (sample, channel) plane ----------------------------------------------
+//
+// A block holds up to kWarps planes. Its shared memory: the tile row and column of each row and
+// column of a plane (uint16, shared by the block's planes, which have one size), then per warp a row
+// of column sums (width floats) and the levels of 256 values. In-plane indices are 32-bit (a plane
+// has fewer than 2^31 values; the host checks); a cursor (h, w) follows a value index j = h * width + w
+// as it advances, so that no value needs a division.
 
-// In-plane indices are 32-bit (a plane has fewer than 2^31 values; the host checks).
+struct PlaneShape {
+  int height, width, tile_h, tile_w, rows, cols, area;
+};
+
+__host__ __device__ __forceinline__ int64_t plane_tables_bytes(int height, int width) {
+  return (static_cast<int64_t>(height + width) * 2 + 15) / 16 * 16;
+}
+
+__host__ __device__ __forceinline__ int64_t plane_warp_bytes(int width) { return static_cast<int64_t>(width) * 4 + 256; }
+
+// The block's planes per launch: as many warps as fit kMaxShared bytes, at most kWarps.
+constexpr int64_t kMaxShared = 48 * 1024;
+
+int plane_warps(int height, int width) {
+  int warps = kWarps;
+  while (warps > 1 && plane_tables_bytes(height, width) + warps * plane_warp_bytes(width) > kMaxShared) warps /= 2;
+  return warps;
+}
+
+// Fills the tile tables (the whole block) and returns this warp's plane, or -1 past the last.
+__device__ __forceinline__ int64_t plane_setup(const PlaneShape& s, int64_t planes, uint16_t* row_tile,
+                                               uint16_t* col_tile) {
+  for (int i = threadIdx.x; i < s.height; i += blockDim.x) row_tile[i] = static_cast<uint16_t>(i / s.tile_h);
+  for (int i = threadIdx.x; i < s.width; i += blockDim.x) col_tile[i] = static_cast<uint16_t>(i / s.tile_w);
+  __syncthreads();  // the only block-wide barrier: warps work on their own planes from here
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  return p < planes ? p : -1;
+}
+
+// (h, w) of value j, advanced by a fixed step (dh rows and dw < width columns).
+struct Cursor {
+  int h, w;
+  __device__ __forceinline__ void advance(int dh, int dw, int width) {
+    h += dh;
+    w += dw;
+    if (w >= width) {
+      w -= width;
+      ++h;
+    }
+  }
+};
+
 template <typename scalar_t, int BITS>
-__global__ void division_compress_kernel(const scalar_t* __restrict__ x, int height, int width, int tile_h,
-                                         int tile_w, uint64_t seed, uint64_t offset, c10::BFloat16* __restrict__ lfc,
+__global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, uint64_t seed,
+                                         uint64_t offset, c10::BFloat16* __restrict__ lfc,
                                          uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
                                          c10::BFloat16* __restrict__ scale) {
-  extern __shared__ float column[];  // width floats
-  __shared__ uint8_t levels[kBlockValues];
-  __shared__ float grid_low, grid_step;
-  const int64_t p = blockIdx.x;
-  const int area = height * width, rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
-  const scalar_t* plane = x + p * area;
-  c10::BFloat16* plane_lfc = lfc + p * rows * cols;
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
+  uint16_t* col_tile = row_tile + s.height;
+  unsigned char* own = shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * plane_warp_bytes(s.width);
+  float* column = reinterpret_cast<float*>(own);
+  uint8_t* levels = own + static_cast<int64_t>(s.width) * 4;
+  const int64_t p = plane_setup(s, planes, row_tile, col_tile);
+  if (p < 0) return;
+  const int lane = threadIdx.x % 32;
+  const scalar_t* plane = x + p * s.area;
+  c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
   // Tile means: each column of a tile row summed downwards, then the columns of a tile.
-  for (int tr = 0; tr < rows; ++tr) {
-    const int h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
-    for (int w = threadIdx.x; w < width; w += blockDim.x) {
+  for (int tr = 0; tr < s.rows; ++tr) {
+    const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
+    for (int w = lane; w < s.width; w += 32) {
       float sum = 0.0f;
-      for (int h = h0; h < h1; ++h) sum = __fadd_rn(sum, static_cast<float>(plane[h * width + w]));
+      for (int h = h0; h < h1; ++h) sum = __fadd_rn(sum, static_cast<float>(plane[h * s.width + w]));
       column[w] = sum;
     }
-    __syncthreads();
-    for (int tc = threadIdx.x; tc < cols; tc += blockDim.x) {
-      const int w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
+    __syncwarp();
+    for (int tc = lane; tc < s.cols; tc += 32) {
+      const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
       float sum = 0.0f;
       for (int w = w0; w < w1; ++w) sum = __fadd_rn(sum, column[w]);
-      plane_lfc[tr * cols + tc] = c10::BFloat16(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
+      plane_lfc[tr * s.cols + tc] = c10::BFloat16(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
     }
-    __syncthreads();  // also makes the LFC written above visible to the whole block
+    __syncwarp();  // the column sums are reused, the LFC is read by the whole warp
   }
   // The HFC's range against the bfloat16 LFC.
   Range range{INFINITY, -INFINITY, 0};
-  for (int j = threadIdx.x; j < area; j += blockDim.x) {
-    const int h = j / width, w = j % width;
-    range_add(range, __fsub_rn(static_cast<float>(plane[j]),
-                               static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w])));
+  Cursor at{lane / s.width, lane % s.width};
+  const int step_h = 32 / s.width, step_w = 32 % s.width;
+  for (int j = lane; j < s.area; j += 32) {
+    const float mean = static_cast<float>(plane_lfc[row_tile[at.h] * s.cols + col_tile[at.w]]);
+    range_add(range, __fsub_rn(static_cast<float>(plane[j]), mean));
+    at.advance(step_h, step_w, s.width);
   }
-  range = block_range(range);
-  if (threadIdx.x == 0) {
-    const membench::Grid grid = range_grid(range, BITS);
+  const membench::Grid grid = range_grid(warp_range(range), BITS);  // the same on every lane
+  if (lane == 0) {
     minimum[p] = grid.low;
     scale[p] = grid.step;
-    grid_low = static_cast<float>(grid.low);
-    grid_step = static_cast<float>(grid.step);
   }
-  __syncthreads();
-  const float low = grid_low, step = grid_step, top = static_cast<float>((1 << BITS) - 1);
-  uint8_t* row_out = packed + p * packed_row_bytes(area, BITS);
-  // Stochastic rounding, kBlockValues values at a time: a Philox call per thread, levels packed.
-  for (int begin = 0; begin < area; begin += kBlockValues) {
-    const int64_t call = begin / 8 + threadIdx.x;
+  const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
+  const float top = static_cast<float>((1 << BITS) - 1);
+  uint8_t* row_out = packed + p * packed_row_bytes(s.area, BITS);
+  // Stochastic rounding, 256 values at a time: a Philox call per lane serves values j0 + 16 v, v < 8.
+  const int noise_h = 16 / s.width, noise_w = 16 % s.width;
+  for (int begin = 0; begin < s.area; begin += 256) {
+    const int64_t call = begin / 8 + lane;
     const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), call);
+    const int j0 = static_cast<int>(noise_value(call, 0));
+    Cursor value{j0 / s.width, j0 % s.width};
     for (int v = 0; v < 8; ++v) {
-      const int j = static_cast<int>(noise_value(call, v));
+      const int j = j0 + 16 * v;
       uint8_t level = 0;
-      if (j < area) {
-        const int h = j / width, w = j % width;
-        const float hfc = __fsub_rn(static_cast<float>(plane[j]),
-                                    static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w]));
+      if (j < s.area) {
+        const float mean = static_cast<float>(plane_lfc[row_tile[value.h] * s.cols + col_tile[value.w]]);
+        const float hfc = __fsub_rn(static_cast<float>(plane[j]), mean);
         level = static_cast<uint8_t>(membench::quantize_level(hfc, low, step, call_uniform(r, v), top));
       }
       levels[j - begin] = level;
+      value.advance(noise_h, noise_w, s.width);
     }
-    __syncthreads();
-    pack_levels<BITS>(levels, min64(kBlockValues, area - begin), row_out + begin / (8 / BITS), threadIdx.x,
-                      blockDim.x);
-    __syncthreads();
+    __syncwarp();
+    pack_levels<BITS>(levels, min64(256, s.area - begin), row_out + begin / (8 / BITS), lane, 32);
+    __syncwarp();
   }
 }
 
 template <typename scalar_t, int BITS>
 __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
                                            const c10::BFloat16* __restrict__ minimum,
-                                           const c10::BFloat16* __restrict__ scale, int height, int width, int tile_h,
-                                           int tile_w, scalar_t* __restrict__ out) {
+                                           const c10::BFloat16* __restrict__ scale, int64_t planes, PlaneShape s,
+                                           scalar_t* __restrict__ out) {
   constexpr int per_byte = 8 / BITS;
-  const int64_t p = blockIdx.x;
-  const int area = height * width, cols = (width + tile_w - 1) / tile_w, rows = (height + tile_h - 1) / tile_h;
-  const c10::BFloat16* plane_lfc = lfc + p * rows * cols;
-  const uint8_t* row = packed + p * packed_row_bytes(area, BITS);
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
+  uint16_t* col_tile = row_tile + s.height;
+  const int64_t p = plane_setup(s, planes, row_tile, col_tile);
+  if (p < 0) return;
+  const int lane = threadIdx.x % 32;
+  const c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
+  const uint8_t* row = packed + p * packed_row_bytes(s.area, BITS);
   const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
-  for (int j = threadIdx.x; j < area; j += blockDim.x) {
+  Cursor at{lane / s.width, lane % s.width};
+  const int step_h = 32 / s.width, step_w = 32 % s.width;
+  for (int j = lane; j < s.area; j += 32) {
     const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
-    const int h = j / width, w = j % width;
     const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
-    out[p * area + j] =
-        static_cast<scalar_t>(__fadd_rn(hfc, static_cast<float>(plane_lfc[(h / tile_h) * cols + w / tile_w])));
+    const float mean = static_cast<float>(plane_lfc[row_tile[at.h] * s.cols + col_tile[at.w]]);
+    out[p * s.area + j] = static_cast<scalar_t>(__fadd_rn(hfc, mean));
+    at.advance(step_h, step_w, s.width);
   }
 }
 
@@ -394,28 +439,42 @@ __global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, c
 
 }  // namespace
 
+PlaneShape plane_shape(int64_t height, int64_t width, int64_t block) {
+  TORCH_CHECK(height <= kMaxWidth && width <= kMaxWidth, "planes of more than ", kMaxWidth,
+              " rows or columns are not supported on CUDA");
+  int64_t tile_h, tile_w;
+  membench::lfc_tile(height, width, block, tile_h, tile_w);
+  PlaneShape s;
+  s.height = static_cast<int>(height);
+  s.width = static_cast<int>(width);
+  s.tile_h = static_cast<int>(tile_h);
+  s.tile_w = static_cast<int>(tile_w);
+  s.rows = static_cast<int>((height + tile_h - 1) / tile_h);
+  s.cols = static_cast<int>((width + tile_w - 1) / tile_w);
+  s.area = static_cast<int>(height * width);
+  return s;
+}
+
 std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int64_t bits, int64_t seed,
                                                int64_t offset) {
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const int64_t planes = x.size(0) * x.size(1), height = x.size(2), width = x.size(3);
-  TORCH_CHECK(width <= kMaxWidth && height * width < (int64_t{1} << 31), "maps wider than ", kMaxWidth,
-              " or planes of 2^31 values or more are not supported on CUDA");
-  int64_t tile_h, tile_w;
-  membench::lfc_tile(height, width, block, tile_h, tile_w);
+  const int64_t planes = x.size(0) * x.size(1);
+  const PlaneShape s = plane_shape(x.size(2), x.size(3), block);
   const auto bf16 = x.options().dtype(at::kBFloat16);
-  auto lfc = at::empty({x.size(0), x.size(1), (height + tile_h - 1) / tile_h, (width + tile_w - 1) / tile_w}, bf16);
-  auto packed = at::empty({planes, packed_row_bytes(height * width, bits)}, x.options().dtype(at::kByte));
+  auto lfc = at::empty({x.size(0), x.size(1), s.rows, s.cols}, bf16);
+  auto packed = at::empty({planes, packed_row_bytes(s.area, bits)}, x.options().dtype(at::kByte));
   auto minimum = at::empty({planes}, bf16);
   auto scale = at::empty({planes}, bf16);
-  if (planes == 0 || height * width == 0) return {lfc, packed, minimum, scale};
+  if (planes == 0 || s.area == 0) return {lfc, packed, minimum, scale};
+  const int warps = plane_warps(s.height, s.width);
+  const int64_t shared = plane_tables_bytes(s.height, s.width) + warps * plane_warp_bytes(s.width);
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       division_compress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<planes, kThreads, width * sizeof(float), stream()>>>(
-              x.data_ptr<scalar_t>(), static_cast<int>(height), static_cast<int>(width), static_cast<int>(tile_h),
-              static_cast<int>(tile_w), static_cast<uint64_t>(seed),
-              static_cast<uint64_t>(offset), lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(),
-              minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
+          <<<(planes + warps - 1) / warps, 32 * warps, shared, stream()>>>(
+              x.data_ptr<scalar_t>(), planes, s, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+              lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+              scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -425,18 +484,18 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
 at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tensor minimum, at::Tensor scale,
                                     int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype) {
   const c10::cuda::CUDAGuard device_guard(packed.device());
-  TORCH_CHECK(height * width < (int64_t{1} << 31), "planes of 2^31 values or more are not supported on CUDA");
-  int64_t tile_h, tile_w;
-  membench::lfc_tile(height, width, block, tile_h, tile_w);
+  const int64_t planes = lfc.size(0) * lfc.size(1);
+  const PlaneShape s = plane_shape(height, width, block);
   auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
+  const int warps = kWarps;
+  const int64_t shared = plane_tables_bytes(s.height, s.width);
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       division_decompress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<lfc.size(0) * lfc.size(1), kThreads, 0, stream()>>>(
+          <<<(planes + warps - 1) / warps, 32 * warps, shared, stream()>>>(
               lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-              scale.data_ptr<c10::BFloat16>(), static_cast<int>(height), static_cast<int>(width),
-              static_cast<int>(tile_h), static_cast<int>(tile_w), out.data_ptr<scalar_t>());
+              scale.data_ptr<c10::BFloat16>(), planes, s, out.data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
