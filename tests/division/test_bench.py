@@ -92,16 +92,19 @@ def test_step_memory_lets_other_errors_through():
 
 @pytest.mark.parametrize("method", ["vanilla", "division", "actnn2bit"])
 def test_the_memory_bound_is_below_the_measured_peak(extension_kernels, method):
+    """What the bound counts are tensors created in the step, so the bound is at most the step's
+    peak of live tensors (exact here whatever the threads, unlike the allocator's), to within a
+    few bytes: on this small model the two agree to 1 KiB."""
     model, optimizer, inputs, targets = _job(method, extension_kernels)
-    with Meter(torch.device("cpu"), sample_interval_s=0, trace_allocator=True) as meter:
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_live_tensors=True) as meter:
         measure_step_memory(model, optimizer, inputs, targets, meter)
-    peak_mib = meter.summary()["step_alloc_peak_mib"]
+    peak_mib = meter.summary()["step_peak_tensor_mib"]
     bound = step_memory_bound(model, optimizer, inputs, targets)
     parts = bound["bound_saved_mib"] + bound["bound_grads_mib"] + bound["bound_maps_mib"]
     assert bound["step_alloc_bound_mib"] == pytest.approx(parts)
     grads_mib = sum(p.numel() * 4 for p in model.parameters()) / 2**20
     assert bound["bound_grads_mib"] <= grads_mib and bound["bound_at"]
-    assert 0 < bound["step_alloc_bound_mib"] <= peak_mib
+    assert 0.9 * peak_mib < bound["step_alloc_bound_mib"] <= peak_mib + 1 / 1024
 
 
 def test_compressor_benchmark_fields(extension_kernels):

@@ -190,12 +190,9 @@ def test_maps_come_back_in_the_asked_dtype(compressor, dtype):
     x = torch.randn(2, 3, 10, 9, generator=_generator()).to(dtype)
     saved = compressor.compress(x, _generator(1), TORCH_KERNELS)
     restored = compressor.decompress(saved, x.shape, dtype, TORCH_KERNELS)
-    assert restored.dtype == dtype and restored.shape == x.shape and restored.is_contiguous()
+    assert restored.dtype == dtype and restored.shape == x.shape
     as_float = compressor.decompress(saved, x.shape, torch.float32, TORCH_KERNELS)
     assert torch.equal(restored, as_float.to(dtype))  # written once from the float32 value
-    channels_last = compressor.decompress(saved, x.shape, dtype, TORCH_KERNELS, channels_last=True)
-    assert channels_last.is_contiguous(memory_format=torch.channels_last)
-    assert torch.equal(channels_last, restored)
 
 
 def test_relu_and_dropout_keep_their_masks():

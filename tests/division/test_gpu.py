@@ -71,16 +71,16 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
         saved = cuda_kernels.division_compress(x.to(CUDA), 8, bits, SEED, OFFSET)
         expected = compress.division_compress(x, 8, bits, SEED, OFFSET)
         assert _equal_on_cpu(saved, expected), shape
-        restored = cuda_kernels.division_decompress(*saved, 8, bits, shape[2], shape[3], dtype, False)
+        restored = cuda_kernels.division_decompress(*saved, 8, bits, shape[2], shape[3], dtype)
         assert _equal_on_cpu(
-            [restored], [compress.division_decompress(*expected, 8, bits, *shape[2:], dtype, False)]
+            [restored], [compress.division_decompress(*expected, 8, bits, *shape[2:], dtype)]
         )
         for group_size in (256, 33):
             saved = cuda_kernels.group_compress(x.to(CUDA), group_size, bits, SEED, OFFSET)
             expected = compress.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal_on_cpu(saved, expected), (shape, group_size)
-            restored = cuda_kernels.group_decompress(*saved, group_size, bits, list(shape), dtype, False)
-            reference = compress.group_decompress(*expected, group_size, bits, list(shape), dtype, False)
+            restored = cuda_kernels.group_decompress(*saved, group_size, bits, list(shape), dtype)
+            reference = compress.group_decompress(*expected, group_size, bits, list(shape), dtype)
             assert _equal_on_cpu([restored], [reference]), (shape, group_size)
 
 

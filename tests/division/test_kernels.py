@@ -28,10 +28,6 @@ def _map(shape, dtype, seed: int = 0) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _layout(channels_last: bool) -> torch.memory_format:
-    return torch.channels_last if channels_last else torch.contiguous_format
-
-
 def _equal(ours, reference) -> bool:
     return all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(ours, reference, strict=True))
 
@@ -50,11 +46,10 @@ def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
             saved = extension_kernels.division_compress(x, block, bits, SEED, OFFSET)
             expected = compress.division_compress(x, block, bits, SEED, OFFSET)
             assert _equal(saved, expected), (shape, block)
-            for out_dtype, channels_last in ((dtype, False), (torch.float32, False), (dtype, True)):
-                args = (*expected, block, bits, shape[2], shape[3], out_dtype, channels_last)
+            for out_dtype in {dtype, torch.float32}:
+                args = (*expected, block, bits, shape[2], shape[3], out_dtype)
                 restored = extension_kernels.division_decompress(*args)
                 assert _equal([restored], [compress.division_decompress(*args)]), (shape, block, out_dtype)
-                assert restored.is_contiguous(memory_format=_layout(channels_last))
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
@@ -65,11 +60,10 @@ def test_group_kernels_are_bit_exact(extension_kernels, dtype, bits):
         for group_size in (256, 33):  # the last group of most maps is padded
             saved = extension_kernels.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal(saved, compress.group_compress(x, group_size, bits, SEED, OFFSET)), shape
-            for channels_last in (False, True):
-                args = (*saved, group_size, bits, list(shape), dtype, channels_last)
-                restored = extension_kernels.group_decompress(*args)
-                assert _equal([restored], [compress.group_decompress(*args)]), (shape, channels_last)
-                assert restored.is_contiguous(memory_format=_layout(channels_last))
+            args = (*saved, group_size, bits, list(shape), dtype)
+            restored = extension_kernels.group_decompress(*args)
+            assert _equal([restored], [compress.group_decompress(*args)]), shape
+            assert restored.shape == x.shape
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -111,11 +105,10 @@ def test_compressors_agree_bit_for_bit_with_the_same_generator(extension_kernels
     x = _map((3, 5, 20, 20), torch.float32)
     ours = compressor.compress(x, _generator(5), extension_kernels)
     assert _equal(ours, compressor.compress(x, _generator(5), TORCH_KERNELS))
-    for channels_last in (False, True):
-        assert _equal(
-            [compressor.decompress(ours, x.shape, torch.bfloat16, extension_kernels, channels_last)],
-            [compressor.decompress(ours, x.shape, torch.bfloat16, TORCH_KERNELS, channels_last)],
-        )
+    assert _equal(
+        [compressor.decompress(ours, x.shape, torch.bfloat16, extension_kernels)],
+        [compressor.decompress(ours, x.shape, torch.bfloat16, TORCH_KERNELS)],
+    )
 
 
 def test_results_do_not_depend_on_the_thread_count(extension_kernels):
@@ -141,7 +134,7 @@ def test_stochastic_rounding_is_unbiased(extension_kernels):
     x = torch.full((1, 1, 100, 200), 0.3)
     x[0, 0, 0, 0], x[0, 0, 0, 1] = 0.0, 3.0  # a grid of 0, 1, 2, 3: 0.3 lies between levels 0 and 1
     saved = extension_kernels.group_compress(x, x.numel(), 2, SEED, OFFSET)
-    levels = extension_kernels.group_decompress(*saved, x.numel(), 2, [x.numel()], torch.float32, False)[2:]
+    levels = extension_kernels.group_decompress(*saved, x.numel(), 2, [x.numel()], torch.float32)[2:]
     assert set(levels.unique().tolist()) == {0.0, 1.0}
     assert abs(levels.mean().item() - 0.3) < 0.01
 
@@ -156,8 +149,6 @@ def test_bad_arguments_raise_from_the_extension(extension_kernels):
         extension_kernels.division_compress(x[0], 8, 2, 0, 0)
     lfc, packed, minimum, scale = extension_kernels.division_compress(x, 8, 2, 0, 0)
     with pytest.raises(RuntimeError, match="packed"):
-        extension_kernels.division_decompress(
-            lfc, packed[:, :1], minimum, scale, 8, 2, 4, 4, torch.float32, False
-        )
+        extension_kernels.division_decompress(lfc, packed[:, :1], minimum, scale, 8, 2, 4, 4, torch.float32)
     with pytest.raises(RuntimeError, match="mask"):
         extension_kernels.masked_grad(x, torch.zeros(1, dtype=torch.uint8), 1.0)

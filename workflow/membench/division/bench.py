@@ -184,7 +184,8 @@ def step_memory_bound(
         own = [p for p in module.parameters(recurse=False) if p.requires_grad]
 
         def before_backward(grad: torch.Tensor) -> None:
-            held[grad.untyped_storage().data_ptr()] = (weakref.ref(grad), _nbytes(grad))
+            storage = grad.untyped_storage()  # an expanded gradient holds less than its numel
+            held[storage.data_ptr()] = (weakref.ref(grad), storage.nbytes())
             gradient_maps = sum(nbytes for ref, nbytes in held.values() if ref() is not None)
             grads = sum(_nbytes(p.grad) for p in params if p.grad is not None)
             grads += sum(_nbytes(p) for p in own if p.grad is None)

@@ -322,18 +322,13 @@ def division_decompress(
     height: int,
     width: int,
     dtype: torch.dtype,
-    channels_last: bool,
 ) -> torch.Tensor:
     """Inverse of :func:`division_compress`: (N, C, height, width) in ``dtype``, the dequantised HFC
-    plus the upsampled LFC computed in float32, laid out channels last when ``channels_last``."""
+    plus the upsampled LFC computed in float32."""
     n, c = lfc.shape[:2]
     hfc = unpack_dequantize(packed, minimum.float(), scale.float(), bits, height * width)
     hfc = hfc.view(n, c, height, width)
-    return _laid_out((hfc + upsample_low_frequency(lfc, height, width, block)).to(dtype), channels_last)
-
-
-def _laid_out(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    return (hfc + upsample_low_frequency(lfc, height, width, block)).to(dtype)
 
 
 def group_compress(
@@ -360,12 +355,10 @@ def group_decompress(
     bits: int,
     shape: list[int],
     dtype: torch.dtype,
-    channels_last: bool,
 ) -> torch.Tensor:
-    """Inverse of :func:`group_compress`: the map of ``shape`` in ``dtype``, laid out channels last
-    (a 4-D ``shape``) when ``channels_last``."""
+    """Inverse of :func:`group_compress`: the map of ``shape`` in ``dtype``."""
     values = unpack_dequantize(packed, minimum.float(), scale.float(), bits, group_size)
-    return _laid_out(values.view(-1)[: math.prod(shape)].view(shape).to(dtype), channels_last)
+    return values.view(-1)[: math.prod(shape)].view(shape).to(dtype)
 
 
 @dataclass(frozen=True)
@@ -386,17 +379,12 @@ class DivisionCompressor:
         return tuple(ops.division_compress(x, self.block, self.bits, *philox_inputs(generator)))
 
     def decompress(
-        self,
-        saved: tuple[torch.Tensor, ...],
-        shape: torch.Size,
-        dtype: torch.dtype,
-        ops,
-        channels_last: bool = False,
+        self, saved: tuple[torch.Tensor, ...], shape: torch.Size, dtype: torch.dtype, ops
     ) -> torch.Tensor:
-        """The map of ``shape`` in ``dtype`` (channels last when asked, on a CPU)."""
+        """The map of ``shape`` in ``dtype``."""
         lfc, packed, minimum, scale = saved
         return ops.division_decompress(
-            lfc, packed, minimum, scale, self.block, self.bits, shape[2], shape[3], dtype, channels_last
+            lfc, packed, minimum, scale, self.block, self.bits, shape[2], shape[3], dtype
         )
 
 
@@ -418,15 +406,8 @@ class GroupCompressor:
         return tuple(ops.group_compress(x, self.group_size, self.bits, *philox_inputs(generator)))
 
     def decompress(
-        self,
-        saved: tuple[torch.Tensor, ...],
-        shape: torch.Size,
-        dtype: torch.dtype,
-        ops,
-        channels_last: bool = False,
+        self, saved: tuple[torch.Tensor, ...], shape: torch.Size, dtype: torch.dtype, ops
     ) -> torch.Tensor:
-        """The map of ``shape`` in ``dtype`` (channels last when asked, on a CPU)."""
+        """The map of ``shape`` in ``dtype``."""
         packed, minimum, scale = saved
-        return ops.group_decompress(
-            packed, minimum, scale, self.group_size, self.bits, list(shape), dtype, channels_last
-        )
+        return ops.group_decompress(packed, minimum, scale, self.group_size, self.bits, list(shape), dtype)

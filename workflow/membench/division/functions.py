@@ -81,15 +81,11 @@ class CompressionContext:
         self._compressed[id(x)] = (weakref.ref(x), x._version, tuple(weakref.ref(t) for t in saved))
         return saved
 
-    def decompress(
-        self, saved, shape: torch.Size, dtype: torch.dtype, channels_last: bool = False
-    ) -> torch.Tensor:
-        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``, written in ``dtype``
-        (laid out channels last when ``channels_last``, on a CPU)."""
+    def decompress(self, saved, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """Inverse of :meth:`compress`: a tensor of ``shape`` and ``dtype``, written in ``dtype``."""
         if self.compressor is None:
-            x = saved[0].to(dtype)
-            return x.contiguous(memory_format=torch.channels_last) if channels_last else x
-        return self.compressor.decompress(tuple(saved), shape, dtype, self.kernels, channels_last)
+            return saved[0].to(dtype)
+        return self.compressor.decompress(tuple(saved), shape, dtype, self.kernels)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The generator's state (a uint8 tensor), so a resumed run draws the same noise."""
@@ -141,34 +137,28 @@ class _Conv2dFunction(Function):
         weight, *saved = ctx.saved_tensors
         shape, dtype, compute, bias, stride, padding, dilation, groups, context = ctx.config
         compute = compute or dtype
-        # On a CPU the backward runs channels last: oneDNN's (N, C, H, W) convolution backward
-        # reorders its input and output gradient into two more map-sized buffers, channels last
-        # needs none (and is faster). The input is decompressed straight into that layout.
-        channels_last = grad_out.device.type == "cpu" and len(shape) == 4
-        if channels_last:
-            grad_out = grad_out.to(compute).contiguous(memory_format=torch.channels_last)
-        x = context.decompress(saved, shape, compute, channels_last)
+        x = context.decompress(saved, shape, compute)
+        grad_out, compute_weight = grad_out.to(compute), weight.to(compute)
+        need_x, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_bias = bias is not None and ctx.needs_input_grad[2]
+        args = (bias.shape if bias is not None else None, stride, padding, dilation, False, [0, 0], groups)
         with torch.autocast(grad_out.device.type, enabled=False):
-            grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-                grad_out.to(compute),
-                x,
-                weight.to(compute),
-                None if bias is None else bias.shape,
-                stride,
-                padding,
-                dilation,
-                False,
-                [0, 0],
-                groups,
-                [
-                    ctx.needs_input_grad[0],
-                    ctx.needs_input_grad[1],
-                    bias is not None and ctx.needs_input_grad[2],
-                ],
-            )
-        del x, grad_out
-        if grad_x is not None and channels_last:  # upstream layers run (N, C, H, W)
-            grad_x = grad_x.contiguous()
+            if grad_out.device.type == "cpu":
+                # Two calls on a CPU: oneDNN's backward reorders its input and output gradient into
+                # map-sized buffers, and computing the input gradient apart keeps it from being
+                # alive beside them (one map less at the step's peak).
+                _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                    grad_out, x, compute_weight, *args, [False, need_weight, need_bias]
+                )
+                grad_x = None
+                if need_x:
+                    grad_x = torch.ops.aten.convolution_backward(
+                        grad_out, x, compute_weight, *args, [True, False, False]
+                    )[0]
+            else:
+                grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                    grad_out, x, compute_weight, *args, [need_x, need_weight, need_bias]
+                )
         return (
             _cast(grad_x, dtype),
             _cast(grad_weight, weight.dtype),

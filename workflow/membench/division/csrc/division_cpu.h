@@ -235,12 +235,11 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, packed);
 }
 
-// Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes. Value
-// (h, w) goes to out[(h * width + w) * stride]: stride 1 for a (N, C, H, W) map, C for channels last.
-template <typename scalar_t, int BITS, bool STRIDED>
+// Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes.
+template <typename scalar_t, int BITS>
 void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, c10::BFloat16 minimum,
                                c10::BFloat16 scale, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                               float* lfc_row, uint8_t* level, scalar_t* out, int64_t stride) {
+                               float* lfc_row, uint8_t* level, scalar_t* out) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   unpack_row<BITS>(packed, height * width, level);
@@ -253,11 +252,11 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     for (int64_t h = h0; h < h1; ++h) {
       const uint8_t* src = level + h * width;
-      scalar_t* dst = out + h * width * (STRIDED ? stride : 1);
+      scalar_t* dst = out + h * width;
       for (int64_t w = 0; w < width; ++w) {
         float v = static_cast<float>(src[w]) * step;
         v = v + low;
-        dst[w * (STRIDED ? stride : 1)] = static_cast<scalar_t>(v + lfc_row[w]);
+        dst[w] = static_cast<scalar_t>(v + lfc_row[w]);
       }
     }
   }
@@ -278,33 +277,14 @@ void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, 
   quantize_row<BITS>(values, group_size, grid, seed, offset, row, packed);
 }
 
-// The first `count` values of a group, starting at value `first` of the map in (N, C, H, W) order.
-// Channels last (channels > 0), value (n, c, p) of a plane of `area` values goes to
-// out[(n * area + p) * channels + c]; else to out[first + k].
 template <typename scalar_t, int BITS>
 void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::BFloat16 scale, int64_t count,
-                            int64_t first, int64_t channels, int64_t area, uint8_t* level, scalar_t* out) {
+                            uint8_t* level, scalar_t* out) {
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   unpack_row<BITS>(packed, count, level);
-  if (channels == 0) {
-    for (int64_t k = 0; k < count; ++k) {
-      const float v = static_cast<float>(level[k]) * step;
-      out[first + k] = static_cast<scalar_t>(v + low);
-    }
-    return;
-  }
-  // Runs of one plane (sample n, channel c): value p of it goes to out[base + p * channels].
-  int64_t k = 0, plane = first / area, p = first % area;
-  while (k < count) {
-    const int64_t run = area - p < count - k ? area - p : count - k;
-    scalar_t* dst = out + (plane / channels) * area * channels + plane % channels;
-    for (int64_t i = 0; i < run; ++i) {
-      const float v = static_cast<float>(level[k + i]) * step;
-      dst[(p + i) * channels] = static_cast<scalar_t>(v + low);
-    }
-    k += run;
-    p = 0;
-    ++plane;
+  for (int64_t k = 0; k < count; ++k) {
+    const float v = static_cast<float>(level[k]) * step;
+    out[k] = static_cast<scalar_t>(v + low);
   }
 }
 

@@ -164,38 +164,21 @@ void division_compress_cpu_kernel(const scalar_t* x, int64_t planes, int64_t hei
   });
 }
 
-// Planes in (N, C, H, W) order, or channels last: one task per sample, its channels in turn (so that
-// no two threads write the same cache lines).
 template <typename scalar_t, int BITS>
 void division_decompress_cpu_kernel(const c10::BFloat16* lfc, const uint8_t* packed, const c10::BFloat16* minimum,
-                                    const c10::BFloat16* scale, int64_t samples, int64_t channels, int64_t height,
-                                    int64_t width, int64_t block, bool channels_last, scalar_t* out) {
+                                    const c10::BFloat16* scale, int64_t planes, int64_t height, int64_t width,
+                                    int64_t block, scalar_t* out) {
   int64_t tile_h, tile_w;
   membench::lfc_tile(height, width, block, tile_h, tile_w);
   const int64_t lfc_size = ((height + tile_h - 1) / tile_h) * ((width + tile_w - 1) / tile_w);
   const int64_t area = height * width, row_bytes = packed_row_bytes(area, BITS);
-  if (!channels_last) {
-    const auto plane_fn = MEMBENCH_PICK(division_decompress_plane<scalar_t, BITS, false>);
-    at::parallel_for(0, samples * channels, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> lfc_row(width);
-      std::vector<uint8_t> level(row_bytes * (8 / BITS));
-      for (int64_t p = begin; p < end; ++p) {
-        plane_fn(lfc + p * lfc_size, packed + p * row_bytes, minimum[p], scale[p], height, width, tile_h, tile_w,
-                 lfc_row.data(), level.data(), out + p * area, 1);
-      }
-    });
-    return;
-  }
-  const auto plane_fn = MEMBENCH_PICK(division_decompress_plane<scalar_t, BITS, true>);
-  at::parallel_for(0, samples, 1, [&](int64_t begin, int64_t end) {
+  const auto plane_fn = MEMBENCH_PICK(division_decompress_plane<scalar_t, BITS>);
+  at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> lfc_row(width);
     std::vector<uint8_t> level(row_bytes * (8 / BITS));
-    for (int64_t n = begin; n < end; ++n) {
-      for (int64_t c = 0; c < channels; ++c) {
-        const int64_t p = n * channels + c;
-        plane_fn(lfc + p * lfc_size, packed + p * row_bytes, minimum[p], scale[p], height, width, tile_h, tile_w,
-                 lfc_row.data(), level.data(), out + n * area * channels + c, channels);
-      }
+    for (int64_t p = begin; p < end; ++p) {
+      plane_fn(lfc + p * lfc_size, packed + p * row_bytes, minimum[p], scale[p], height, width, tile_h, tile_w,
+               lfc_row.data(), level.data(), out + p * area);
     }
   });
 }
@@ -217,21 +200,17 @@ void group_compress_cpu_kernel(const scalar_t* x, int64_t numel, int64_t group_s
   });
 }
 
-// Channels last (channels > 0): a task per sample's groups (a group may straddle two samples).
 template <typename scalar_t, int BITS>
 void group_decompress_cpu_kernel(const uint8_t* packed, const c10::BFloat16* minimum, const c10::BFloat16* scale,
-                                 int64_t numel, int64_t group_size, int64_t groups, int64_t channels, int64_t area,
-                                 scalar_t* out) {
+                                 int64_t numel, int64_t group_size, int64_t groups, scalar_t* out) {
   const int64_t row_bytes = packed_row_bytes(group_size, BITS);
   const auto group_fn = MEMBENCH_PICK(group_decompress_group<scalar_t, BITS>);
-  const int64_t sample_groups = channels ? std::max<int64_t>(1, channels * area / group_size) : 1;
-  const int64_t grain = channels ? sample_groups : std::max<int64_t>(1, 16384 / group_size);
-  at::parallel_for(0, groups, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> level(row_bytes * (8 / BITS));
     for (int64_t g = begin; g < end; ++g) {
       const int64_t base = g * group_size;
-      group_fn(packed + g * row_bytes, minimum[g], scale[g], std::min(group_size, numel - base), base, channels, area,
-               level.data(), out);
+      group_fn(packed + g * row_bytes, minimum[g], scale[g], std::min(group_size, numel - base), level.data(),
+               out + base);
     }
   });
 }
@@ -387,8 +366,7 @@ std::vector<torch::Tensor> division_compress(torch::Tensor x, int64_t block, int
 }
 
 torch::Tensor division_decompress(torch::Tensor lfc, torch::Tensor packed, torch::Tensor minimum, torch::Tensor scale,
-                                  int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype,
-                                  bool channels_last) {
+                                  int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype) {
   check_bits(bits);
   TORCH_CHECK(map_type(dtype), "dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(lfc.dim() == 4 && lfc.scalar_type() == torch::kBFloat16, "lfc must be a 4-D bfloat16 tensor");
@@ -404,22 +382,16 @@ torch::Tensor division_decompress(torch::Tensor lfc, torch::Tensor packed, torch
   check_same_device(lfc, packed);
   lfc = lfc.contiguous(); packed = packed.contiguous(); minimum = minimum.contiguous(); scale = scale.contiguous();
 #ifdef WITH_CUDA
-  if (packed.is_cuda()) {
-    TORCH_CHECK(!channels_last, "channels-last decompression is a CPU layout; CUDA maps come back (N, C, H, W)");
-    return division_decompress_cuda(lfc, packed, minimum, scale, block, bits, height, width, dtype);
-  }
+  if (packed.is_cuda()) return division_decompress_cuda(lfc, packed, minimum, scale, block, bits, height, width, dtype);
 #endif
   TORCH_CHECK(packed.is_cpu(), "this build has no CUDA kernels");
-  auto out = torch::empty({lfc.size(0), lfc.size(1), height, width},
-                          packed.options().dtype(dtype).memory_format(channels_last ? at::MemoryFormat::ChannelsLast
-                                                                                    : at::MemoryFormat::Contiguous));
+  auto out = torch::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       division_decompress_cpu_kernel<scalar_t, decltype(bits_constant)::value>(
           lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>(), lfc.size(0), lfc.size(1), height, width, block, channels_last,
-          out.data_ptr<scalar_t>());
+          scale.data_ptr<c10::BFloat16>(), planes, height, width, block, out.data_ptr<scalar_t>());
     });
   });
   return out;
@@ -454,11 +426,10 @@ std::vector<torch::Tensor> group_compress(torch::Tensor x, int64_t group_size, i
 }
 
 torch::Tensor group_decompress(torch::Tensor packed, torch::Tensor minimum, torch::Tensor scale, int64_t group_size,
-                               int64_t bits, at::IntArrayRef shape, at::ScalarType dtype, bool channels_last) {
+                               int64_t bits, at::IntArrayRef shape, at::ScalarType dtype) {
   check_bits(bits);
   TORCH_CHECK(map_type(dtype), "dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(group_size >= 1, "group_size must be positive");
-  TORCH_CHECK(!channels_last || shape.size() == 4, "a channels-last map has 4 dimensions");
   const int64_t numel = c10::multiply_integers(shape), groups = (numel + group_size - 1) / group_size;
   TORCH_CHECK(packed.dim() == 2 && packed.scalar_type() == torch::kUInt8 && packed.size(0) == groups &&
                   packed.size(1) == packed_row_bytes(group_size, bits),
@@ -466,21 +437,16 @@ torch::Tensor group_decompress(torch::Tensor packed, torch::Tensor minimum, torc
   check_grid(minimum, scale, groups);
   packed = packed.contiguous(); minimum = minimum.contiguous(); scale = scale.contiguous();
 #ifdef WITH_CUDA
-  if (packed.is_cuda()) {
-    TORCH_CHECK(!channels_last, "channels-last decompression is a CPU layout; CUDA maps come back (N, C, H, W)");
-    return group_decompress_cuda(packed, minimum, scale, group_size, bits, numel, dtype).view(shape);
-  }
+  if (packed.is_cuda()) return group_decompress_cuda(packed, minimum, scale, group_size, bits, numel, dtype).view(shape);
 #endif
   TORCH_CHECK(packed.is_cpu(), "this build has no CUDA kernels");
-  auto out = torch::empty(shape, packed.options().dtype(dtype).memory_format(
-                                     channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+  auto out = torch::empty(shape, packed.options().dtype(dtype));
   if (numel == 0) return out;
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "group_decompress", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       group_decompress_cpu_kernel<scalar_t, decltype(bits_constant)::value>(
           packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(), numel,
-          group_size, groups, channels_last ? shape[1] : 0, channels_last ? shape[2] * shape[3] : 1,
-          out.data_ptr<scalar_t>());
+          group_size, groups, out.data_ptr<scalar_t>());
     });
   });
   return out;
@@ -600,9 +566,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "membench DIVISION kernels: fused DIVISION and ActNN-style compression with Philox stochastic "
             "rounding, 1-bit ReLU and dropout masks, max-pool window indices";
   m.def("division_compress", &division_compress, "DIVISION-compress a 4-D map: (lfc, packed, minimum, scale)");
-  m.def("division_decompress", &division_decompress, "DIVISION-decompress into a map of dtype (or channels last)");
+  m.def("division_decompress", &division_decompress, "DIVISION-decompress into a map of dtype");
   m.def("group_compress", &group_compress, "ActNN-style group compression: (packed, minimum, scale)");
-  m.def("group_decompress", &group_decompress, "ActNN-style group decompression into a map of dtype (or channels last)");
+  m.def("group_decompress", &group_decompress, "ActNN-style group decompression into a map of shape and dtype");
   m.def("relu_pack", &relu_pack, "ReLU and its packed mask");
   m.def("dropout_pack", &dropout_pack, "Philox dropout and its packed mask");
   m.def("masked_grad", &masked_grad, "gradient through a packed mask times a gain");
