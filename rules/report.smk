@@ -11,14 +11,17 @@ from membench.report.views import TABLE_VIEWS
 
 # Each system's headline declaration (what the summary shows and which published figures it
 # judges), as paths from the checkout's root.
+# The checkout's root from this file (rules/), not the running workflow's: the same where the
+# workflow is a module of another.
+REPORT_CHECKOUT = os.path.join(workflow.current_basedir, "..")
 REPORT_HEADLINE_FILES = sorted(
     f"resources/headlines/{name}"
-    for name in os.listdir(os.path.join(workflow.basedir, "resources", "headlines"))
+    for name in os.listdir(os.path.join(REPORT_CHECKOUT, "resources", "headlines"))
     if name.endswith(".yaml")
 )
 REPORT_HEADLINE_TABLES = headline_tables(
     load_headlines(
-        [os.path.join(workflow.basedir, path) for path in REPORT_HEADLINE_FILES]
+        [os.path.join(REPORT_CHECKOUT, path) for path in REPORT_HEADLINE_FILES]
     )
 )
 REPORT_TABLES = [

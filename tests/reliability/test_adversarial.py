@@ -602,15 +602,15 @@ CASES = [
         before=[HOTCONV_FOLD],
     ),
     Case(
-        "report summary: a named pipe as --published",
+        "report summary: a named pipe as --headline",
         _simple(
             lambda t: [
                 "report",
                 "summary",
                 "--table",
                 str(_file(t, "hotconv.csv", "variant\nhotconv\n")),
-                "--published",
-                str(_fifo(t, "published.yaml")),
+                "--headline",
+                str(_fifo(t, "hotconv.yaml")),
                 "--provenance",
                 str(_file(t, "p.json", "{}")),
                 "--out-html",
@@ -619,6 +619,8 @@ CASES = [
                 str(t / "f.html"),
                 "--out-csv",
                 str(t / "s.csv"),
+                "--out-verdicts",
+                str(t / "v.csv"),
             ]
         ),
         "named pipe",

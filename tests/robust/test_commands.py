@@ -278,6 +278,7 @@ def test_plan_names_baselines_for_strong_and_weak_scaling():
     }
     config["sequential_threads"] = [1, 2]
     config["publish_every"] = [1, 4]  # the paper's k; the default config runs k = 1 only
+    config["hard_eps"] = [0.2]  # the default config leaves the eps 0.2 run off
     runs = plan_runs(config)
     names = {name.split("/", 2)[2] for name in runs if "/eps0.1/" in name}
     assert {

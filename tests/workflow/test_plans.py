@@ -137,6 +137,7 @@ def _dataset_paths(node, found):
                 "root",
                 "lmdb_root",
                 "image_root",
+                "path",
             } and isinstance(value, str):
                 found.append((node, key))
             else:

@@ -211,8 +211,9 @@ def place_user_data(node, data: Path, placed: list[str]) -> None:
 
 
 def with_every_kind_of_user_data(config: dict) -> tuple[dict, list[str]]:
-    """The default config with data of each user source besides its own, multi-node training, and the
-    largest-batch search; and the targets that add the jobs the default target leaves out."""
+    """The default config with data of each user source besides its own, multi-node training, the
+    largest-batch search and the HotConv sweep; and the targets that add the jobs the default target
+    leaves out."""
     config["bodmas"]["datasets"]["own"] = {
         "source": "directory",
         "metadata": "bodmas_metadata.csv",
@@ -236,6 +237,7 @@ def with_every_kind_of_user_data(config: dict) -> tuple[dict, list[str]]:
     config["robust"] |= {"dataset": "mnist", "root": "mnist", "transport": "distributed", "nodes": 2}
     config["division"]["accuracy"] |= {"gpus": 2, "nodes": 3}
     config["division"]["max_batch"]["enabled"] = True
+    config["hotconv"]["sweep"]["variants"] = ["malconv", "hotconv"]  # off in the default config
     return config, [
         "all",
         "hotconv_bench",
