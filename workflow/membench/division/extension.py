@@ -47,7 +47,8 @@ SPEC = extension.ExtensionSpec(
     source_dir=CSRC_DIR,
     cpu_sources=("division_ops.cpp",),
     cuda_sources=("division_cuda.cu",),
-    # What the library exports, recorded in its manifest: membench.division.kernels.KERNEL_NAMES.
+    # What the library exports, recorded in its manifest; every implementation provides these
+    # (membench.division.kernels.KERNEL_NAMES).
     kernels=(
         "division_compress",
         "division_decompress",

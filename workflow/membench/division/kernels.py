@@ -13,17 +13,8 @@ from membench.division.extension import DEFAULT_LOCK_TIMEOUT_S, SPEC
 
 __all__ = ["KERNEL_NAMES", "Kernels", "select_kernels", "TORCH_KERNELS"]
 
-KERNEL_NAMES = (
-    "division_compress",
-    "division_decompress",
-    "group_compress",
-    "group_decompress",
-    "relu_pack",
-    "dropout_pack",
-    "masked_grad",
-    "maxpool2d_forward",
-    "maxpool2d_backward",
-)
+# The ops every implementation provides: the extension's exports (its build spec).
+KERNEL_NAMES = SPEC.kernels
 
 
 class Kernels:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from membench import workflow_support
 from membench.core.errors import InputError
 from membench.core.meter import add_meter_options
 from membench.core.options import (
@@ -172,18 +173,7 @@ _ESTIMATOR_KEYS = (
     "seed",
     "memnet.published.*.family",
     "memnet.published.*.device_name",
-    *(
-        f"memnet.{key}"
-        for key in (
-            "max_under",
-            "calibration_fraction",
-            "faketensor_rows",
-            "members",
-            "mlp_epochs",
-            "transformer_epochs",
-            "optimizer",
-        )
-    ),
+    *(f"memnet.{key}" for key in workflow_support.MEMNET_ESTIMATOR_KEYS),
     *(
         f"memnet.{section}.bins.{field}"
         for section in ("families.*", "published.*")
