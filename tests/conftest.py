@@ -1,5 +1,5 @@
-"""Shared fixtures: deterministic torch, the session's kernel cache, and the location of the shared
-test data."""
+"""Shared fixtures: deterministic torch, the session's kernel cache, the location of the shared
+test data, and a Slurm client that answers at once."""
 
 from __future__ import annotations
 
@@ -13,6 +13,15 @@ from membench.core.extension import CACHE_DIR_VARIABLE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+NO_SLURM_CONTROLLER = Path(__file__).with_name("no_slurm_controller.conf")
+
+
+def pytest_configure(config):
+    """Before collection (tests/workflow/test_cluster.py imports the Slurm plugin): this run's Slurm
+    client, and so every Snakemake command a test starts, is told at once that there is no
+    controller, instead of retrying for 9 s a controller the machine's configuration names
+    (see tests/no_slurm_controller.conf)."""
+    os.environ["SLURM_CONF"] = str(NO_SLURM_CONTROLLER)
 
 
 @pytest.fixture(autouse=True)
