@@ -59,8 +59,20 @@ def _equal_on_cpu(ours, reference) -> bool:
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Tiles that divide the plane, edge tiles, a plane under a block, a plane wider than a block of
-# threads, values that do not fill a byte, one value.
-SHAPES = ((4, 8, 16, 16), (2, 3, 17, 13), (1, 2, 7, 20), (2, 2, 3, 300), (3, 1, 9, 8), (1, 1, 1, 1))
+# threads, values that do not fill a byte, one value, and ResNet-50's planes at 224 px: staged in
+# shared memory (56 x 56; 112 x 112 in 16 bits, beyond the 48 KiB a block gets unasked) or, too
+# large in float32, read from global memory. A map whose bytes end off a 16-byte boundary is not staged.
+SHAPES = (
+    (4, 8, 16, 16),
+    (2, 3, 17, 13),
+    (1, 2, 7, 20),
+    (2, 2, 3, 300),
+    (3, 1, 9, 8),
+    (1, 1, 1, 1),
+    (2, 3, 56, 56),
+    (1, 9, 112, 112),
+    (8, 4, 7, 7),
+)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
@@ -85,21 +97,35 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_compressors_read_views_at_any_offset(cuda_kernels, dtype):
+    """A map that starts inside its storage, on a 16-byte boundary (staged) or off it (not)."""
+    for shape in ((3, 4, 56, 56), (3, 1, 7, 7)):
+        x = _map(shape, dtype)
+        view = x.to(CUDA)[1:]
+        saved = cuda_kernels.division_compress(view, 8, 2, SEED, OFFSET)
+        assert _equal_on_cpu(saved, compress.division_compress(x[1:], 8, 2, SEED, OFFSET)), shape
+        saved = cuda_kernels.group_compress(view, 256, 2, SEED, OFFSET)
+        assert _equal_on_cpu(saved, compress.group_compress(x[1:], 256, 2, SEED, OFFSET)), shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_mask_and_maxpool_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dtype):
-    x = _map((3, 5, 110, 61), dtype)  # not a whole number of bytes or of blocks of 2048 values
-    grad = _map(x.shape, dtype, 1)
-    out, packed = cuda_kernels.relu_pack(x.to(CUDA))
-    assert _equal_on_cpu((out, packed), compress.relu_pack(x))
-    assert _equal_on_cpu(
-        [cuda_kernels.masked_grad(grad.to(CUDA), packed, 1.0)],
-        [compress.masked_grad(grad, packed.cpu(), 1.0)],
-    )
-    for p in (0.7, 0.1):
-        dropped = cuda_kernels.dropout_pack(x.to(CUDA), p, SEED, OFFSET)
-        assert _equal_on_cpu(dropped, compress.dropout_pack(x, p, SEED, OFFSET))
-        gain = 1.0 / (1.0 - p)
-        grad_in = cuda_kernels.masked_grad(grad.to(CUDA), dropped[1], gain)
-        assert _equal_on_cpu([grad_in], [compress.masked_grad(grad, dropped[1].cpu(), gain)])
+    # Not a whole number of bytes or of blocks of 2048 values; then eights of values, read at once.
+    for index, shape in enumerate(((3, 5, 110, 61), (2, 4, 56, 56))):
+        x = _map(shape, dtype, index)
+        grad = _map(x.shape, dtype, index + 1)
+        out, packed = cuda_kernels.relu_pack(x.to(CUDA))
+        assert _equal_on_cpu((out, packed), compress.relu_pack(x)), shape
+        assert _equal_on_cpu(
+            [cuda_kernels.masked_grad(grad.to(CUDA), packed, 1.0)],
+            [compress.masked_grad(grad, packed.cpu(), 1.0)],
+        ), shape
+        for p in (0.7, 0.1):
+            dropped = cuda_kernels.dropout_pack(x.to(CUDA), p, SEED, OFFSET)
+            assert _equal_on_cpu(dropped, compress.dropout_pack(x, p, SEED, OFFSET)), shape
+            gain = 1.0 / (1.0 - p)
+            grad_in = cuda_kernels.masked_grad(grad.to(CUDA), dropped[1], gain)
+            assert _equal_on_cpu([grad_in], [compress.masked_grad(grad, dropped[1].cpu(), gain)]), shape
     for kernel, stride, padding in ((2, 2, 0), (3, 2, 1)):
         x = _map((4, 8, 17, 17), dtype, 2)
         out, index = cuda_kernels.maxpool2d_forward(x.to(CUDA), kernel, stride, padding)

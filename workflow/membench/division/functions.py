@@ -172,23 +172,27 @@ class _Conv2dFunction(Function):
 
 
 class _BatchNorm2dFunction(Function):
+    """Batch norm through the backend ``nn.BatchNorm2d`` would take (cuDNN on CUDA, as vanilla's),
+    keeping its input compressed for backward."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps, context):
-        out, mean, invstd = torch.native_batch_norm(
-            x, weight, bias, running_mean, running_var, True, momentum, eps
+        out, mean, invstd, reserve, backend = torch.ops.aten._batch_norm_impl_index(
+            x, weight, bias, running_mean, running_var, True, momentum, eps, torch.backends.cudnn.enabled
         )
-        ctx.save_for_backward(weight, mean, invstd, *context.compress(x))
-        ctx.config = (x.shape, x.dtype, eps, context)
+        ctx.save_for_backward(weight, mean, invstd, reserve, *context.compress(x))
+        ctx.config = (x.shape, x.dtype, eps, backend, context)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        weight, mean, invstd, *saved = ctx.saved_tensors
-        shape, dtype, eps, context = ctx.config
+        weight, mean, invstd, reserve, *saved = ctx.saved_tensors
+        shape, dtype, eps, backend, context = ctx.config
         x = context.decompress(saved, shape, dtype)
-        grad_x, grad_weight, grad_bias = torch.ops.aten.native_batch_norm_backward(
-            grad_out.contiguous(),
+        grad_x, grad_weight, grad_bias = torch.ops.aten._batch_norm_impl_index_backward(
+            backend,
             x,
+            grad_out.contiguous(),
             weight,
             None,
             None,
@@ -201,6 +205,7 @@ class _BatchNorm2dFunction(Function):
                 weight is not None and ctx.needs_input_grad[1],
                 weight is not None and ctx.needs_input_grad[2],
             ],
+            reserve,
         )
         return grad_x, grad_weight, grad_bias, None, None, None, None, None
 

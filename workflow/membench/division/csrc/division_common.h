@@ -28,9 +28,14 @@ struct Philox4 {
 };
 
 C10_HOST_DEVICE inline void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+#ifdef __CUDA_ARCH__
+  hi = __umulhi(a, b);  // one 32-bit instruction each, where a 64-bit product takes several
+  lo = a * b;
+#else
   const uint64_t product = static_cast<uint64_t>(a) * static_cast<uint64_t>(b);
   hi = static_cast<uint32_t>(product >> 32);
   lo = static_cast<uint32_t>(product);
+#endif
 }
 
 // Philox4x32 with 10 rounds: the key is bumped by the Weyl constants before every round but the first.

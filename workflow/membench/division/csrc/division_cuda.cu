@@ -4,10 +4,14 @@
 // contracted into FMAs, which would change the rounding.
 //
 // Structure: DIVISION compresses one (sample, channel) plane per warp (tile means, the HFC's range,
-// then stochastic rounding and packing, the plane read from global memory, which the caches hold
-// between the steps); ActNN-style compresses one group per warp; dropout draws its mask per block
-// of 2048 values; every thread that draws noise runs one Philox call for its 8 values
-// (division_common.h), and the levels go through shared memory to be packed into bytes.
+// then stochastic rounding and packing); ActNN-style compresses one group per warp. A warp first
+// copies its plane or group into shared memory with 16-byte loads where it fits (32 KiB), so that
+// the three passes read memory once, at full width (staging, below); larger rows are read from
+// global memory, which the caches hold between the passes. Dropout draws its mask per block of 2048
+// values; every thread that draws noise runs one Philox call for its 8 values (division_common.h),
+// and the levels go through shared memory to be packed into bytes. The 1-bit masks read and write
+// eight values at once where a map's layout allows.
+//
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
 // toolkit lacks, and torch/extension.h (Python bindings, in division_ops.cpp) would only slow nvcc
@@ -125,31 +129,115 @@ __device__ __forceinline__ void pack_levels(const uint8_t* levels, int64_t count
   }
 }
 
+// -- Staging: a warp's row of a map copied into shared memory with 16-byte loads ------------------
+//
+// Read one value per lane at a time, a warp has 64 or 128 bytes in flight, far too few to keep
+// an H100's memory busy. A warp whose row fits copies it first, each lane moving 16 bytes per
+// load, four loads at a time, and the passes over the row then read shared memory. The loads are
+// aligned: they start at the 16-byte boundary at or below the row and end at the one at or above
+// its end, so the host stages only tensors whose data is 16-byte aligned and whose storage reaches
+// the boundary past their last byte (stageable()); the bytes around a row that it reads are not used.
+
+__host__ __device__ __forceinline__ int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// Shared bytes that hold a staged row of `bytes` bytes wherever it starts.
+__host__ __device__ __forceinline__ int64_t stage_bytes(int64_t bytes) { return align16(bytes) + 16; }
+
+// A row is staged up to this size; longer rows are read from global memory.
+constexpr int64_t kMaxStage = 32 * 1024;
+
+// Copies bytes [begin, begin + count) into `buffer` (16-byte aligned, stage_bytes(count) long) and
+// returns where `begin` landed; the warp's lanes are synchronised on return.
+__device__ __forceinline__ const unsigned char* warp_stage(const unsigned char* begin, int64_t count,
+                                                           unsigned char* buffer, int lane) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~static_cast<uintptr_t>(15);
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + count + 15) & ~static_cast<uintptr_t>(15);
+  const uint4* from = reinterpret_cast<const uint4*>(first);
+  uint4* to = reinterpret_cast<uint4*>(buffer);
+  const int words = static_cast<int>((last - first) / 16);
+#pragma unroll 4
+  for (int i = lane; i < words; i += 32) to[i] = __ldg(from + i);
+  __syncwarp();
+  return buffer + (reinterpret_cast<uintptr_t>(begin) - first);
+}
+
+bool stageable(const at::Tensor& x) {
+  const int64_t bytes = x.numel() * x.element_size();
+  const int64_t reach = static_cast<int64_t>(x.storage().nbytes()) - x.storage_offset() * x.element_size();
+  return reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reach >= align16(bytes);
+}
+
+// The shared memory a block may use on the tensor's device (the opt-in limit beyond 48 KiB).
+int64_t shared_limit(const at::Tensor& x) {
+  int limit = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, x.get_device()));
+  return limit;
+}
+
+// As many warps as fit `limit` bytes, at most kWarps (0 when not one fits).
+int warps_that_fit(int64_t fixed, int64_t per_warp, int64_t limit) {
+  int warps = kWarps;
+  while (warps > 0 && fixed + warps * per_warp > limit) --warps;
+  return warps;
+}
+
+// A launch's warps per block, its dynamic shared bytes and whether its rows are staged.
+struct Launch {
+  int warps;
+  int64_t shared;
+  bool staged;
+};
+
+// Lets `kernel` take `launch.shared` bytes (above 48 KiB a kernel must ask for them).
+template <typename Kernel>
+void allow_shared(Kernel kernel, const Launch& launch) {
+  if (launch.shared > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(launch.shared)));
+  }
+}
+
 // -- DIVISION: one warp per (sample, channel) plane ----------------------------------------------
 //
 // A block holds up to kWarps planes. Its shared memory: the tile row and column of each row and
-// column of a plane (uint16, shared by the block's planes, which have one size), then per warp a row
-// of column sums (width floats) and the levels of 256 values. In-plane indices are 32-bit (a plane
-// has fewer than 2^31 values; the host checks); a cursor (h, w) follows a value index j = h * width + w
-// as it advances, so that no value needs a division.
+// column of a plane (uint16, shared by the block's planes, which have one size), then per warp its
+// region: when staged, the plane; a row of column sums (width floats); when staged, the plane's LFC
+// as floats; the levels of 256 values. In-plane indices are 32-bit (a plane has fewer than 2^31
+// values; the host checks); a cursor (h, w) follows a value index j = h * width + w as it advances,
+// so that no value needs a division.
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
 };
 
 __host__ __device__ __forceinline__ int64_t plane_tables_bytes(int height, int width) {
-  return (static_cast<int64_t>(height + width) * 2 + 15) / 16 * 16;
+  return align16(static_cast<int64_t>(height + width) * 2);
 }
 
-__host__ __device__ __forceinline__ int64_t plane_warp_bytes(int width) { return static_cast<int64_t>(width) * 4 + 256; }
+__host__ __device__ __forceinline__ int64_t plane_stage_bytes(const PlaneShape& s, int64_t element, bool staged) {
+  return staged ? stage_bytes(static_cast<int64_t>(s.area) * element) : 0;
+}
 
-// The block's planes per launch: as many warps as fit kMaxShared bytes, at most kWarps.
-constexpr int64_t kMaxShared = 48 * 1024;
+__host__ __device__ __forceinline__ int64_t plane_lfc_bytes(const PlaneShape& s, bool staged) {
+  return staged ? align16(static_cast<int64_t>(s.rows) * s.cols * 4) : 0;
+}
 
-int plane_warps(int height, int width) {
-  int warps = kWarps;
-  while (warps > 1 && plane_tables_bytes(height, width) + warps * plane_warp_bytes(width) > kMaxShared) warps /= 2;
-  return warps;
+__host__ __device__ __forceinline__ int64_t plane_warp_bytes(const PlaneShape& s, int64_t element, bool staged) {
+  return plane_stage_bytes(s, element, staged) + align16(static_cast<int64_t>(s.width) * 4) +
+         plane_lfc_bytes(s, staged) + 256;
+}
+
+// Staged when the map allows and a warp's region fits; else every pass reads global memory.
+Launch plane_launch(const at::Tensor& x, const PlaneShape& s) {
+  const int64_t limit = shared_limit(x), tables = plane_tables_bytes(s.height, s.width);
+  const int64_t element = x.element_size();
+  if (stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage) {
+    const int warps = warps_that_fit(tables, plane_warp_bytes(s, element, true), limit);
+    if (warps > 0) return {warps, tables + warps * plane_warp_bytes(s, element, true), true};
+  }
+  const int warps = warps_that_fit(tables, plane_warp_bytes(s, element, false), limit);
+  TORCH_CHECK(warps > 0, "planes of ", s.height, "x", s.width, " values do not fit the GPU's shared memory");
+  return {warps, tables + warps * plane_warp_bytes(s, element, false), false};
 }
 
 // Fills the tile tables (the whole block) and returns this warp's plane, or -1 past the last.
@@ -175,22 +263,37 @@ struct Cursor {
   }
 };
 
-template <typename scalar_t, int BITS>
+template <typename scalar_t, int BITS, bool STAGED>
 __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, uint64_t seed,
                                          uint64_t offset, c10::BFloat16* __restrict__ lfc,
                                          uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
                                          c10::BFloat16* __restrict__ scale) {
   extern __shared__ __align__(16) unsigned char shared[];
+  constexpr int64_t element = sizeof(scalar_t);
   uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
   uint16_t* col_tile = row_tile + s.height;
-  unsigned char* own = shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * plane_warp_bytes(s.width);
-  float* column = reinterpret_cast<float*>(own);
-  uint8_t* levels = own + static_cast<int64_t>(s.width) * 4;
+  unsigned char* own =
+      shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * plane_warp_bytes(s, element, STAGED);
+  float* column = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
+  float* lfc_values = column + align16(static_cast<int64_t>(s.width) * 4) / 4;
+  uint8_t* levels = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s, STAGED);
   const int64_t p = plane_setup(s, planes, row_tile, col_tile);
   if (p < 0) return;
   const int lane = threadIdx.x % 32;
   const scalar_t* plane = x + p * s.area;
+  if constexpr (STAGED) {
+    plane = reinterpret_cast<const scalar_t*>(
+        warp_stage(reinterpret_cast<const unsigned char*>(plane), s.area * element, own, lane));
+  }
   c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
+  // The bfloat16 LFC value of tile t, as a float.
+  auto tile_mean = [&](int t) -> float {
+    if constexpr (STAGED) {
+      return lfc_values[t];
+    } else {
+      return static_cast<float>(plane_lfc[t]);
+    }
+  };
   // Tile means: each column of a tile row summed downwards, then the columns of a tile.
   for (int tr = 0; tr < s.rows; ++tr) {
     const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
@@ -204,7 +307,9 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
       const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
       float sum = 0.0f;
       for (int w = w0; w < w1; ++w) sum = __fadd_rn(sum, column[w]);
-      plane_lfc[tr * s.cols + tc] = c10::BFloat16(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
+      const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
+      plane_lfc[tr * s.cols + tc] = mean;
+      if constexpr (STAGED) lfc_values[tr * s.cols + tc] = static_cast<float>(mean);
     }
     __syncwarp();  // the column sums are reused, the LFC is read by the whole warp
   }
@@ -213,7 +318,7 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   Cursor at{lane / s.width, lane % s.width};
   const int step_h = 32 / s.width, step_w = 32 % s.width;
   for (int j = lane; j < s.area; j += 32) {
-    const float mean = static_cast<float>(plane_lfc[row_tile[at.h] * s.cols + col_tile[at.w]]);
+    const float mean = tile_mean(row_tile[at.h] * s.cols + col_tile[at.w]);
     range_add(range, __fsub_rn(static_cast<float>(plane[j]), mean));
     at.advance(step_h, step_w, s.width);
   }
@@ -236,7 +341,7 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
       const int j = j0 + 16 * v;
       uint8_t level = 0;
       if (j < s.area) {
-        const float mean = static_cast<float>(plane_lfc[row_tile[value.h] * s.cols + col_tile[value.w]]);
+        const float mean = tile_mean(row_tile[value.h] * s.cols + col_tile[value.w]);
         const float hfc = __fsub_rn(static_cast<float>(plane[j]), mean);
         level = static_cast<uint8_t>(membench::quantize_level(hfc, low, step, call_uniform(r, v), top));
       }
@@ -249,7 +354,12 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   }
 }
 
-template <typename scalar_t, int BITS>
+// Decompression's warp region: when staged, the packed row and the LFC as floats.
+__host__ __device__ __forceinline__ int64_t unpack_warp_bytes(const PlaneShape& s, int bits, bool staged) {
+  return staged ? stage_bytes(packed_row_bytes(s.area, bits)) + plane_lfc_bytes(s, true) : 0;
+}
+
+template <typename scalar_t, int BITS, bool STAGED>
 __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
                                            const c10::BFloat16* __restrict__ minimum,
                                            const c10::BFloat16* __restrict__ scale, int64_t planes, PlaneShape s,
@@ -258,38 +368,68 @@ __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc
   extern __shared__ __align__(16) unsigned char shared[];
   uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
   uint16_t* col_tile = row_tile + s.height;
+  unsigned char* own =
+      shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * unpack_warp_bytes(s, BITS, STAGED);
   const int64_t p = plane_setup(s, planes, row_tile, col_tile);
   if (p < 0) return;
   const int lane = threadIdx.x % 32;
   const c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
-  const uint8_t* row = packed + p * packed_row_bytes(s.area, BITS);
+  const int64_t row_bytes = packed_row_bytes(s.area, BITS);
+  const uint8_t* row = packed + p * row_bytes;
+  float* lfc_values = reinterpret_cast<float*>(own + (STAGED ? stage_bytes(row_bytes) : 0));
+  if constexpr (STAGED) {
+    for (int t = lane; t < s.rows * s.cols; t += 32) lfc_values[t] = static_cast<float>(plane_lfc[t]);
+    row = warp_stage(row, row_bytes, own, lane);  // synchronises the warp: the LFC is written too
+  }
+  auto tile_mean = [&](int t) -> float {
+    if constexpr (STAGED) {
+      return lfc_values[t];
+    } else {
+      return static_cast<float>(plane_lfc[t]);
+    }
+  };
   const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
   Cursor at{lane / s.width, lane % s.width};
   const int step_h = 32 / s.width, step_w = 32 % s.width;
+  scalar_t* plane_out = out + p * s.area;
   for (int j = lane; j < s.area; j += 32) {
     const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
     const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
-    const float mean = static_cast<float>(plane_lfc[row_tile[at.h] * s.cols + col_tile[at.w]]);
-    out[p * s.area + j] = static_cast<scalar_t>(__fadd_rn(hfc, mean));
+    const float mean = tile_mean(row_tile[at.h] * s.cols + col_tile[at.w]);
+    plane_out[j] = static_cast<scalar_t>(__fadd_rn(hfc, mean));
     at.advance(step_h, step_w, s.width);
   }
 }
 
 // -- ActNN-style: one warp per group --------------------------------------------------------------
+//
+// Per warp in shared memory: when staged, the group; the levels of 256 values.
 
-template <typename scalar_t, int BITS>
+__host__ __device__ __forceinline__ int64_t group_warp_bytes(int64_t group_size, int64_t element, bool staged) {
+  return (staged ? stage_bytes(group_size * element) : 0) + 256;
+}
+
+template <typename scalar_t, int BITS, bool STAGED>
 __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t numel, int64_t group_size,
                                       int64_t groups, uint64_t seed, uint64_t offset, uint8_t* __restrict__ packed,
                                       c10::BFloat16* __restrict__ minimum, c10::BFloat16* __restrict__ scale) {
   constexpr int kWarpValues = 8 * 32;
-  __shared__ uint8_t warp_levels[kWarps][kWarpValues];
+  constexpr int64_t element = sizeof(scalar_t);
+  extern __shared__ __align__(16) unsigned char shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
   if (g >= groups) return;  // a whole warp leaves: no block-wide barrier follows
+  unsigned char* own = shared + warp * group_warp_bytes(group_size, element, STAGED);
+  uint8_t* levels = own + (STAGED ? stage_bytes(group_size * element) : 0);
   const int64_t base = g * group_size, count = min64(group_size, numel - base);
+  const scalar_t* values = x + base;
+  if constexpr (STAGED) {
+    values = reinterpret_cast<const scalar_t*>(
+        warp_stage(reinterpret_cast<const unsigned char*>(values), count * element, own, lane));
+  }
   // The range, with the zero padding of the last group.
   Range range{INFINITY, -INFINITY, 0};
-  for (int64_t k = lane; k < count; k += 32) range_add(range, static_cast<float>(x[base + k]));
+  for (int64_t k = lane; k < count; k += 32) range_add(range, static_cast<float>(values[k]));
   if (count < group_size) range_add(range, 0.0f);
   range = warp_range(range);
   const membench::Grid grid = range_grid(range, BITS);
@@ -299,14 +439,13 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   }
   const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
   const float top = static_cast<float>((1 << BITS) - 1);
-  uint8_t* levels = warp_levels[warp];
   uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
   for (int64_t begin = 0; begin < group_size; begin += kWarpValues) {
     const int64_t call = begin / 8 + lane;
     const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
     for (int v = 0; v < 8; ++v) {
       const int64_t k = noise_value(call, v);
-      const float value = k < count ? static_cast<float>(x[base + k]) : 0.0f;
+      const float value = k < count ? static_cast<float>(values[k]) : 0.0f;
       levels[k - begin] =
           k < group_size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
     }
@@ -334,16 +473,40 @@ __global__ void group_decompress_kernel(const uint8_t* __restrict__ packed, cons
 
 // -- 1-bit masks ------------------------------------------------------------------------------------
 
+// Eight values of a map, loaded or stored at once (one or two 16-byte accesses).
 template <typename scalar_t>
+struct alignas(8 * sizeof(scalar_t)) Values8 {
+  scalar_t v[8];
+};
+
+// Whether a map's values can be read eight at a time: a whole number of eights, aligned to them.
+bool in_eights(const at::Tensor& x) {
+  return x.numel() % 8 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % (8 * x.element_size()) == 0;
+}
+
+// One thread per byte of the mask (eight values).
+template <typename scalar_t, bool EIGHTS>
 __global__ void relu_pack_kernel(const scalar_t* __restrict__ x, int64_t numel, scalar_t* __restrict__ out,
                                  uint8_t* __restrict__ packed) {
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= (numel + 7) / 8) return;
   uint8_t byte = 0;
-  for (int i = 0; i < 8 && b * 8 + i < numel; ++i) {
-    const float v = static_cast<float>(x[b * 8 + i]);
-    out[b * 8 + i] = static_cast<scalar_t>(__fmul_rn(v, v > 0.0f ? 1.0f : 0.0f));
-    byte |= static_cast<uint8_t>(v > 0.0f) << i;
+  if constexpr (EIGHTS) {
+    const Values8<scalar_t> in = reinterpret_cast<const Values8<scalar_t>*>(x)[b];
+    Values8<scalar_t> kept;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float v = static_cast<float>(in.v[i]);
+      kept.v[i] = static_cast<scalar_t>(__fmul_rn(v, v > 0.0f ? 1.0f : 0.0f));
+      byte |= static_cast<uint8_t>(v > 0.0f) << i;
+    }
+    reinterpret_cast<Values8<scalar_t>*>(out)[b] = kept;
+  } else {
+    for (int i = 0; i < 8 && b * 8 + i < numel; ++i) {
+      const float v = static_cast<float>(x[b * 8 + i]);
+      out[b * 8 + i] = static_cast<scalar_t>(__fmul_rn(v, v > 0.0f ? 1.0f : 0.0f));
+      byte |= static_cast<uint8_t>(v > 0.0f) << i;
+    }
   }
   packed[b] = byte;
 }
@@ -368,13 +531,27 @@ __global__ void dropout_pack_kernel(const scalar_t* __restrict__ x, int64_t nume
   pack_levels<1>(keep, min64(kBlockValues, numel - begin), packed + begin / 8, threadIdx.x, blockDim.x);
 }
 
-template <typename scalar_t>
+// One thread per value, or with EIGHTS per byte of the mask.
+template <typename scalar_t, bool EIGHTS>
 __global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const uint8_t* __restrict__ packed,
                                    int64_t numel, float gain, scalar_t* __restrict__ grad_in) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= numel) return;
-  const float keep = (packed[j / 8] >> (j % 8)) & 1 ? 1.0f : 0.0f;
-  grad_in[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(grad_out[j]), keep), gain));
+  if constexpr (EIGHTS) {
+    if (j >= numel / 8) return;
+    const uint8_t byte = packed[j];
+    const Values8<scalar_t> grad = reinterpret_cast<const Values8<scalar_t>*>(grad_out)[j];
+    Values8<scalar_t> result;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float keep = (byte >> i) & 1 ? 1.0f : 0.0f;
+      result.v[i] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(grad.v[i]), keep), gain));
+    }
+    reinterpret_cast<Values8<scalar_t>*>(grad_in)[j] = result;
+  } else {
+    if (j >= numel) return;
+    const float keep = (packed[j / 8] >> (j % 8)) & 1 ? 1.0f : 0.0f;
+    grad_in[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(grad_out[j]), keep), gain));
+  }
 }
 
 // -- max pooling with window indices --------------------------------------------------------------
@@ -466,15 +643,17 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
   auto minimum = at::empty({planes}, bf16);
   auto scale = at::empty({planes}, bf16);
   if (planes == 0 || s.area == 0) return {lfc, packed, minimum, scale};
-  const int warps = plane_warps(s.height, s.width);
-  const int64_t shared = plane_tables_bytes(s.height, s.width) + warps * plane_warp_bytes(s.width);
+  const Launch launch = plane_launch(x, s);
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
-      division_compress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<(planes + warps - 1) / warps, 32 * warps, shared, stream()>>>(
-              x.data_ptr<scalar_t>(), planes, s, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-              lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-              scale.data_ptr<c10::BFloat16>());
+      constexpr int kBits = decltype(bits_constant)::value;
+      auto kernel = launch.staged ? division_compress_kernel<scalar_t, kBits, true>
+                                  : division_compress_kernel<scalar_t, kBits, false>;
+      allow_shared(kernel, launch);
+      kernel<<<(planes + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
+          x.data_ptr<scalar_t>(), planes, s, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -488,14 +667,21 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
   const PlaneShape s = plane_shape(height, width, block);
   auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
-  const int warps = kWarps;
-  const int64_t shared = plane_tables_bytes(s.height, s.width);
+  const int64_t limit = shared_limit(packed), tables = plane_tables_bytes(s.height, s.width);
+  Launch launch{kWarps, tables, false};
+  if (stageable(packed) && unpack_warp_bytes(s, static_cast<int>(bits), true) <= kMaxStage) {
+    const int warps = warps_that_fit(tables, unpack_warp_bytes(s, static_cast<int>(bits), true), limit);
+    if (warps > 0) launch = {warps, tables + warps * unpack_warp_bytes(s, static_cast<int>(bits), true), true};
+  }
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
-      division_decompress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<(planes + warps - 1) / warps, 32 * warps, shared, stream()>>>(
-              lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-              scale.data_ptr<c10::BFloat16>(), planes, s, out.data_ptr<scalar_t>());
+      constexpr int kBits = decltype(bits_constant)::value;
+      auto kernel = launch.staged ? division_decompress_kernel<scalar_t, kBits, true>
+                                  : division_decompress_kernel<scalar_t, kBits, false>;
+      allow_shared(kernel, launch);
+      kernel<<<(planes + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
+          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>(), planes, s, out.data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -511,13 +697,22 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   auto minimum = at::empty({groups}, bf16);
   auto scale = at::empty({groups}, bf16);
   if (groups == 0) return {packed, minimum, scale};
+  const int64_t element = x.element_size();
+  Launch launch{kWarps, kWarps * group_warp_bytes(group_size, element, false), false};
+  if (stageable(x) && stage_bytes(group_size * element) <= kMaxStage) {
+    const int warps = warps_that_fit(0, group_warp_bytes(group_size, element, true), shared_limit(x));
+    if (warps > 0) launch = {warps, warps * group_warp_bytes(group_size, element, true), true};
+  }
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
-      group_compress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<(groups + kWarps - 1) / kWarps, kThreads, 0, stream()>>>(
-              x.data_ptr<scalar_t>(), numel, group_size, groups, static_cast<uint64_t>(seed),
-              static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-              scale.data_ptr<c10::BFloat16>());
+      constexpr int kBits = decltype(bits_constant)::value;
+      auto kernel = launch.staged ? group_compress_kernel<scalar_t, kBits, true>
+                                  : group_compress_kernel<scalar_t, kBits, false>;
+      allow_shared(kernel, launch);
+      kernel<<<(groups + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
+          x.data_ptr<scalar_t>(), numel, group_size, groups, static_cast<uint64_t>(seed),
+          static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -549,8 +744,9 @@ std::vector<at::Tensor> relu_pack_cuda(at::Tensor x) {
   auto packed = at::empty({bytes}, x.options().dtype(at::kByte));
   if (numel == 0) return {out, packed};
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "relu_pack_cuda", [&] {
-    relu_pack_kernel<scalar_t><<<blocks_for(bytes), kThreads, 0, stream()>>>(
-        x.data_ptr<scalar_t>(), numel, out.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>());
+    auto kernel = in_eights(x) ? relu_pack_kernel<scalar_t, true> : relu_pack_kernel<scalar_t, false>;
+    kernel<<<blocks_for(bytes), kThreads, 0, stream()>>>(x.data_ptr<scalar_t>(), numel, out.data_ptr<scalar_t>(),
+                                                          packed.data_ptr<uint8_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return {out, packed};
@@ -578,7 +774,9 @@ at::Tensor masked_grad_cuda(at::Tensor grad_out, at::Tensor packed, double gain)
   auto grad_in = at::empty(grad_out.sizes(), grad_out.options());
   if (numel == 0) return grad_in;
   MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "masked_grad_cuda", [&] {
-    masked_grad_kernel<scalar_t><<<blocks_for(numel), kThreads, 0, stream()>>>(
+    const bool eights = in_eights(grad_out);
+    auto kernel = eights ? masked_grad_kernel<scalar_t, true> : masked_grad_kernel<scalar_t, false>;
+    kernel<<<blocks_for(eights ? numel / 8 : numel), kThreads, 0, stream()>>>(
         grad_out.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>(), numel, static_cast<float>(gain),
         grad_in.data_ptr<scalar_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
