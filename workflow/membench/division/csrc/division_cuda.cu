@@ -167,18 +167,34 @@ bool stageable(const at::Tensor& x) {
   return reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reach >= align16(bytes);
 }
 
-// The shared memory a block may use on the tensor's device (the opt-in limit beyond 48 KiB).
-int64_t shared_limit(const at::Tensor& x) {
-  int limit = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, x.get_device()));
-  return limit;
+int64_t device_attribute(const at::Tensor& x, cudaDeviceAttr attribute) {
+  int value = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, x.get_device()));
+  return value;
 }
 
-// As many warps as fit `limit` bytes, at most kWarps (0 when not one fits).
-int warps_that_fit(int64_t fixed, int64_t per_warp, int64_t limit) {
-  int warps = kWarps;
-  while (warps > 0 && fixed + warps * per_warp > limit) --warps;
-  return warps;
+// Warps per block (at most kWarps) for blocks of `fixed` + warps * `per_warp` shared bytes: the
+// count that keeps the most warps resident on a multiprocessor, whose shared memory is what bounds
+// them here; 0 when not one warp fits the block limit (the opt-in limit beyond 48 KiB).
+int warps_that_fit(const at::Tensor& x, int64_t fixed, int64_t per_warp) {
+  const int64_t block_limit = device_attribute(x, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  const int64_t sm_shared = device_attribute(x, cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  const int64_t sm_blocks = device_attribute(x, cudaDevAttrMaxBlocksPerMultiprocessor);
+  const int64_t sm_warps = device_attribute(x, cudaDevAttrMaxThreadsPerMultiProcessor) / 32;
+  constexpr int64_t kReservedPerBlock = 1024;  // what the runtime keeps of each block's shared memory
+  int best = 0;
+  int64_t best_resident = 0;
+  for (int warps = 1; warps <= kWarps; ++warps) {
+    const int64_t block = fixed + warps * per_warp;
+    if (block > block_limit) break;
+    const int64_t blocks = min64(sm_shared / (block + kReservedPerBlock), sm_blocks);
+    const int64_t resident = min64(warps * blocks, sm_warps);
+    if (resident >= best_resident) {
+      best = warps;
+      best_resident = resident;
+    }
+  }
+  return best;
 }
 
 // A launch's warps per block, its dynamic shared bytes and whether its rows are staged.
@@ -201,8 +217,8 @@ void allow_shared(Kernel kernel, const Launch& launch) {
 //
 // A block holds up to kWarps planes. Its shared memory: the tile row and column of each row and
 // column of a plane (uint16, shared by the block's planes, which have one size), then per warp its
-// region: when staged, the plane; a row of column sums (width floats); when staged, the plane's LFC
-// as floats; the levels of 256 values. In-plane indices are 32-bit (a plane has fewer than 2^31
+// region: when staged, the plane; the sums, minima and maxima of a tile row's columns (width floats
+// each); when staged, the plane's LFC as floats; the levels of 256 values. In-plane indices are 32-bit (a plane has fewer than 2^31
 // values; the host checks); a cursor (h, w) follows a value index j = h * width + w as it advances,
 // so that no value needs a division.
 
@@ -222,20 +238,22 @@ __host__ __device__ __forceinline__ int64_t plane_lfc_bytes(const PlaneShape& s,
   return staged ? align16(static_cast<int64_t>(s.rows) * s.cols * 4) : 0;
 }
 
+__host__ __device__ __forceinline__ int64_t plane_column_bytes(const PlaneShape& s) {
+  return align16(static_cast<int64_t>(s.width) * 4);
+}
+
 __host__ __device__ __forceinline__ int64_t plane_warp_bytes(const PlaneShape& s, int64_t element, bool staged) {
-  return plane_stage_bytes(s, element, staged) + align16(static_cast<int64_t>(s.width) * 4) +
-         plane_lfc_bytes(s, staged) + 256;
+  return plane_stage_bytes(s, element, staged) + 3 * plane_column_bytes(s) + plane_lfc_bytes(s, staged) + 256;
 }
 
 // Staged when the map allows and a warp's region fits; else every pass reads global memory.
 Launch plane_launch(const at::Tensor& x, const PlaneShape& s) {
-  const int64_t limit = shared_limit(x), tables = plane_tables_bytes(s.height, s.width);
-  const int64_t element = x.element_size();
+  const int64_t tables = plane_tables_bytes(s.height, s.width), element = x.element_size();
   if (stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage) {
-    const int warps = warps_that_fit(tables, plane_warp_bytes(s, element, true), limit);
+    const int warps = warps_that_fit(x, tables, plane_warp_bytes(s, element, true));
     if (warps > 0) return {warps, tables + warps * plane_warp_bytes(s, element, true), true};
   }
-  const int warps = warps_that_fit(tables, plane_warp_bytes(s, element, false), limit);
+  const int warps = warps_that_fit(x, tables, plane_warp_bytes(s, element, false));
   TORCH_CHECK(warps > 0, "planes of ", s.height, "x", s.width, " values do not fit the GPU's shared memory");
   return {warps, tables + warps * plane_warp_bytes(s, element, false), false};
 }
@@ -274,8 +292,10 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   uint16_t* col_tile = row_tile + s.height;
   unsigned char* own =
       shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * plane_warp_bytes(s, element, STAGED);
-  float* column = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
-  float* lfc_values = column + align16(static_cast<int64_t>(s.width) * 4) / 4;
+  float* column_sum = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
+  float* column_min = column_sum + plane_column_bytes(s) / 4;
+  float* column_max = column_min + plane_column_bytes(s) / 4;
+  float* lfc_values = column_max + plane_column_bytes(s) / 4;
   uint8_t* levels = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s, STAGED);
   const int64_t p = plane_setup(s, planes, row_tile, col_tile);
   if (p < 0) return;
@@ -294,33 +314,43 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
       return static_cast<float>(plane_lfc[t]);
     }
   };
-  // Tile means: each column of a tile row summed downwards, then the columns of a tile.
+  // Tile means and the HFC's range in one pass: each column of a tile row summed downwards (and its
+  // minimum and maximum kept), then the columns of a tile. Rounding is monotonic, so the least HFC
+  // of a tile, min(x - mean), is its least value minus the mean (likewise the greatest): the range
+  // needs no pass of its own. A NaN anywhere makes the plane's range NaN.
+  Range range{INFINITY, -INFINITY, 0};
   for (int tr = 0; tr < s.rows; ++tr) {
     const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
     for (int w = lane; w < s.width; w += 32) {
-      float sum = 0.0f;
-      for (int h = h0; h < h1; ++h) sum = __fadd_rn(sum, static_cast<float>(plane[h * s.width + w]));
-      column[w] = sum;
+      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+      for (int h = h0; h < h1; ++h) {
+        const float v = static_cast<float>(plane[h * s.width + w]);
+        sum = __fadd_rn(sum, v);
+        least = v < least ? v : least;
+        greatest = v > greatest ? v : greatest;
+        range.nan |= v != v;
+      }
+      column_sum[w] = sum;
+      column_min[w] = least;
+      column_max[w] = greatest;
     }
     __syncwarp();
     for (int tc = lane; tc < s.cols; tc += 32) {
       const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
-      float sum = 0.0f;
-      for (int w = w0; w < w1; ++w) sum = __fadd_rn(sum, column[w]);
+      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+      for (int w = w0; w < w1; ++w) {
+        sum = __fadd_rn(sum, column_sum[w]);
+        least = column_min[w] < least ? column_min[w] : least;
+        greatest = column_max[w] > greatest ? column_max[w] : greatest;
+      }
       const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
       plane_lfc[tr * s.cols + tc] = mean;
-      if constexpr (STAGED) lfc_values[tr * s.cols + tc] = static_cast<float>(mean);
+      const float mean_value = static_cast<float>(mean);
+      if constexpr (STAGED) lfc_values[tr * s.cols + tc] = mean_value;
+      const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
+      range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
     }
-    __syncwarp();  // the column sums are reused, the LFC is read by the whole warp
-  }
-  // The HFC's range against the bfloat16 LFC.
-  Range range{INFINITY, -INFINITY, 0};
-  Cursor at{lane / s.width, lane % s.width};
-  const int step_h = 32 / s.width, step_w = 32 % s.width;
-  for (int j = lane; j < s.area; j += 32) {
-    const float mean = tile_mean(row_tile[at.h] * s.cols + col_tile[at.w]);
-    range_add(range, __fsub_rn(static_cast<float>(plane[j]), mean));
-    at.advance(step_h, step_w, s.width);
+    __syncwarp();  // the column arrays are reused, the LFC is read by the whole warp
   }
   const membench::Grid grid = range_grid(warp_range(range), BITS);  // the same on every lane
   if (lane == 0) {
@@ -421,7 +451,10 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   if (g >= groups) return;  // a whole warp leaves: no block-wide barrier follows
   unsigned char* own = shared + warp * group_warp_bytes(group_size, element, STAGED);
   uint8_t* levels = own + (STAGED ? stage_bytes(group_size * element) : 0);
-  const int64_t base = g * group_size, count = min64(group_size, numel - base);
+  // In-group indices are 32-bit (the host checks the group size): 64-bit index arithmetic would
+  // double the instructions per value of a kernel that is bound by them.
+  const int64_t base = g * group_size;
+  const int size = static_cast<int>(group_size), count = static_cast<int>(min64(group_size, numel - base));
   const scalar_t* values = x + base;
   if constexpr (STAGED) {
     values = reinterpret_cast<const scalar_t*>(
@@ -429,8 +462,8 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   }
   // The range, with the zero padding of the last group.
   Range range{INFINITY, -INFINITY, 0};
-  for (int64_t k = lane; k < count; k += 32) range_add(range, static_cast<float>(values[k]));
-  if (count < group_size) range_add(range, 0.0f);
+  for (int k = lane; k < count; k += 32) range_add(range, static_cast<float>(values[k]));
+  if (count < size) range_add(range, 0.0f);
   range = warp_range(range);
   const membench::Grid grid = range_grid(range, BITS);
   if (lane == 0) {
@@ -440,17 +473,18 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
   const float top = static_cast<float>((1 << BITS) - 1);
   uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
-  for (int64_t begin = 0; begin < group_size; begin += kWarpValues) {
-    const int64_t call = begin / 8 + lane;
+  for (int begin = 0; begin < size; begin += kWarpValues) {
+    const int call = begin / 8 + lane;
     const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
+    const int k0 = (call / membench::kNoiseCalls) * membench::kNoiseBlock + call % membench::kNoiseCalls;
     for (int v = 0; v < 8; ++v) {
-      const int64_t k = noise_value(call, v);
+      const int k = k0 + 16 * v;  // noise_value(call, v)
       const float value = k < count ? static_cast<float>(values[k]) : 0.0f;
       levels[k - begin] =
-          k < group_size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
+          k < size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
     }
     __syncwarp();
-    pack_levels<BITS>(levels, min64(kWarpValues, group_size - begin), row_out + begin / (8 / BITS), lane, 32);
+    pack_levels<BITS>(levels, min64(kWarpValues, size - begin), row_out + begin / (8 / BITS), lane, 32);
     __syncwarp();
   }
 }
@@ -667,10 +701,10 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
   const PlaneShape s = plane_shape(height, width, block);
   auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
-  const int64_t limit = shared_limit(packed), tables = plane_tables_bytes(s.height, s.width);
+  const int64_t tables = plane_tables_bytes(s.height, s.width);
   Launch launch{kWarps, tables, false};
   if (stageable(packed) && unpack_warp_bytes(s, static_cast<int>(bits), true) <= kMaxStage) {
-    const int warps = warps_that_fit(tables, unpack_warp_bytes(s, static_cast<int>(bits), true), limit);
+    const int warps = warps_that_fit(packed, tables, unpack_warp_bytes(s, static_cast<int>(bits), true));
     if (warps > 0) launch = {warps, tables + warps * unpack_warp_bytes(s, static_cast<int>(bits), true), true};
   }
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
@@ -697,10 +731,11 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   auto minimum = at::empty({groups}, bf16);
   auto scale = at::empty({groups}, bf16);
   if (groups == 0) return {packed, minimum, scale};
+  TORCH_CHECK(group_size < (int64_t{1} << 30), "groups of 2^30 values or more are not supported on CUDA");
   const int64_t element = x.element_size();
   Launch launch{kWarps, kWarps * group_warp_bytes(group_size, element, false), false};
   if (stageable(x) && stage_bytes(group_size * element) <= kMaxStage) {
-    const int warps = warps_that_fit(0, group_warp_bytes(group_size, element, true), shared_limit(x));
+    const int warps = warps_that_fit(x, 0, group_warp_bytes(group_size, element, true));
     if (warps > 0) launch = {warps, warps * group_warp_bytes(group_size, element, true), true};
   }
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
