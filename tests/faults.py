@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,11 +61,19 @@ FAULT_LOG: list[dict] = []
 
 @dataclass
 class Finished:
-    """A command that ran: its exit code, wall time and output."""
+    """A command that ran: its exit code, wall time and output; ``started_s``: when the ``started``
+    condition :func:`run` was given first held (seconds after the start), if it did."""
 
     returncode: int
     wall_s: float
     output: str
+    started_s: float | None = None
+
+    @property
+    def window_s(self) -> float:
+        """How long the command ran once started (its kill window): from ``started_s`` (else from
+        its start) to its end."""
+        return self.wall_s - (self.started_s or 0.0)
 
 
 @dataclass
@@ -89,13 +98,42 @@ def membench(*args: str) -> list[str]:
     return [sys.executable, "-m", "membench.cli", *map(str, args)]
 
 
-def run(command: list[str], timeout_s: float = 600, cwd: str | os.PathLike | None = None) -> Finished:
-    """Run ``command`` to completion; raise ``AssertionError`` with its output if it fails."""
+def run(
+    command: list[str],
+    timeout_s: float = 600,
+    cwd: str | os.PathLike | None = None,
+    started: Callable[[], bool] | None = None,
+) -> Finished:
+    """Run ``command`` to completion; raise ``AssertionError`` with its output if it fails. With
+    ``started``, also record when it first held (``Finished.started_s``): an uninterrupted run's
+    kill window, which the kills of :func:`kill_and_rerun` are drawn from."""
     start = time.monotonic()
-    result = subprocess.run(
-        command, capture_output=True, text=True, env=environment(), timeout=timeout_s, cwd=cwd
-    )
-    finished = Finished(result.returncode, time.monotonic() - start, result.stdout + result.stderr)
+    if started is None:
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=environment(), timeout=timeout_s, cwd=cwd
+        )
+        finished = Finished(result.returncode, time.monotonic() - start, result.stdout + result.stderr)
+    else:
+        started_s = None
+        with tempfile.TemporaryFile() as output:
+            process = subprocess.Popen(
+                command, stdout=output, stderr=subprocess.STDOUT, env=environment(), cwd=cwd
+            )
+            try:
+                while process.poll() is None:
+                    if started_s is None and started():
+                        started_s = time.monotonic() - start
+                    if time.monotonic() - start > timeout_s:
+                        raise AssertionError(f"{' '.join(command)} ran past {timeout_s} s")
+                    time.sleep(_POLL_S)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            wall_s = time.monotonic() - start
+            output.seek(0)
+            text = output.read().decode(errors="replace")
+        finished = Finished(process.returncode, wall_s, text, started_s)
     assert finished.returncode == 0, f"{' '.join(command)} failed:\n{finished.output[-4000:]}"
     return finished
 
@@ -157,6 +195,20 @@ def kill_during(
 ) -> bool:
     """Start ``command``, wait until ``started()`` holds (if given), then ``delay_s``, then send
     ``signum`` to its process group. Returns whether it was still running (a fault was injected)."""
+    killed, _ = _kill_attempt(command, delay_s, signum, started, cwd, timeout_s)
+    return killed
+
+
+def _kill_attempt(
+    command: list[str],
+    delay_s: float,
+    signum: int,
+    started: Callable[[], bool] | None,
+    cwd: str | os.PathLike | None,
+    timeout_s: float = 600,
+) -> tuple[bool, float | None]:
+    """:func:`kill_during`, and for a command that ended before the kill, how long it ran once
+    started."""
     process = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
@@ -171,14 +223,15 @@ def kill_during(
             if time.monotonic() > deadline:
                 raise AssertionError(f"{' '.join(command)} never reached its kill window")
             time.sleep(_POLL_S)
-        end = time.monotonic() + delay_s
+        window_start = time.monotonic()
+        end = window_start + delay_s
         while process.poll() is None and time.monotonic() < end:
             time.sleep(_POLL_S)
         if process.poll() is not None:
-            return False
+            return False, time.monotonic() - window_start
         os.killpg(process.pid, signum)
         process.wait(timeout=60)
-        return True
+        return True, None
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
@@ -198,16 +251,18 @@ def kill_and_rerun(
     ``check_after_kill()`` after every attempt, then run it to completion. Logs to :data:`FAULT_LOG`."""
     outcome = KillOutcome()
     for delay in delays_s:
-        # A run that finishes first (the machine got faster) is retried with half the delay.
+        # A run that finishes first (the machine got faster, or a resumed run had less left) is
+        # retried with half the delay, or half the time that run took once started if shorter: each
+        # such run costs a whole job, so the retry lands inside the run just seen.
         for _ in range(_KILL_ATTEMPTS):
-            killed = kill_during(command, delay, signum, started, cwd)
+            killed, ran_s = _kill_attempt(command, delay, signum, started, cwd)
             check_after_kill()
             if killed:
                 outcome.kills_injected += 1
                 outcome.kill_times_s.append(round(delay, 3))
                 break
             outcome.finished_before_kill += 1
-            delay /= 2
+            delay = min(delay, ran_s) / 2
     outcome.final = run(command, cwd=cwd)
     log_fault(
         job or " ".join(command[3:5]),

@@ -161,8 +161,13 @@ def _appclass_bench(graphs, outdir):
 
 
 def _kill_job_and_compare(tmp_path, make_command, job, seed, started_file=None):
-    reference = faults.run(make_command(tmp_path / "clean"))
-    expected = faults.comparable(read_metrics(tmp_path / "clean" / "metrics.json"))
+    clean = tmp_path / "clean"
+    # The kills are drawn from the uninterrupted run's kill window: once ``started_file`` exists
+    # (the first checkpoint), else from its start.
+    reference = faults.run(
+        make_command(clean), started=(lambda: (clean / started_file).exists()) if started_file else None
+    )
+    expected = faults.comparable(read_metrics(clean / "metrics.json"))
     outdir = tmp_path / "killed"
 
     def after_kill():
@@ -170,7 +175,7 @@ def _kill_job_and_compare(tmp_path, make_command, job, seed, started_file=None):
         faults.assert_no_visible_partial_files(outdir, JOB_FILES)
 
     started = (lambda: (outdir / started_file).exists()) if started_file else None
-    span = reference.wall_s * (0.5 if started_file else 1.0)
+    span = reference.window_s
     delays = faults.kill_delays(seed, faults.KILLS_PER_JOB, span, low=0.0 if started_file else 0.15)
     outcome = faults.kill_and_rerun(make_command(outdir), delays, after_kill, started=started, job=job)
     assert outcome.kills_injected >= 1, "no kill landed while the job ran"
