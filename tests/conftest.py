@@ -4,6 +4,7 @@ test data, and a Slurm client that answers at once."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,49 @@ from membench.core.extension import CACHE_DIR_VARIABLE
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 NO_SLURM_CONTROLLER = Path(__file__).with_name("no_slurm_controller.conf")
+TESTS = Path(__file__).resolve().parent
+# The longest test files, longest first (seconds in a full run on the 2-core CI VM, 2026-11-26).
+# The two workers take one file at a time (--dist loadfile), so these start first: a long file
+# started last would leave the other worker idle at the end. A file missing here only starts later.
+LONGEST_FILES = (
+    "workflow/test_workflow.py",  # 210: the whole DAG on the test config
+    "reliability/test_kill_resume.py",  # 180: kill chains of seven job types
+    "workflow/test_plans.py",  # 85
+    "reliability/test_workflow_kill.py",  # 80
+    "division/test_maxbatch.py",  # 65: a process per probe
+    "division/test_kernels.py",  # 60: the DIVISION CPU kernels' build, once per run
+    "workflow/test_quoting.py",  # 60
+    "reliability/test_adversarial.py",  # 55
+    "appclass/test_native.py",  # 40: the appclass kernels' build
+    "division/test_cuda_source.py",  # 37: nvcc
+    "workflow/test_cluster.py",  # 37
+    "division/test_train.py",  # 35
+    "robust/test_distributed.py",  # 35
+)
 
 
 def pytest_configure(config):
     """Before collection (tests/workflow/test_cluster.py imports the Slurm plugin): this run's Slurm
     client, and so every Snakemake command a test starts, is told at once that there is no
     controller, instead of retrying for 9 s a controller the machine's configuration names
-    (see tests/no_slurm_controller.conf)."""
+    (see tests/no_slurm_controller.conf). The files run in the order of
+    :func:`pytest_collection_modifyitems`, not pytest-xdist's (most tests first)."""
     os.environ["SLURM_CONF"] = str(NO_SLURM_CONTROLLER)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """:data:`LONGEST_FILES` first, in their order; then the other files, most tests first (the order
+    pytest-xdist gives them); each file's tests in their own order."""
+    tests_in_file = Counter(item.path for item in items)
+
+    def order(item):
+        relative = item.path.relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        rank = LONGEST_FILES.index(relative) if relative in LONGEST_FILES else len(LONGEST_FILES)
+        return rank, -tests_in_file[item.path]
+
+    items.sort(key=order)
 
 
 @pytest.fixture(autouse=True)
