@@ -21,6 +21,7 @@ from membench.core.plots import (
     save_figure,
     timing_by_method,
 )
+from membench.memnet.calibration import min_calibration_jobs
 
 __all__ = ["BASELINE", "plot_comparison", "plot_confusions", "plot_tradeoff"]
 
@@ -76,8 +77,13 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     rate), and inference time of one single-job prediction (median, whiskers fastest..slowest,
     hatched when flagged; ratios to the Horus formula) of every estimator (k-fold), one group of
     bars per dataset, those that can judge estimators first. The rate's axis ends a quarter above
-    the largest rate or requested rate, so that small rates stay visible."""
+    the largest rate or requested rate, so that small rates stay visible. An estimator calibrated
+    on fewer jobs than the requested rate needs has no accuracy or rate bar; the note names it."""
     table = _judged_first(table)
+    too_few = _too_few_to_calibrate(table)
+    table = table.assign(
+        **{column: table[column].where(~too_few) for column in ("accuracy", "under_rate") if column in table}
+    )
     estimators = list(dict.fromkeys(table["estimator"]))
     timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
     fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
@@ -133,9 +139,11 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     method_legend(
         fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center", ncols=3
     )
-    note = flagged_note(timing, "inference time") if timed else ""
+    notes = [flagged_note(timing, "inference time")] if timed else []
+    notes.append(_too_few_note(table, too_few))
+    note = "; ".join(n for n in notes if n)
     if note:
-        figure_note(fig, note)
+        figure_note(fig, "\n".join(textwrap.wrap(note, 150)))
     save_figure(fig, png_path)
 
 
@@ -153,21 +161,45 @@ def _too_small(table: pd.DataFrame) -> pd.Series:
     return reason.fillna("").astype(str).replace("nan", "")
 
 
+def _too_few_to_calibrate(table: pd.DataFrame) -> pd.Series:
+    """Rows whose estimator was calibrated on fewer jobs than the requested rate needs (it then
+    answers the last class, so its figures at that risk say nothing of the estimator)."""
+    if "calibration_jobs" not in table:
+        return pd.Series(False, index=table.index)
+    jobs = pd.to_numeric(table["calibration_jobs"], errors="coerce")
+    needed = pd.to_numeric(table["max_under"], errors="coerce").map(
+        lambda rate: min_calibration_jobs(rate) if np.isfinite(rate) else 0
+    )
+    return jobs.notna() & (jobs < needed)
+
+
+def _too_few_note(table: pd.DataFrame, too_few: pd.Series) -> str:
+    named = sorted({f"{row.estimator} on {row.dataset}" for row in table[too_few].itertuples()})
+    if not named:
+        return ""
+    return (
+        "calibrated on too few jobs for the requested rate (it would answer the last class), so shown "
+        "uncalibrated only: " + ", ".join(named)
+    )
+
+
 def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     """One panel per dataset: each estimator's accuracy against its under-estimation rate (k-fold),
     a filled marker at the requested risk (whiskers: the rate's 95% interval) and a hollow one
     uncalibrated, joined by a line; a dashed line at the requested rate. Up and left is better; a
-    dataset too small to judge by says so in its title."""
+    dataset too small to judge by says so in its title. An estimator calibrated on fewer jobs than
+    the requested rate needs has only its hollow marker, and the figure's note names it."""
     table = _judged_first(table)
     reasons = _too_small(table)
+    too_few = _too_few_to_calibrate(table)
     datasets = list(dict.fromkeys(table["dataset"]))
     estimators = list(dict.fromkeys(table["estimator"]))
     fig, axes = panel_grid(len(datasets), ncols=2, panel_height_in=3.2)
     for ax, dataset in zip(axes, datasets):
         part = table[table["dataset"] == dataset]
-        for _, row in part.iterrows():
+        for index, row in part.iterrows():
             colour = method_colour(str(row["estimator"]))
-            x, y = float(row["under_rate"]), float(row["accuracy"])
+            x, y = (np.nan, np.nan) if too_few[index] else (float(row["under_rate"]), float(row["accuracy"]))
             raw_x, raw_y = float(row["raw_under_rate"]), float(row["raw_accuracy"])
             if np.isfinite(raw_x) and np.isfinite(x):
                 ax.plot([raw_x, x], [raw_y, y], color=colour, linewidth=0.8)
@@ -192,8 +224,7 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlim(left=-0.01)
     method_legend(fig, estimators, loc="outside upper center", ncols=3)
-    figure_note(
-        fig,
-        "filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated",
-    )
+    notes = ["filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated"]
+    notes.append(_too_few_note(table, too_few))
+    figure_note(fig, "\n".join(textwrap.wrap("; ".join(n for n in notes if n), 150)))
     save_figure(fig, png_path)
