@@ -58,7 +58,10 @@ def test_comparison_and_confusions(tmp_path, monkeypatch):
     assert [line.get_ydata()[0] for line in comparison.axes[1].lines] == [0.02]  # the requested rate
     heights = [round(bar.get_height(), 3) for bar in comparison.axes[0].patches]
     assert heights.count(0.5) == 2 and heights.count(0.7) == 1  # MemTracker's on measured_cnn only
-    assert "uncalibrated only: memtracker on gpumemnet_mlp" in comparison._supxlabel.get_text()
+    assert (
+        "no bar at the requested risk: memtracker on gpumemnet_mlp"
+        in comparison._supxlabel.get_text().replace("\n", " ")
+    )
     assert len(confusion.axes) == 2 * len(ESTIMATORS)
 
 

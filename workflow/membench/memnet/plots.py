@@ -140,10 +140,10 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center", ncols=3
     )
     notes = [flagged_note(timing, "inference time")] if timed else []
-    notes.append(_too_few_note(table, too_few))
+    notes.append(_too_few_note(table, too_few, "no bar at the requested risk"))
     note = "; ".join(n for n in notes if n)
     if note:
-        figure_note(fig, "\n".join(textwrap.wrap(note, 150)))
+        figure_note(fig, "\n".join(textwrap.wrap(note, 105)))
     save_figure(fig, png_path)
 
 
@@ -162,24 +162,25 @@ def _too_small(table: pd.DataFrame) -> pd.Series:
 
 
 def _too_few_to_calibrate(table: pd.DataFrame) -> pd.Series:
-    """Rows whose estimator was calibrated on fewer jobs than the requested rate needs (it then
-    answers the last class, so its figures at that risk say nothing of the estimator)."""
+    """Rows of data sets that can judge whose estimator was calibrated on fewer jobs than the
+    requested rate needs (it then answers the last class, so its figures at that risk say nothing
+    of the estimator). A smoke test's rows are left as they are: its panel says it is too small."""
     if "calibration_jobs" not in table:
         return pd.Series(False, index=table.index)
     jobs = pd.to_numeric(table["calibration_jobs"], errors="coerce")
     needed = pd.to_numeric(table["max_under"], errors="coerce").map(
         lambda rate: min_calibration_jobs(rate) if np.isfinite(rate) else 0
     )
-    return jobs.notna() & (jobs < needed)
+    return jobs.notna() & (jobs < needed) & (_too_small(table) == "")
 
 
-def _too_few_note(table: pd.DataFrame, too_few: pd.Series) -> str:
+def _too_few_note(table: pd.DataFrame, too_few: pd.Series, shown: str) -> str:
     named = sorted({f"{row.estimator} on {row.dataset}" for row in table[too_few].itertuples()})
     if not named:
         return ""
     return (
-        "calibrated on too few jobs for the requested rate (it would answer the last class), so shown "
-        "uncalibrated only: " + ", ".join(named)
+        f"calibrated on too few jobs for the requested rate (it would answer the last class), so {shown}: "
+        + ", ".join(named)
     )
 
 
@@ -225,6 +226,6 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         ax.set_xlim(left=-0.01)
     method_legend(fig, estimators, loc="outside upper center", ncols=3)
     notes = ["filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated"]
-    notes.append(_too_few_note(table, too_few))
-    figure_note(fig, "\n".join(textwrap.wrap("; ".join(n for n in notes if n), 150)))
+    notes.append(_too_few_note(table, too_few, "shown uncalibrated only"))
+    figure_note(fig, "\n".join(textwrap.wrap("; ".join(n for n in notes if n), 105)))
     save_figure(fig, png_path)
