@@ -287,3 +287,34 @@ def test_the_generator_state_gives_back_the_same_noise():
     third = copy.deepcopy(base)
     convert_model(third, "division", seed=9)  # its own noise
     assert not torch.equal(gradients(third, x, y), expected)
+
+
+def test_a_large_strided_input_gradient_is_computed_in_halves_bit_for_bit(monkeypatch):
+    """On a CPU, a strided convolution's input gradient at or above the split size is computed half
+    a batch at a time: the same bits as one call, with less held at once (oneDNN keeps two
+    gradient-sized buffers beside its result)."""
+    from membench.core.tracers import CpuAllocatorTracker
+    from membench.division import functions
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 8, 32, 32, generator=generator)
+    weight = torch.randn(12, 8, 3, 3, generator=generator)
+    grad_out = torch.randn(16, 12, 16, 16, generator=generator)
+    args = (None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    one_call = torch.ops.aten.convolution_backward(grad_out, x, weight, *args, [True, False, False])[0]
+    peaks = {}
+    for split_bytes in (x.numel() * 4 + 1, x.numel() * 4):  # just above the map: one call; at it: halves
+        monkeypatch.setattr(functions, "_SPLIT_INPUT_GRAD_BYTES", split_bytes)
+        functions._cpu_input_grad(grad_out, x, weight, args)  # oneDNN's first call sets up its caches
+        with CpuAllocatorTracker() as tracker:
+            grad_x = functions._cpu_input_grad(grad_out, x, weight, args)
+        assert torch.equal(grad_x, one_call)
+        peaks[split_bytes] = tracker.peak_bytes
+    map_bytes = x.numel() * 4
+    assert peaks[map_bytes] <= peaks[map_bytes + 1] - map_bytes // 4
+    # A stride-1 convolution keeps one call whatever its size.
+    monkeypatch.setattr(functions, "_SPLIT_INPUT_GRAD_BYTES", 0)
+    same = (None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    grad_same = torch.randn(16, 12, 32, 32, generator=generator)
+    expected = torch.ops.aten.convolution_backward(grad_same, x, weight, *same, [True, False, False])[0]
+    assert torch.equal(functions._cpu_input_grad(grad_same, x, weight, same), expected)

@@ -104,6 +104,29 @@ def _cast(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tenso
     return tensor if tensor is None or dtype is None else tensor.to(dtype)
 
 
+# A strided convolution's input gradient from this size on is computed half a batch at a time.
+_SPLIT_INPUT_GRAD_BYTES = 16 * 2**20
+
+
+def _cpu_input_grad(
+    grad_out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, args: tuple
+) -> torch.Tensor:
+    """A convolution's input gradient on a CPU. oneDNN's call holds two buffers the size of the
+    input gradient beside it; a strided convolution's input gradient is the largest map of its
+    backward (4x its output gradient at stride 2), so a large one is computed half a batch at a
+    time, into its place (smaller maps keep one call: two would cost more time than they save)."""
+    stride = args[1]
+    if max(stride) == 1 or x.shape[0] < 2 or x.numel() * x.element_size() < _SPLIT_INPUT_GRAD_BYTES:
+        return torch.ops.aten.convolution_backward(grad_out, x, weight, *args, [True, False, False])[0]
+    grad_x = torch.empty_like(x)
+    half = x.shape[0] // 2
+    for rows in (slice(0, half), slice(half, x.shape[0])):
+        grad_x[rows] = torch.ops.aten.convolution_backward(
+            grad_out[rows], x[rows], weight, *args, [True, False, False]
+        )[0]
+    return grad_x
+
+
 class _Conv2dFunction(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding, dilation, groups, context):
@@ -150,11 +173,7 @@ class _Conv2dFunction(Function):
                 _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
                     grad_out, x, compute_weight, *args, [False, need_weight, need_bias]
                 )
-                grad_x = None
-                if need_x:
-                    grad_x = torch.ops.aten.convolution_backward(
-                        grad_out, x, compute_weight, *args, [True, False, False]
-                    )[0]
+                grad_x = _cpu_input_grad(grad_out, x, compute_weight, args) if need_x else None
             else:
                 grad_x, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
                     grad_out, x, compute_weight, *args, [need_x, need_weight, need_bias]
