@@ -16,23 +16,24 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 NO_SLURM_CONTROLLER = Path(__file__).with_name("no_slurm_controller.conf")
 TESTS = Path(__file__).resolve().parent
-# The longest test files, longest first (seconds in a full run on the 2-core CI VM, 2026-11-26).
+# The longest test files, longest first (seconds in full runs on the 2-core CI VM, 2026-11-26, which
+# vary 2x with what else runs there).
 # The two workers take one file at a time (--dist loadfile), so these start first: a long file
 # started last would leave the other worker idle at the end. A file missing here only starts later.
 LONGEST_FILES = (
-    "workflow/test_workflow.py",  # 210: the whole DAG on the test config
-    "reliability/test_kill_resume.py",  # 180: kill chains of seven job types
-    "workflow/test_plans.py",  # 85
-    "reliability/test_workflow_kill.py",  # 80
-    "division/test_maxbatch.py",  # 65: a process per probe
-    "division/test_kernels.py",  # 60: the DIVISION CPU kernels' build, once per run
+    "workflow/test_workflow.py",  # 210-520: the whole DAG, and the kernel builds when it runs first
+    "reliability/test_kill_resume.py",  # 150-280: kill chains of seven job types
+    "workflow/test_plans.py",  # 85-135
+    "reliability/test_workflow_kill.py",  # 80-110
+    "division/test_maxbatch.py",  # 65-110: a process per probe
+    "division/test_kernels.py",  # 60: the DIVISION CPU kernels' build, unless already built
     "workflow/test_quoting.py",  # 60
-    "reliability/test_adversarial.py",  # 55
-    "appclass/test_native.py",  # 40: the appclass kernels' build
-    "division/test_cuda_source.py",  # 37: nvcc
-    "workflow/test_cluster.py",  # 37
-    "division/test_train.py",  # 35
-    "robust/test_distributed.py",  # 35
+    "reliability/test_adversarial.py",  # 55-100
+    "appclass/test_native.py",  # 40: the appclass kernels' build, unless already built
+    "division/test_cuda_source.py",  # 37-56: nvcc
+    "workflow/test_cluster.py",  # 37-98
+    "division/test_train.py",  # 35-200
+    "robust/test_distributed.py",  # 30
 )
 
 
