@@ -251,22 +251,22 @@ SNAKEFILE = textwrap.dedent("""\
     rule summary:
         input: "source/summary.html"
         output: report("out/summary.html", category="Summary")
-        shell: "cp {input} {output}"
+        shell: "cp {input:q} {output:q}"
 
     rule data:
         input: "source/data.csv"
         output: report("out/data.csv", category="Summary")
-        shell: "cp {input} {output}"
+        shell: "cp {input:q} {output:q}"
 
     rule plot:
         input: "source/plot.png"
         output: report("out/plot.png", category="Plots", subcategory="first")
-        shell: "cp {input} {output}"
+        shell: "cp {input:q} {output:q}"
 
     rule detail:
         input: "source/detail.png"
         output: report("out/detail.png", category="Plots", subcategory="second")
-        shell: "cp {input} {output}"
+        shell: "cp {input:q} {output:q}"
 """)
 
 
