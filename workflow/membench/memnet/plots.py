@@ -81,9 +81,7 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     on fewer jobs than the requested rate needs has no accuracy or rate bar; the note names it."""
     table = _judged_first(table)
     too_few = _too_few_to_calibrate(table)
-    table = table.assign(
-        **{column: table[column].where(~too_few) for column in ("accuracy", "under_rate") if column in table}
-    )
+    table = _without_calibrated_figures(table, too_few)
     estimators = list(dict.fromkeys(table["estimator"]))
     timed = "time_median_s" in table and pd.to_numeric(table["time_median_s"], errors="coerce").notna().any()
     fig, axes = panel_grid(3 if timed else 2, ncols=2, panel_height_in=3.2)
@@ -139,11 +137,11 @@ def plot_comparison(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     method_legend(
         fig, estimators, flagged=bool(timed and timing["flagged"].any()), loc="outside upper center", ncols=3
     )
-    notes = [flagged_note(timing, "inference time")] if timed else []
-    notes.append(_too_few_note(table, too_few, "no bar at the requested risk"))
-    note = "; ".join(n for n in notes if n)
-    if note:
-        figure_note(fig, "\n".join(textwrap.wrap(note, 105)))
+    _figure_notes(
+        fig,
+        flagged_note(timing, "inference time") if timed else "",
+        _too_few_note(table, too_few, "no bar at the requested risk"),
+    )
     save_figure(fig, png_path)
 
 
@@ -174,6 +172,20 @@ def _too_few_to_calibrate(table: pd.DataFrame) -> pd.Series:
     return jobs.notna() & (jobs < needed) & (_too_small(table) == "")
 
 
+def _without_calibrated_figures(table: pd.DataFrame, too_few: pd.Series) -> pd.DataFrame:
+    """``table`` with the accuracy and rate at the requested risk blanked on the ``too_few`` rows."""
+    return table.assign(
+        **{column: table[column].where(~too_few) for column in ("accuracy", "under_rate") if column in table}
+    )
+
+
+def _figure_notes(fig, *notes: str) -> None:
+    """The non-empty ``notes`` under the panels, wrapped to the figure's width."""
+    text = "; ".join(note for note in notes if note)
+    if text:
+        figure_note(fig, "\n".join(textwrap.wrap(text, 105)))
+
+
 def _too_few_note(table: pd.DataFrame, too_few: pd.Series, shown: str) -> str:
     named = sorted({f"{row.estimator} on {row.dataset}" for row in table[too_few].itertuples()})
     if not named:
@@ -193,14 +205,15 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
     table = _judged_first(table)
     reasons = _too_small(table)
     too_few = _too_few_to_calibrate(table)
+    table = _without_calibrated_figures(table, too_few)
     datasets = list(dict.fromkeys(table["dataset"]))
     estimators = list(dict.fromkeys(table["estimator"]))
     fig, axes = panel_grid(len(datasets), ncols=2, panel_height_in=3.2)
     for ax, dataset in zip(axes, datasets):
         part = table[table["dataset"] == dataset]
-        for index, row in part.iterrows():
+        for _, row in part.iterrows():
             colour = method_colour(str(row["estimator"]))
-            x, y = (np.nan, np.nan) if too_few[index] else (float(row["under_rate"]), float(row["accuracy"]))
+            x, y = float(row["under_rate"]), float(row["accuracy"])
             raw_x, raw_y = float(row["raw_under_rate"]), float(row["raw_accuracy"])
             if np.isfinite(raw_x) and np.isfinite(x):
                 ax.plot([raw_x, x], [raw_y, y], color=colour, linewidth=0.8)
@@ -225,7 +238,9 @@ def plot_tradeoff(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlim(left=-0.01)
     method_legend(fig, estimators, loc="outside upper center", ncols=3)
-    notes = ["filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated"]
-    notes.append(_too_few_note(table, too_few, "shown uncalibrated only"))
-    figure_note(fig, "\n".join(textwrap.wrap("; ".join(n for n in notes if n), 105)))
+    _figure_notes(
+        fig,
+        "filled: at the requested risk (dashed line), whiskers its 95% interval; hollow: uncalibrated",
+        _too_few_note(table, too_few, "shown uncalibrated only"),
+    )
     save_figure(fig, png_path)
