@@ -209,3 +209,10 @@ def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):
             )
         else:
             assert record["images_per_s"] > 0
+
+
+def test_a_group_too_large_for_cuda_is_refused(cuda_kernels):
+    """In-group indices are 32-bit on CUDA: a group of 2^30 values or more is refused, before any
+    allocation, in one line."""
+    with pytest.raises(RuntimeError, match="groups of 2\\^30 values or more are not supported on CUDA"):
+        cuda_kernels.group_compress(torch.zeros(8, device=CUDA), 1 << 30, 2, SEED, OFFSET)

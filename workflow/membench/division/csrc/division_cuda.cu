@@ -724,6 +724,7 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
 
 std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, int64_t bits, int64_t seed,
                                             int64_t offset) {
+  TORCH_CHECK(group_size < (int64_t{1} << 30), "groups of 2^30 values or more are not supported on CUDA");
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t numel = x.numel(), groups = (numel + group_size - 1) / group_size;
   const auto bf16 = x.options().dtype(at::kBFloat16);
@@ -731,7 +732,6 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   auto minimum = at::empty({groups}, bf16);
   auto scale = at::empty({groups}, bf16);
   if (groups == 0) return {packed, minimum, scale};
-  TORCH_CHECK(group_size < (int64_t{1} << 30), "groups of 2^30 values or more are not supported on CUDA");
   const int64_t element = x.element_size();
   Launch launch{kWarps, kWarps * group_warp_bytes(group_size, element, false), false};
   if (stageable(x) && stage_bytes(group_size * element) <= kMaxStage) {
