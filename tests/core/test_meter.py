@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from membench.core import sources
-from membench.core.meter import MEMLOG_COLUMNS, Meter, co2e_g
-from membench.core.metrics import MEASURED_FIELDS
+from membench.core.meter import Meter, co2e_g
+from membench.core.metrics import MEASURED_FIELDS, MEMLOG_COLUMNS
 
 
 def _step(model, meter):

@@ -16,14 +16,15 @@ import sys
 
 from membench.appclass.extension import KERNEL_CHOICES
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
-from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_allocator_option, add_meter_options
 from membench.core.options import (
+    DEVICE_CHOICES,
     SEED,
     THREADS,
     InputFile,
     OutputDir,
     OutputFile,
+    add_allocator_option,
+    add_meter_options,
     fields_action,
     integer,
     real,

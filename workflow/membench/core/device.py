@@ -7,10 +7,9 @@ import platform
 import torch
 
 from membench.core.errors import InputError
+from membench.core.options import DEVICE_CHOICES
 
-__all__ = ["DEVICE_CHOICES", "device_name", "resolve_device", "synchronize"]
-
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
+__all__ = ["device_name", "resolve_device", "synchronize"]
 
 
 def resolve_device(name: str) -> torch.device:

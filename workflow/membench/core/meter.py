@@ -47,7 +47,6 @@ Fields (MiB = 2**20 bytes; empty when the source cannot be read on this machine)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import threading
 import time
@@ -60,24 +59,19 @@ from torch.utils._pytree import tree_flatten
 
 from membench.core import sources
 from membench.core.device import synchronize
-from membench.core.options import real
+from membench.core.metrics import MEMLOG_COLUMNS
+from membench.core.options import DEFAULT_GRID_INTENSITY_G_PER_KWH
 from membench.core.tracers import CpuAllocatorTracker, LiveTensorTracker, SavedActivationCounter
 
 __all__ = [
-    "add_allocator_option",
-    "add_meter_options",
     "co2e_g",
-    "DEFAULT_GRID_INTENSITY_G_PER_KWH",
-    "MEMLOG_COLUMNS",
     "Meter",
     "MIB",
     "PhaseResult",
 ]
 
 MIB = 2**20
-DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
 _Batch = TypeVar("_Batch")
-MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "nvml_process_used_mib", "cuda_allocated_mib")
 _GPU_DESCRIPTION_FIELDS = (
     "gpu_name",
     "gpu_driver_version",
@@ -410,33 +404,6 @@ class Meter:
                 for s in self._state.samples
             ]
         return pd.DataFrame(rows, columns=list(MEMLOG_COLUMNS))
-
-
-def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
-    """The meter's command-line options, named as its config keys: ``--sample-interval-s`` and
-    ``--grid-intensity-g-per-kwh``."""
-    parser.add_argument(
-        "--sample-interval-s",
-        type=real(0, 3600),
-        default=sample_interval_s,
-        help="period of the background memory sampler; 0 turns it off",
-    )
-    parser.add_argument(
-        "--grid-intensity-g-per-kwh",
-        type=real(0, 10_000, exclusive_low=True),
-        default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
-        help="grid carbon intensity for co2e_g",
-    )
-
-
-def add_allocator_option(parser, default: bool = True) -> None:
-    """``--trace-allocator/--no-trace-allocator``: the config key ``meter.trace_allocator``."""
-    parser.add_argument(
-        "--trace-allocator",
-        action=argparse.BooleanOptionalAction,
-        default=default,
-        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib",
-    )
 
 
 def co2e_g(energy_j: float | None, grid_intensity_g_per_kwh: float) -> float | None:

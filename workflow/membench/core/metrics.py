@@ -6,7 +6,7 @@ A job writes, atomically, into its output directory:
     one flat JSON object with at least :data:`REQUIRED_FIELDS` and :data:`MEASURED_FIELDS` (null
     where a source cannot be read), plus the job's own results;
 ``memlog.csv``
-    the meter's sampled time series (:data:`membench.core.meter.MEMLOG_COLUMNS`).
+    the meter's sampled time series (:data:`MEMLOG_COLUMNS`).
 
 A job that runs compiled kernels (DIVISION's compressors, appclass's matching) records which in
 :data:`KERNELS_FIELD` (:func:`kernels_value`); tables place it after the measured fields.
@@ -37,6 +37,7 @@ __all__ = [
     "KERNELS_FIELD",
     "kernels_value",
     "MEASURED_FIELDS",
+    "MEMLOG_COLUMNS",
     "read_metrics",
     "REQUIRED_FIELDS",
     "write_job_outputs",
@@ -65,6 +66,7 @@ MEASURED_FIELDS = (
     "energy_j",
     "co2e_g",
 )
+MEMLOG_COLUMNS = ("t_s", "phase", "rss_mib", "nvml_used_mib", "nvml_process_used_mib", "cuda_allocated_mib")
 _SCALAR_TYPES = (str, int, float, bool, type(None))
 # What ran a job's compute: ``cpp-<digest8>`` or ``cuda-<digest8>``, membench's built C++ or CUDA
 # kernels (digest8: the first 8 hex digits of the SHA-256 of their sources,

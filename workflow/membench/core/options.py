@@ -25,7 +25,11 @@ from membench.core import atomic, validate
 from membench.core.errors import InputError, shorten
 
 __all__ = [
+    "add_allocator_option",
+    "add_meter_options",
     "BATCH_SIZE",
+    "DEFAULT_GRID_INTENSITY_G_PER_KWH",
+    "DEVICE_CHOICES",
     "EPOCHS",
     "IMAGE_SIZE",
     "InputDir",
@@ -166,6 +170,38 @@ MOMENTUM = real(0, 1)
 WEIGHT_DECAY = real(0, 1)
 # Ten million seconds (four months): longer than any job, short enough for every timer.
 TIMEOUT_S = real(0, 1e7, exclusive_low=True)
+
+# The device a measuring job asks for (membench.core.device.resolve_device), here beside the
+# meter's options so that every command's parser is built without importing torch.
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DEFAULT_GRID_INTENSITY_G_PER_KWH = 475.0
+
+
+def add_meter_options(parser, sample_interval_s: float = 0.05) -> None:
+    """The meter's (:class:`membench.core.meter.Meter`) command-line options, named as its config
+    keys: ``--sample-interval-s`` and ``--grid-intensity-g-per-kwh``."""
+    parser.add_argument(
+        "--sample-interval-s",
+        type=real(0, 3600),
+        default=sample_interval_s,
+        help="period of the background memory sampler; 0 turns it off",
+    )
+    parser.add_argument(
+        "--grid-intensity-g-per-kwh",
+        type=real(0, 10_000, exclusive_low=True),
+        default=DEFAULT_GRID_INTENSITY_G_PER_KWH,
+        help="grid carbon intensity for co2e_g",
+    )
+
+
+def add_allocator_option(parser, default: bool = True) -> None:
+    """``--trace-allocator/--no-trace-allocator``: the config key ``meter.trace_allocator``."""
+    parser.add_argument(
+        "--trace-allocator",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="on a CPU, follow the allocator through the PyTorch profiler for alloc_peak_mib",
+    )
 
 
 def fields_action(*types, append: bool = True) -> type[argparse.Action]:

@@ -32,11 +32,10 @@ import math
 import os
 import statistics
 import time
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import torch
-
-from membench.core.device import synchronize
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "available_cpus",
@@ -147,6 +146,10 @@ class Timer:
     def __init__(self, unit: str, *, threads: int | None = None, device: torch.device | None = None) -> None:
         if unit not in TIME_UNITS:
             raise ValueError(f"time unit {unit!r} is not one of {', '.join(TIME_UNITS)}")
+        # Imported here, not at the top: plots and tables read the timing fields and limits
+        # without torch (~1.5 s a process).
+        import torch
+
         self.unit = unit
         self.threads = torch.get_num_threads() if threads is None else threads
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -156,6 +159,8 @@ class Timer:
     @contextlib.contextmanager
     def sample(self) -> Iterator[None]:
         """Time the enclosed code as one sample."""
+        from membench.core.device import synchronize  # imports torch (see __init__)
+
         synchronize(self.device)
         load_before = load_1m()
         start = time.perf_counter()

@@ -10,10 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_allocator_option, add_meter_options
 from membench.core.options import (
     BATCH_SIZE,
+    DEVICE_CHOICES,
     EPOCHS,
     IMAGE_SIZE,
     LEARNING_RATE,
@@ -28,6 +27,8 @@ from membench.core.options import (
     InputFile,
     OutputDir,
     OutputFile,
+    add_allocator_option,
+    add_meter_options,
     command_line,
     integer,
 )

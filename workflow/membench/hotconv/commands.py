@@ -6,10 +6,9 @@ import argparse
 import logging
 
 from membench import workflow_support
-from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_allocator_option, add_meter_options
 from membench.core.options import (
     BATCH_SIZE,
+    DEVICE_CHOICES,
     EPOCHS,
     LEARNING_RATE,
     SEED,
@@ -19,6 +18,8 @@ from membench.core.options import (
     InputFile,
     OutputDir,
     OutputFile,
+    add_allocator_option,
+    add_meter_options,
     integer,
 )
 from membench.hotconv.models import VARIANTS

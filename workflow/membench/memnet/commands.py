@@ -20,7 +20,6 @@ import pandas as pd
 
 from membench import workflow_support
 from membench.core.errors import InputError
-from membench.core.meter import add_meter_options
 from membench.core.options import (
     BATCH_SIZE,
     IMAGE_SIZE,
@@ -32,6 +31,7 @@ from membench.core.options import (
     InputFile,
     OutputDir,
     OutputFile,
+    add_meter_options,
     fields_action,
     integer,
     real,

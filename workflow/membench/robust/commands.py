@@ -9,10 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from membench.core.device import DEVICE_CHOICES
-from membench.core.meter import add_meter_options
 from membench.core.options import (
     BATCH_SIZE,
+    DEVICE_CHOICES,
     EPOCHS,
     LEARNING_RATE,
     MOMENTUM,
@@ -24,6 +23,7 @@ from membench.core.options import (
     InputFile,
     OutputDir,
     OutputFile,
+    add_meter_options,
     integer,
     real,
 )

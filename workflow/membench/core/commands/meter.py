@@ -7,10 +7,17 @@ import logging
 import time
 from pathlib import Path
 
-from membench.core.device import DEVICE_CHOICES, resolve_device
-from membench.core.meter import add_meter_options
-from membench.core.metrics import job_record, write_job_outputs
-from membench.core.options import BATCH_SIZE, SEED, STEPS, InputFile, OutputDir, OutputFile, integer
+from membench.core.options import (
+    BATCH_SIZE,
+    DEVICE_CHOICES,
+    SEED,
+    STEPS,
+    InputFile,
+    OutputDir,
+    OutputFile,
+    add_meter_options,
+    integer,
+)
 
 __all__ = ["build_parser", "CONFIG_KEYS", "run"]
 
@@ -61,7 +68,7 @@ def run(args: argparse.Namespace) -> None:
 def _plot(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from membench.core.meter import MEMLOG_COLUMNS
+    from membench.core.metrics import MEMLOG_COLUMNS
     from membench.core.plots import plot_memlog
     from membench.core.validate import read_csv_columns
 
@@ -85,7 +92,9 @@ def _memlog_title(memlog: Path) -> str:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from membench.core.device import resolve_device
     from membench.core.meter_check import run_meter_check
+    from membench.core.metrics import job_record, write_job_outputs
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     device = resolve_device(args.device)
