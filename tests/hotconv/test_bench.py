@@ -11,9 +11,10 @@ import torch
 
 from membench.core.metrics import write_job_outputs
 from membench.core.timing import TIMING_FIELDS
-from membench.hotconv.bench import SweepSpec, measure_point, sweep_table
-from membench.hotconv.models import VARIANTS
+from membench.hotconv.bench import SweepSpec, measure_point
+from membench.hotconv.options import VARIANTS
 from membench.hotconv.plots import plot_sweep
+from membench.hotconv.tables import sweep_table
 
 SWEEP = SweepSpec(num_filters=32, window_size=32, stride=32, fp_slice_size=256, fp2_slice_size=32, steps=1)
 CPU = torch.device("cpu")

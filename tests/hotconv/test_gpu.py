@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from membench.hotconv.bench import SweepSpec, measure_point
-from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
+from membench.hotconv.models import MalConvNet, ModelSpec
+from membench.hotconv.options import VARIANTS
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 CUDA = torch.device("cuda")

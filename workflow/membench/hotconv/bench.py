@@ -3,7 +3,7 @@
 A sweep is one job per point (the workflow's ``hotconv_sweep_point``), so the CUDA context,
 cuBLAS/cuDNN handles and lazily loaded kernels are charged the same way to every variant whatever
 the order, a point that crashes loses no other, and a rerun measures only the missing points;
-:func:`sweep_table` then gathers the points.
+:func:`membench.hotconv.tables.sweep_table` then gathers the points.
 
 Each point builds the model (seeded), a batch of random bytes filling ``max_len`` (the worst case:
 no padding), and runs under the core meter:
@@ -28,12 +28,9 @@ Out of memory, whatever raised it, is a result (``status`` ``oom`` with ``status
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -41,25 +38,20 @@ from membench.core.meter import Meter
 from membench.core.metrics import job_record
 from membench.core.oom import is_out_of_memory, oom_fields
 from membench.core.seeding import seeded
-from membench.core.tables import metrics_table
 from membench.core.timing import Timer
 from membench.hotconv.data import TOKEN_DTYPE, padded_length
-from membench.hotconv.models import VARIANTS, MalConvNet, ModelSpec
+from membench.hotconv.models import MalConvNet, ModelSpec
 
 __all__ = [
     "measure_point",
     "random_batch",
-    "RATIO_COLUMNS",
-    "REFERENCE_VARIANT",
     "SWEEP_DATASET",
-    "sweep_table",
     "SweepSpec",
 ]
 
 log = logging.getLogger(__name__)
 
 SWEEP_DATASET = "random_bytes"
-REFERENCE_VARIANT = "hotconv_eco"
 
 
 @dataclass(frozen=True)
@@ -212,41 +204,3 @@ def _measure(
         co2e_per_step_g=None if timed_fields["co2e_g"] is None else timed_fields["co2e_g"] / sweep.steps,
     )
     return fields
-
-
-RATIO_COLUMNS = {
-    "alloc_vs_hotconv_eco": "step_alloc_peak_mib",
-    "peak_tensor_vs_hotconv_eco": "step_peak_tensor_mib",
-    "activation_vs_hotconv_eco": "activation_mib",
-}
-
-
-def sweep_table(metrics_paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
-    """The sweep's points (their ``metrics.json``), one row each, ordered by max_len, batch size and
-    variant, with each variant's step figures over HotConv-Eco's at the same point
-    (:data:`RATIO_COLUMNS`; empty where HotConv-Eco was not measured there)."""
-    frame = metrics_table(metrics_paths)
-    if frame.empty:
-        return frame
-    order = {variant: i for i, variant in enumerate(VARIANTS)}
-    frame = frame.sort_values(
-        ["max_len", "batch_size", "variant"],
-        key=lambda c: c.map(order) if c.name == "variant" else c,
-        kind="stable",
-    ).reset_index(drop=True)
-    for column, source in RATIO_COLUMNS.items():
-        frame[column] = [_ratio(frame, row, source) for _, row in frame.iterrows()]
-    return frame
-
-
-def _ratio(frame: pd.DataFrame, row: pd.Series, column: str) -> float | None:
-    if column not in frame or pd.isna(row[column]):
-        return None
-    reference = frame[
-        (frame["variant"] == REFERENCE_VARIANT)
-        & (frame["batch_size"] == row["batch_size"])
-        & (frame["max_len"] == row["max_len"])
-    ][column].dropna()
-    if reference.empty or reference.iloc[0] <= 0:
-        return None
-    return float(row[column] / reference.iloc[0])

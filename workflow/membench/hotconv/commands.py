@@ -22,7 +22,7 @@ from membench.core.options import (
     add_meter_options,
     integer,
 )
-from membench.hotconv.models import VARIANTS
+from membench.hotconv.options import VARIANTS
 
 __all__ = ["build_parser", "CONFIG_KEYS", "MAX_LEN", "run", "SLICE", "WINDOW"]
 
@@ -271,7 +271,7 @@ def _bench(args: argparse.Namespace) -> None:
 
 def _sweep_table(args: argparse.Namespace) -> None:
     from membench.core.tables import parquet_path_for, write_table
-    from membench.hotconv.bench import sweep_table
+    from membench.hotconv.tables import sweep_table
 
     frame = sweep_table(args.metrics)
     write_table(frame, args.out, parquet_path_for(args.out))

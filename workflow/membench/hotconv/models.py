@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from membench.core.errors import InputError
+from membench.hotconv.options import VARIANTS
 
 __all__ = [
     "chunked_pool",
@@ -47,11 +48,9 @@ __all__ = [
     "num_windows",
     "SearchResult",
     "sliced_search",
-    "VARIANTS",
     "VOCABULARY",
 ]
 
-VARIANTS = ("malconv", "malconv2", "hotconv", "hotconv_eco")
 EMBED_DIM = 8
 VOCABULARY = 257  # 256 byte values + the padding token 0
 

@@ -19,7 +19,7 @@ from membench.core.plots import (
     timing_by_method,
     use_log_scale,
 )
-from membench.hotconv.models import VARIANTS
+from membench.hotconv.options import VARIANTS
 
 __all__ = ["BASELINE", "largest_sweep_point", "plot_sweep", "plot_variants"]
 
