@@ -45,7 +45,12 @@ CSRC_DIR = Path(__file__).parent / "csrc"
 SPEC = extension.ExtensionSpec(
     name="membench_division_ops",
     source_dir=CSRC_DIR,
-    cpu_sources=("division_ops.cpp",),
+    cpu_sources=(
+        "division_ops.cpp",
+        "division_cpu_baseline.cpp",
+        "division_cpu_avx2.cpp",
+        "division_cpu_avx512.cpp",
+    ),
     cuda_sources=("division_cuda.cu",),
     # What the library exports, recorded in its manifest; every implementation provides these
     # (membench.division.kernels.KERNEL_NAMES).

@@ -34,7 +34,14 @@
 // result, keeps its text in std::string; distance_block its 64 running sums and normalise_rows its
 // 64 column minima on the stack.)
 
-#include <torch/extension.h>
+// torch's Python headers (the bindings' tensor casters) and the ATen operators used, not
+// <torch/extension.h>, whose C++ frontend would triple the build's time.
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 
 #include <omp.h>
 
@@ -134,11 +141,11 @@ inline T raise_max(T running, T value) {
 // Calls body with a double or a float (pointer type tag) per the dtype. OpenMP pragmas cannot
 // sit inside a macro argument such as AT_DISPATCH_FLOATING_TYPES's, hence this function.
 template <typename Body>
-void dispatch_float(torch::ScalarType dtype, Body body) {
-  if (dtype == torch::kFloat64) {
+void dispatch_float(at::ScalarType dtype, Body body) {
+  if (dtype == at::kDouble) {
     body(double{});
   } else {
-    TORCH_CHECK(dtype == torch::kFloat32, "tensors must be float64 or float32");
+    TORCH_CHECK(dtype == at::kFloat, "tensors must be float64 or float32");
     body(float{});
   }
 }
@@ -155,34 +162,34 @@ inline int64_t widest_share(int64_t n, int parts) { return (n + parts - 1) / par
 
 // Per part of a blocked exp pass over columns: two (kBlockRows x width) double blocks (y, exp(y)),
 // each followed by the kSumColumns values add_chunk_sums may read past it (zeros).
-torch::Tensor exp_scratch(int parts, int64_t width) {
+at::Tensor exp_scratch(int parts, int64_t width) {
   const int64_t block = kBlockRows * std::max<int64_t>(width, 1) + kSumColumns;
-  return torch::zeros({parts, 2, block}, torch::dtype(torch::kFloat64));
+  return at::zeros({parts, 2, block}, at::dtype(at::kDouble));
 }
 
-void check_matrix(const torch::Tensor& x, const char* name) {
+void check_matrix(const at::Tensor& x, const char* name) {
   TORCH_CHECK(x.device().is_cpu(), name, " must be on the CPU");
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), name, " must be a contiguous matrix");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat64 || x.scalar_type() == torch::kFloat32, name, " must be float64 or float32");
+  TORCH_CHECK(x.scalar_type() == at::kDouble || x.scalar_type() == at::kFloat, name, " must be float64 or float32");
 }
 
-void check_index(const torch::Tensor& x, int64_t length, const char* name) {
-  TORCH_CHECK(x.device().is_cpu() && x.dim() == 1 && x.is_contiguous() && x.scalar_type() == torch::kInt64 && x.size(0) == length,
+void check_index(const at::Tensor& x, int64_t length, const char* name) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 1 && x.is_contiguous() && x.scalar_type() == at::kLong && x.size(0) == length,
               name, " must be a contiguous int64 vector of length ", length);
 }
 
 // Checks the column vectors of a normalisation of x (rows, cols): maxima and floors of x's dtype,
 // none of the floors NaN (normalise_rows raises the values to them with raise_max), and float64
 // exp-sums.
-void check_normalisation(const torch::Tensor& x, const torch::Tensor& m, const torch::Tensor& sums,
-                         const torch::Tensor& floor) {
+void check_normalisation(const at::Tensor& x, const at::Tensor& m, const at::Tensor& sums,
+                         const at::Tensor& floor) {
   const int64_t cols = x.size(1);
   for (const auto* v : {&m, &floor})
     TORCH_CHECK(v->device().is_cpu() && v->dim() == 1 && v->size(0) == cols && v->is_contiguous() &&
                     v->scalar_type() == x.scalar_type(),
                 "column maxima and floors must be contiguous (pattern edges,) of the messages' dtype");
   TORCH_CHECK(sums.device().is_cpu() && sums.dim() == 1 && sums.size(0) == cols && sums.is_contiguous() &&
-                  sums.scalar_type() == torch::kFloat64,
+                  sums.scalar_type() == at::kDouble,
               "exp-sums must be contiguous float64 (pattern edges,)");
   bool floor_has_nan = false;
   dispatch_float(floor.scalar_type(), [&](auto tag) {
@@ -196,11 +203,11 @@ void check_normalisation(const torch::Tensor& x, const torch::Tensor& m, const t
 // The storage rows of the edges, edge i in row positions[i] (null: row i), after checking that
 // positions is a permutation of [0, rows). Edges are stored part by part (scatter_max_) while
 // every sum and every maximum with ties takes them in edge order, through these rows.
-const int64_t* edge_rows(const c10::optional<torch::Tensor>& positions, int64_t rows) {
+const int64_t* edge_rows(const c10::optional<at::Tensor>& positions, int64_t rows) {
   if (!positions) return nullptr;
   check_index(*positions, rows, "positions");
   const int64_t* p = positions->data_ptr<int64_t>();
-  auto seen = torch::zeros({rows}, torch::dtype(torch::kBool));
+  auto seen = at::zeros({rows}, at::dtype(at::kBool));
   bool* seen_p = seen.data_ptr<bool>();
   for (int64_t i = 0; i < rows; ++i) {
     TORCH_CHECK(p[i] >= 0 && p[i] < rows && !seen_p[p[i]], "positions must be a permutation of the ", rows, " edge rows");
@@ -240,13 +247,13 @@ __attribute__((target_clones("avx2", "default"))) void distance_block(const T* a
 // Euclidean distances (R, P) between the R rows whose features are the columns of at (F, R), and
 // the rows of b (P, F): squares summed feature by feature, row k into row positions[k] (edge_rows).
 // The data's features come by column, as the reader parses them, so they are never transposed.
-torch::Tensor distances(torch::Tensor at, torch::Tensor b, int64_t threads, c10::optional<torch::Tensor> positions) {
+at::Tensor distances(at::Tensor at, at::Tensor b, int64_t threads, c10::optional<at::Tensor> positions) {
   check_matrix(at, "at");
   check_matrix(b, "b");
   TORCH_CHECK(at.size(0) == b.size(1) && at.scalar_type() == b.scalar_type(), "at and b need the same features and dtype");
   const int64_t rows = at.size(1), cols = b.size(0), features = at.size(0);
   const int64_t* out_rows = edge_rows(positions, rows);
-  auto out = torch::empty({rows, cols}, at.options());
+  auto out = at::empty({rows, cols}, at.options());
   dispatch_float(at.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* ap = at.data_ptr<scalar_t>();
@@ -287,14 +294,14 @@ __attribute__((target_clones("avx2", "default"))) void column_max_rows(const T* 
 }
 
 // column_max of a checked matrix whose row i is x_rows[i] (null: i).
-torch::Tensor column_max_of(const torch::Tensor& x, int64_t threads, const int64_t* x_rows) {
+at::Tensor column_max_of(const at::Tensor& x, int64_t threads, const int64_t* x_rows) {
   const int64_t rows = x.size(0), cols = x.size(1);
-  auto out = torch::empty({cols}, x.options());
+  auto out = at::empty({cols}, x.options());
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* xp = x.data_ptr<scalar_t>();
     const int parts = threads_of(threads);
-    torch::Tensor partial = torch::full({parts, cols}, std::numeric_limits<scalar_t>::lowest(), x.options());
+    at::Tensor partial = at::full({parts, cols}, std::numeric_limits<scalar_t>::lowest(), x.options());
     scalar_t* pp = partial.data_ptr<scalar_t>();
 #pragma omp parallel for num_threads(parts) schedule(static)
     for (int t = 0; t < parts; ++t) {
@@ -308,7 +315,7 @@ torch::Tensor column_max_of(const torch::Tensor& x, int64_t threads, const int64
 
 // Per-column maximum ignoring NaN, never below the lowest finite value (PNNL's atomic_fmax loop),
 // over the rows in edge order where positions (edge_rows) say where each edge is stored.
-torch::Tensor column_max(torch::Tensor x, int64_t threads, c10::optional<torch::Tensor> positions) {
+at::Tensor column_max(at::Tensor x, int64_t threads, c10::optional<at::Tensor> positions) {
   check_matrix(x, "x");
   return column_max_of(x, threads, edge_rows(positions, x.size(0)));
 }
@@ -351,9 +358,9 @@ __attribute__((target_clones("avx2", "default"))) void prepare_rows(
 // the node they read, their raw maxima. It returns the column maxima, as column_max takes them
 // (same row shares, NaN ignored, floored at the lowest finite value), of vf, vr and the two
 // differences: the four rows of a (4, pattern edges) tensor.
-torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tensor rmax, torch::Tensor pattern_src_tensor,
-                               torch::Tensor pattern_dst_tensor, torch::Tensor ce_min_forward, torch::Tensor ce_min_src,
-                               torch::Tensor vr, int64_t threads) {
+at::Tensor prepare_messages(at::Tensor mu, at::Tensor fmax, at::Tensor rmax, at::Tensor pattern_src_tensor,
+                               at::Tensor pattern_dst_tensor, at::Tensor ce_min_forward, at::Tensor ce_min_src,
+                               at::Tensor vr, int64_t threads) {
   check_matrix(mu, "mu");
   for (const auto* x : {&fmax, &rmax, &ce_min_forward, &ce_min_src, &vr}) {
     check_matrix(*x, "node array");
@@ -366,12 +373,12 @@ torch::Tensor prepare_messages(torch::Tensor mu, torch::Tensor fmax, torch::Tens
   check_index(pattern_dst_tensor, cols, "pattern_dst");
   const int64_t* pattern_src = pattern_src_tensor.data_ptr<int64_t>();
   const int64_t* pattern_dst = pattern_dst_tensor.data_ptr<int64_t>();
-  auto out = torch::empty({4, cols}, mu.options());
+  auto out = at::empty({4, cols}, mu.options());
   dispatch_float(mu.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t lowest = std::numeric_limits<scalar_t>::lowest();
     const int parts = threads_of(threads);
-    torch::Tensor partial = torch::full({parts, 4, cols}, lowest, mu.options());
+    at::Tensor partial = at::full({parts, 4, cols}, lowest, mu.options());
     scalar_t* pp = partial.data_ptr<scalar_t>();
     const scalar_t* mup = mu.data_ptr<scalar_t>();
     scalar_t* fp = fmax.data_ptr<scalar_t>();
@@ -491,8 +498,8 @@ __attribute__((target_clones("avx2", "default"))) void add_chunk_sums(const doub
 // m the column maxima: column_max(x), or given where an earlier pass took them (update_beliefs_).
 // The maxima and sums take the rows in edge order where positions (edge_rows) say where each edge
 // is stored.
-void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torch::Tensor> column_maxima,
-               c10::optional<torch::Tensor> positions) {
+void normprob_(at::Tensor x, bool stable, int64_t threads, c10::optional<at::Tensor> column_maxima,
+               c10::optional<at::Tensor> positions) {
   check_matrix(x, "x");
   const int64_t* x_rows = edge_rows(positions, x.size(0));
   if (column_maxima)
@@ -502,7 +509,7 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
   const auto m = column_maxima ? *column_maxima : column_max_of(x, threads, x_rows);
   const int64_t rows = x.size(0), cols = x.size(1);
   const int parts = threads_of(threads);
-  auto sums = torch::zeros({cols}, torch::dtype(torch::kFloat64));
+  auto sums = at::zeros({cols}, at::dtype(at::kDouble));
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     scalar_t* xp = x.data_ptr<scalar_t>();
@@ -517,7 +524,7 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
       const int64_t chunk_rows = std::max<int64_t>(1, std::min(rows, kChunkValues / std::max<int64_t>(cols, 1)));
       const int64_t chunk_values = chunk_rows * cols;
       // y, then twice exp(y) and the kSumColumns values add_chunk_sums may read past it.
-      auto chunk = torch::zeros({3 * chunk_values + 2 * kSumColumns}, torch::dtype(torch::kFloat64));
+      auto chunk = at::zeros({3 * chunk_values + 2 * kSumColumns}, at::dtype(at::kDouble));
       double* y = chunk.data_ptr<double>();
       double* const exponentials[2] = {y + chunk_values, y + 2 * chunk_values + kSumColumns};
 #pragma omp parallel num_threads(parts)
@@ -535,7 +542,7 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
         }
       }
     }
-    auto log_sum_tensor = torch::empty({cols}, x.options());
+    auto log_sum_tensor = at::empty({cols}, x.options());
     scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
 #pragma omp parallel num_threads(parts)
@@ -548,14 +555,14 @@ void normprob_(torch::Tensor x, bool stable, int64_t threads, c10::optional<torc
 
 // The range [bounds[t], bounds[t + 1]) of part t (nodes or edges), from a (parts + 1) int64 tensor
 // of boundaries.
-std::pair<int64_t, int64_t> part_range(const torch::Tensor& bounds, int t) {
+std::pair<int64_t, int64_t> part_range(const at::Tensor& bounds, int t) {
   const int64_t* b = bounds.data_ptr<int64_t>();
   return {b[t], b[t + 1]};
 }
 
 // The number of parts of bounds, after checking that they split [0, items).
-int parts_of(const torch::Tensor& bounds, int64_t items) {
-  TORCH_CHECK(bounds.device().is_cpu() && bounds.dim() == 1 && bounds.is_contiguous() && bounds.scalar_type() == torch::kInt64 &&
+int parts_of(const at::Tensor& bounds, int64_t items) {
+  TORCH_CHECK(bounds.device().is_cpu() && bounds.dim() == 1 && bounds.is_contiguous() && bounds.scalar_type() == at::kLong &&
                   bounds.size(0) >= 2,
               "bounds must be a contiguous int64 vector of at least 2 boundaries");
   const int64_t* b = bounds.data_ptr<int64_t>();
@@ -567,14 +574,14 @@ int parts_of(const torch::Tensor& bounds, int64_t items) {
 // (num_nodes, cols): per node, the minimum of the rows of the edges whose group (groups: in edge
 // order) is that node (+inf for none); positions (edge_rows) say where each edge is stored. One
 // thread per part: part t takes the edges of the nodes [bounds[t], bounds[t + 1]), in edge order.
-torch::Tensor group_min(torch::Tensor x, torch::Tensor groups, int64_t num_nodes, torch::Tensor bounds,
-                        c10::optional<torch::Tensor> positions) {
+at::Tensor group_min(at::Tensor x, at::Tensor groups, int64_t num_nodes, at::Tensor bounds,
+                        c10::optional<at::Tensor> positions) {
   check_matrix(x, "x");
   const int64_t rows = x.size(0), cols = x.size(1);
   check_index(groups, rows, "groups");
   const int64_t* x_rows = edge_rows(positions, rows);
   const int parts = parts_of(bounds, num_nodes);
-  auto out = torch::full({num_nodes, cols}, std::numeric_limits<double>::infinity(), x.options());
+  auto out = at::full({num_nodes, cols}, std::numeric_limits<double>::infinity(), x.options());
   dispatch_float(x.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t* xp = x.data_ptr<scalar_t>();
@@ -629,8 +636,8 @@ __attribute__((target_clones("avx2", "default"))) void add_group_exp_sums(const 
 // exp(ce_min[node] - ce[edge]), where ce_min is the group_min of ce by the same groups. Every term
 // lies in (0, 1] and the node's smallest edge gives 1, so nothing overflows. groups and positions
 // as in group_min. One thread per part: part t takes the edges of the nodes [bounds[t], bounds[t + 1]).
-torch::Tensor group_exp_sums(torch::Tensor ce, torch::Tensor groups, torch::Tensor ce_min, torch::Tensor bounds,
-                             c10::optional<torch::Tensor> positions) {
+at::Tensor group_exp_sums(at::Tensor ce, at::Tensor groups, at::Tensor ce_min, at::Tensor bounds,
+                             c10::optional<at::Tensor> positions) {
   check_matrix(ce, "ce");
   check_matrix(ce_min, "ce_min");
   const int64_t edges = ce.size(0), cols = ce.size(1), num_nodes = ce_min.size(0);
@@ -638,9 +645,9 @@ torch::Tensor group_exp_sums(torch::Tensor ce, torch::Tensor groups, torch::Tens
   const int64_t* ce_rows = edge_rows(positions, edges);
   TORCH_CHECK(ce_min.size(1) == cols && ce_min.scalar_type() == ce.scalar_type(), "ce_min must be (nodes, cols) of ce's dtype");
   const int parts = parts_of(bounds, num_nodes);
-  auto sums = torch::zeros({num_nodes, cols}, ce.options().dtype(torch::kFloat64));
+  auto sums = at::zeros({num_nodes, cols}, ce.options().dtype(at::kDouble));
   auto scratch = exp_scratch(parts, cols);
-  auto block_groups = torch::empty({parts, kBlockRows}, torch::dtype(torch::kInt64));
+  auto block_groups = at::empty({parts, kBlockRows}, at::dtype(at::kLong));
   dispatch_float(ce.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const int64_t block = scratch.size(2);
@@ -702,8 +709,8 @@ __attribute__((target_clones("avx2", "default"))) bool scatter_max_part(const T*
 // ce, rows and groups, in edge order. Threads take the parts as they come free: no two write a
 // row, each node's edges are taken in edge order, and the distances stream while a part's rows of
 // raw stay in cache.
-void scatter_max_(torch::Tensor raw, torch::Tensor ce, torch::Tensor rows, torch::Tensor groups, torch::Tensor node,
-                  torch::Tensor bounds, torch::Tensor edge_bounds, int64_t threads) {
+void scatter_max_(at::Tensor raw, at::Tensor ce, at::Tensor rows, at::Tensor groups, at::Tensor node,
+                  at::Tensor bounds, at::Tensor edge_bounds, int64_t threads) {
   check_matrix(raw, "raw");
   check_matrix(ce, "ce");
   check_matrix(node, "node");
@@ -781,26 +788,26 @@ __attribute__((target_clones("avx2", "default"))) void add_node_exp_sums(const T
 // exp(ce_min_d[u] - ce[e]) over u's edges), for the nodes u with edges (d_listed, increasing: the
 // others' group sums are 0). Threads split the (direction, column) pairs; each sum adds its nodes
 // in node order.
-torch::Tensor node_exp_sums(torch::Tensor forward_diff, torch::Tensor forward_group_sums, torch::Tensor forward_max,
-                            torch::Tensor forward_listed, torch::Tensor reverse_diff, torch::Tensor reverse_group_sums,
-                            torch::Tensor reverse_max, torch::Tensor reverse_listed, int64_t threads) {
+at::Tensor node_exp_sums(at::Tensor forward_diff, at::Tensor forward_group_sums, at::Tensor forward_max,
+                            at::Tensor forward_listed, at::Tensor reverse_diff, at::Tensor reverse_group_sums,
+                            at::Tensor reverse_max, at::Tensor reverse_listed, int64_t threads) {
   check_matrix(forward_diff, "forward_diff");
   check_matrix(reverse_diff, "reverse_diff");
   const int64_t rows = forward_diff.size(0), cols = forward_diff.size(1);
   TORCH_CHECK(reverse_diff.sizes() == forward_diff.sizes() && reverse_diff.scalar_type() == forward_diff.scalar_type(),
               "node arrays must be (nodes, pattern edges) of one dtype");
   for (const auto* x : {&forward_group_sums, &reverse_group_sums})
-    TORCH_CHECK(x->sizes() == forward_diff.sizes() && x->scalar_type() == torch::kFloat64 && x->is_contiguous(),
+    TORCH_CHECK(x->sizes() == forward_diff.sizes() && x->scalar_type() == at::kDouble && x->is_contiguous(),
                 "group sums must be contiguous float64 (nodes, pattern edges)");
   for (const auto* x : {&forward_listed, &reverse_listed}) {
-    TORCH_CHECK(x->device().is_cpu() && x->dim() == 1 && x->is_contiguous() && x->scalar_type() == torch::kInt64,
+    TORCH_CHECK(x->device().is_cpu() && x->dim() == 1 && x->is_contiguous() && x->scalar_type() == at::kLong,
                 "listed nodes must be a contiguous int64 vector");
     const int64_t* listed = x->data_ptr<int64_t>();
     for (int64_t k = 0; k < x->size(0); ++k)
       TORCH_CHECK(listed[k] >= 0 && listed[k] < rows && (k == 0 || listed[k - 1] < listed[k]),
                   "listed nodes must be increasing node indices");
   }
-  auto sums = torch::zeros({2, cols}, torch::dtype(torch::kFloat64));
+  auto sums = at::zeros({2, cols}, at::dtype(at::kDouble));
   const int parts = threads_of(threads);
   dispatch_float(forward_diff.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
@@ -826,7 +833,7 @@ torch::Tensor node_exp_sums(torch::Tensor forward_diff, torch::Tensor forward_gr
 }
 
 // raw = fmax(floor, normalise(raw)) in place: the per-node maxima of the normalised messages.
-void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, torch::Tensor floor, bool stable,
+void normalise_maxima_(at::Tensor raw, at::Tensor m, at::Tensor sums, at::Tensor floor, bool stable,
                        int64_t threads) {
   check_matrix(raw, "raw");
   const int64_t rows = raw.size(0), cols = raw.size(1);
@@ -837,7 +844,7 @@ void normalise_maxima_(torch::Tensor raw, torch::Tensor m, torch::Tensor sums, t
     const scalar_t* mp = m.data_ptr<scalar_t>();
     const scalar_t* fp = floor.data_ptr<scalar_t>();
     const double* sp = sums.data_ptr<double>();
-    auto log_sum_tensor = torch::empty({cols}, raw.options());
+    auto log_sum_tensor = at::empty({cols}, raw.options());
     scalar_t* log_sum = log_sum_tensor.data_ptr<scalar_t>();
     for (int64_t j = 0; j < cols; ++j) log_sum[j] = std::log(static_cast<scalar_t>(sp[j]));
 #pragma omp parallel num_threads(threads_of(threads))
@@ -896,10 +903,10 @@ __attribute__((target_clones("avx2", "default"))) void belief_rows(const T* __re
 // -cv plus, pattern edge by pattern edge in order, mu[:, dst_j] += fmax[:, j] and mu[:, src_j] +=
 // rmax[:, j]. Returns mu's column maxima as column_max takes them (rows shared alike, combined in
 // order), for normprob_.
-torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor fmax, torch::Tensor forward_max,
-                              torch::Tensor forward_sums, torch::Tensor forward_floor, torch::Tensor rmax,
-                              torch::Tensor reverse_max, torch::Tensor reverse_sums, torch::Tensor reverse_floor,
-                              torch::Tensor pattern_src_tensor, torch::Tensor pattern_dst_tensor, bool stable,
+at::Tensor update_beliefs_(at::Tensor mu, at::Tensor cv, at::Tensor fmax, at::Tensor forward_max,
+                              at::Tensor forward_sums, at::Tensor forward_floor, at::Tensor rmax,
+                              at::Tensor reverse_max, at::Tensor reverse_sums, at::Tensor reverse_floor,
+                              at::Tensor pattern_src_tensor, at::Tensor pattern_dst_tensor, bool stable,
                               int64_t threads) {
   check_matrix(cv, "cv");
   check_matrix(mu, "mu");
@@ -920,8 +927,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
     TORCH_CHECK(pattern_src[j] >= 0 && pattern_src[j] < nodes && pattern_dst[j] >= 0 && pattern_dst[j] < nodes,
                 "pattern edges must join pattern nodes");
   // Each pattern node's terms in the loop's order.
-  auto term_starts_tensor = torch::empty({nodes + 1}, torch::dtype(torch::kInt64));
-  auto terms_tensor = torch::empty({2, 2 * cols}, torch::dtype(torch::kInt64));
+  auto term_starts_tensor = at::empty({nodes + 1}, at::dtype(at::kLong));
+  auto terms_tensor = at::empty({2, 2 * cols}, at::dtype(at::kLong));
   int64_t* term_starts = term_starts_tensor.data_ptr<int64_t>();
   int64_t* term_columns = terms_tensor.data_ptr<int64_t>();
   int64_t* term_from_rmax = term_columns + 2 * cols;
@@ -934,12 +941,12 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
     }
   }
   term_starts[nodes] = count;
-  auto out = torch::empty({nodes}, cv.options());
+  auto out = at::empty({nodes}, cv.options());
   dispatch_float(cv.scalar_type(), [&](auto tag) {
     using scalar_t = decltype(tag);
     const scalar_t lowest = std::numeric_limits<scalar_t>::lowest();
     const int parts = threads_of(threads);
-    auto log_sums_tensor = torch::empty({2, cols}, cv.options());
+    auto log_sums_tensor = at::empty({2, cols}, cv.options());
     scalar_t* log_sums = log_sums_tensor.data_ptr<scalar_t>();
     const double* fs = forward_sums.data_ptr<double>();
     const double* rs = reverse_sums.data_ptr<double>();
@@ -947,7 +954,7 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
       log_sums[j] = std::log(static_cast<scalar_t>(fs[j]));
       log_sums[cols + j] = std::log(static_cast<scalar_t>(rs[j]));
     }
-    torch::Tensor partial = torch::full({parts, nodes}, lowest, cv.options());
+    at::Tensor partial = at::full({parts, nodes}, lowest, cv.options());
     scalar_t* pp = partial.data_ptr<scalar_t>();
     scalar_t* fp = fmax.data_ptr<scalar_t>();
     scalar_t* rp = rmax.data_ptr<scalar_t>();
@@ -976,8 +983,8 @@ torch::Tensor update_beliefs_(torch::Tensor mu, torch::Tensor cv, torch::Tensor 
 }
 
 // C printf("%e\n") of every value (float64, row-major), as one byte string.
-pybind11::bytes format_e(torch::Tensor x, int64_t threads) {
-  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous() && x.scalar_type() == torch::kFloat64, "x must be contiguous float64");
+pybind11::bytes format_e(at::Tensor x, int64_t threads) {
+  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous() && x.scalar_type() == at::kDouble, "x must be contiguous float64");
   const double* xp = x.data_ptr<double>();
   const int64_t n = x.numel();
   const int parts = threads_of(threads);

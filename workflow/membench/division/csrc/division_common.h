@@ -1,4 +1,4 @@
-// What the CPU (division_ops.cpp) and CUDA (division_cuda.cu) kernels share, as inline functions for
+// What the CPU (division_cpu.h) and CUDA (division_cuda.cu) kernels share, as inline functions for
 // both host and device: the counter-based noise of stochastic rounding, the outward bfloat16 grid of
 // a row, and the tiles of DIVISION's low-frequency component. The pure-torch reference
 // (membench/division/compress.py) computes the same numbers with the same operations in the same order.

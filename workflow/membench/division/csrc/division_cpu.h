@@ -1,10 +1,10 @@
 // The CPU kernels' work on one plane, group or chunk of a map, written as loops the compiler vectorises.
 //
-// division_ops.cpp includes this file once per instruction set, inside a namespace, a
-// `#pragma GCC target` region and with MEMBENCH_CPU_ISA set (2: AVX-512, 1: AVX2, 0: the baseline),
-// and picks one at run time, so the extension runs on any CPU and uses the vector units it finds.
-// No include guard, on purpose; it includes nothing (division_ops.cpp includes <immintrin.h> and
-// division_common.h before it).
+// division_cpu_isa.h includes this file once per instruction set, inside a namespace, a
+// `#pragma GCC target` region and with MEMBENCH_CPU_ISA set (2: AVX-512, 1: AVX2, 0: the baseline);
+// the bindings pick one at run time, so the extension runs on any CPU and uses the vector units it
+// finds. No include guard, on purpose; it includes nothing (division_cpu_isa.h includes
+// <immintrin.h> and division_common.h before it).
 //
 // Every loop computes the same float operations, in the same order, as the pure-torch reference;
 // vectorisation changes only which values are computed together. Minima and maxima are order-free
@@ -114,7 +114,7 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
   }
 }
 
-// Range of n floats (see Range in division_ops.cpp for what it becomes).
+// Range of n floats (grid_of turns it into a row's grid).
 struct RowRange {
   float minimum;
   float maximum;

@@ -1,5 +1,5 @@
 // CUDA kernels of the activation compressors: the same layouts, noise and arithmetic as the CPU
-// kernels (division_ops.cpp) and the pure-torch reference, bit for bit. Built only when torch has
+// kernels (division_cpu.h) and the pure-torch reference, bit for bit. Built only when torch has
 // CUDA and nvcc is present. nvcc is given --fmad=false, so multiplications and additions are not
 // contracted into FMAs, which would change the rounding.
 //
