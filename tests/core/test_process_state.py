@@ -202,7 +202,7 @@ def _division_training(tmp_path):
     from membench.core.meter import Meter
     from membench.division.bench import prepare_model
     from membench.division.kernels import TORCH_KERNELS
-    from membench.division.methods import MethodSpec
+    from membench.division.options import MethodSpec
     from membench.division.train import TrainSpec, train_model
 
     generator = torch.Generator().manual_seed(1)

@@ -17,7 +17,7 @@ from membench.division.bench import (
     step_memory_bound,
 )
 from membench.division.kernels import TORCH_KERNELS
-from membench.division.methods import MethodSpec
+from membench.division.options import MethodSpec
 
 
 @pytest.mark.parametrize(

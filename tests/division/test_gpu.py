@@ -17,7 +17,7 @@ from membench.division import compress
 from membench.division.bench import make_optimizer, prepare_model, random_batch, training_step
 from membench.division.extension import build_extension
 from membench.division.kernels import TORCH_KERNELS, select_kernels
-from membench.division.methods import METHODS, MethodSpec
+from membench.division.options import METHODS, MethodSpec
 from membench.division.precision import Precision
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -17,8 +17,9 @@ from membench.division.functions import (
     MaskedDropout,
     MaskedReLU,
 )
-from membench.division.methods import METHODS, MethodSpec, convert_model
-from membench.division.models import MODELS, build_model
+from membench.division.methods import convert_model
+from membench.division.models import build_model
+from membench.division.options import METHODS, MODELS, MethodSpec
 
 
 def small_cnn() -> nn.Module:

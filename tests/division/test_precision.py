@@ -7,8 +7,8 @@ import torch
 
 from membench.division.bench import make_optimizer, prepare_model, random_batch, training_step
 from membench.division.kernels import TORCH_KERNELS
-from membench.division.methods import METHODS, MethodSpec
-from membench.division.precision import AMP_CHOICES, Precision
+from membench.division.options import AMP_CHOICES, METHODS, MethodSpec
+from membench.division.precision import Precision
 
 CPU = torch.device("cpu")
 

@@ -13,7 +13,7 @@ from membench.data.images.lmdb_store import ImageLMDB
 from membench.data.images.transforms import EvalTransform, TrainTransform
 from membench.division.bench import prepare_model
 from membench.division.kernels import TORCH_KERNELS
-from membench.division.methods import MethodSpec
+from membench.division.options import MethodSpec
 from membench.division.train import TrainSpec, train_model
 
 _MEAN, _STD = (0.2, 0.2, 0.2), (0.3, 0.3, 0.3)

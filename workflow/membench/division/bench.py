@@ -21,8 +21,9 @@ from membench.core.tracers import SavedActivationCounter
 from membench.division.compress import DivisionCompressor, GroupCompressor
 from membench.division.functions import CompressedBatchNorm2d, CompressedConv2d
 from membench.division.kernels import Kernels
-from membench.division.methods import MethodSpec, convert_model
+from membench.division.methods import convert_model
 from membench.division.models import build_model
+from membench.division.options import MethodSpec
 from membench.division.precision import FLOAT32, Precision
 
 __all__ = [

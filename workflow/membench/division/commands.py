@@ -33,9 +33,7 @@ from membench.core.options import (
     integer,
 )
 from membench.division.extension import CUDA_CHOICES, DEFAULT_LOCK_TIMEOUT_S, KERNEL_CHOICES
-from membench.division.methods import METHODS, MethodSpec
-from membench.division.models import MODELS, STEMS
-from membench.division.precision import AMP_CHOICES
+from membench.division.options import AMP_CHOICES, METHODS, MODELS, STEMS, MethodSpec
 
 __all__ = ["build_parser", "CONFIG_KEYS", "MAP_DTYPES", "memory_parser", "NUM_CLASSES", "run", "SYSTEM"]
 

@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
 from membench.division.compress import DivisionCompressor, GroupCompressor
@@ -32,20 +30,9 @@ from membench.division.functions import (
 )
 from membench.division.kernels import TORCH_KERNELS, Kernels
 from membench.division.models import Block
+from membench.division.options import METHODS, MethodSpec
 
-__all__ = ["convert_model", "METHODS", "MethodSpec"]
-
-METHODS = ("vanilla", "division", "actnn2bit", "checkpoint")
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """Settings of the methods: DIVISION's LFC block and HFC bits, ActNN's group size and bits."""
-
-    block_size: int = 8
-    hfc_bits: int = 2
-    group_size: int = 256
-    actnn_bits: int = 2
+__all__ = ["convert_model"]
 
 
 def convert_model(

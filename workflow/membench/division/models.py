@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from membench.division.options import MODELS, STEMS
+
 __all__ = [
     "BasicBlock",
     "Block",
@@ -23,15 +25,10 @@ __all__ = [
     "DenseBlock",
     "DenseLayer",
     "DenseNet",
-    "MODELS",
     "PreActBottleneck",
     "PreActResNet",
-    "STEMS",
     "Transition",
 ]
-
-MODELS = ("resnet18", "resnet164", "densenet121", "resnet50")
-STEMS = ("cifar", "imagenet")
 
 
 class Block(nn.Module):

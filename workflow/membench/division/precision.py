@@ -11,9 +11,10 @@ import contextlib
 
 import torch
 
-__all__ = ["AMP_CHOICES", "FLOAT32", "Precision"]
+from membench.division.options import AMP_CHOICES
 
-AMP_CHOICES = ("none", "bf16", "fp16")
+__all__ = ["FLOAT32", "Precision"]
+
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
