@@ -13,9 +13,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["attack", "ATTACKS", "evaluate", "fgsm_rs", "pgd"]
+from membench.robust.options import ATTACKS
 
-ATTACKS = ("pgd", "fgsm")
+__all__ = ["attack", "evaluate", "fgsm_rs", "pgd"]
 
 
 def _random_start(x: torch.Tensor, eps: float, generator: torch.Generator | None) -> torch.Tensor:

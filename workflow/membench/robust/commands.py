@@ -27,10 +27,14 @@ from membench.core.options import (
     integer,
     real,
 )
-from membench.robust.attacks import ATTACKS
-from membench.robust.data import SOURCES
-from membench.robust.models import MODELS
-from membench.robust.train import GUARD_ACTIONS, LEARNING_RATE_SCHEDULES, OPTIMIZERS
+from membench.robust.options import (
+    ATTACKS,
+    GUARD_ACTIONS,
+    LEARNING_RATE_SCHEDULES,
+    MODELS,
+    OPTIMIZERS,
+    SOURCES,
+)
 
 __all__ = [
     "ATTACK_STEPS",

@@ -18,10 +18,9 @@ from membench.core.errors import InputError
 from membench.data.digits import digits_arrays
 from membench.data.images.cifar import cifar_arrays
 from membench.data.images.mnist import mnist_arrays
+from membench.robust.options import SOURCES
 
-__all__ = ["Dataset", "load_dataset", "SOURCES"]
-
-SOURCES = ("digits", "mnist", "cifar10")
+__all__ = ["Dataset", "load_dataset"]
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from membench.core.seeding import seeded
+from membench.robust.options import MODELS
 
-__all__ = ["build_model", "MLP", "MODELS", "PreActBlock", "PreActResNet18"]
-
-MODELS = ("mlp", "preact_resnet18")
+__all__ = ["build_model", "MLP", "PreActBlock", "PreActResNet18"]
 
 
 class MLP(nn.Module):

@@ -31,19 +31,12 @@ __all__ = [
     "batch_generator",
     "BatchSource",
     "epoch_batches",
-    "GUARD_ACTIONS",
-    "LEARNING_RATE_SCHEDULES",
     "make_optimizer",
-    "OPTIMIZERS",
     "SequentialSource",
     "train",
     "TrainResult",
     "TrainSettings",
 ]
-
-OPTIMIZERS = ("adam", "sgd")
-LEARNING_RATE_SCHEDULES = ("constant", "cyclic")
-GUARD_ACTIONS = ("shrink", "stop")
 
 
 @dataclass(frozen=True)
