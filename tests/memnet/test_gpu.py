@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from membench.memnet.clean import clean_records
+from membench.memnet.configs import config_of
 from membench.memnet.dataset import DEFAULT_BINS, load_jobs
 from membench.memnet.estimators import new_estimator
 from membench.memnet.generate import generate
-from membench.memnet.measure import config_of, measure_configs
+from membench.memnet.measure import measure_configs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

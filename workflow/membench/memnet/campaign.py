@@ -20,11 +20,12 @@ import torch
 from membench.core.tables import write_table
 from membench.core.validate import open_regular
 from membench.memnet.clean import clean_records
+from membench.memnet.configs import config_of
 from membench.memnet.dataset import DEFAULT_BINS, load_jobs
 from membench.memnet.estimators import LEARNED, new_estimator
 from membench.memnet.evaluate import evaluate, judgement
 from membench.memnet.generate import generate
-from membench.memnet.measure import config_of, measure_configs, run_isolated, train_steps
+from membench.memnet.measure import measure_configs, run_isolated, train_steps
 from membench.memnet.predict import family_of, make_input, predict_model
 from membench.memnet.trained import Trained, save_trained, trained_identity, training_ranges
 

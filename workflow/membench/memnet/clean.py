@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from membench.memnet.dataset import MEMORY_COLUMN
-from membench.memnet.measure import STATUS_OK, STATUS_OOM
-from membench.memnet.models import ACTIVATION_MODULES
+from membench.memnet.configs import ACTIVATIONS
+from membench.memnet.dataset import MEMORY_COLUMN, STATUS_OK, STATUS_OOM
 
 __all__ = ["clean_records", "PROVENANCE_COLUMNS"]
 
@@ -39,7 +38,7 @@ def clean_records(records: list[dict], configs: pd.DataFrame, family: str) -> tu
             "Filename": record["filename"],
             "Depth": _depth(family, counts, config),
             "Activations-Params": repr([tuple(layer) for layer in record["layers"]]),
-            "Activation Function": ACTIVATION_MODULES[config["act"]].__name__ if "act" in config else "",
+            "Activation Function": ACTIVATIONS[config["act"]] if "act" in config else "",
             "Total Activations": record["total_activations"],
             "Total Parameters": record["total_parameters"],
             "Batch Size": config["batch"],

@@ -464,7 +464,7 @@ def _generate(args) -> None:
 
 
 def _read_configs(path: str, family: str) -> pd.DataFrame:
-    from membench.memnet.models import CONFIG_KEYS
+    from membench.memnet.configs import CONFIG_KEYS
 
     return read_csv_columns(path, ["config_id", "filename", *CONFIG_KEYS[family]])
 
@@ -495,7 +495,7 @@ def _records_table(records: list[dict]) -> pd.DataFrame:
 
 def _clean(args) -> None:
     from membench.memnet.clean import clean_records
-    from membench.memnet.measure import config_of
+    from membench.memnet.configs import config_of
 
     configs = _read_configs(args.configs, args.family)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from membench.core.errors import InputError
-from membench.memnet.models import ACTIVATION_MODULES, CNN_PATTERNS, MLP_PATTERNS, config_filename
+from membench.memnet.configs import ACTIVATIONS, CNN_PATTERNS, MLP_PATTERNS, config_filename
 
 __all__ = ["DEFAULT_RANGES", "DROPOUT_RANGE", "generate", "resolve_ranges"]
 
@@ -59,7 +59,7 @@ def resolve_ranges(family: str, ranges: dict | None) -> dict[str, tuple[int, int
 
 def generate(family: str, count: int, seed: int, ranges: dict | None = None) -> pd.DataFrame:
     """``count`` configurations of ``family``: columns ``config_id, filename`` and the family's keys
-    (see ``models.CONFIG_KEYS``). The same seed gives the same table."""
+    (see ``configs.CONFIG_KEYS``). The same seed gives the same table."""
     bounds = resolve_ranges(family, ranges)
     rng = np.random.default_rng(seed)
 
@@ -79,7 +79,7 @@ def generate(family: str, count: int, seed: int, ranges: dict | None = None) -> 
                 "depth": draw("depth"),
                 "arch": str(rng.choice(MLP_PATTERNS)),
                 "batch": draw("batch"),
-                "act": str(rng.choice(list(ACTIVATION_MODULES))),
+                "act": str(rng.choice(list(ACTIVATIONS))),
                 "dropout": dropout(),
                 "batchnorm": bool(rng.random() < 0.5),
             }
@@ -92,7 +92,7 @@ def generate(family: str, count: int, seed: int, ranges: dict | None = None) -> 
                 "filters": draw("filters"),
                 "batch": draw("batch"),
                 "input": draw("input"),
-                "act": str(rng.choice([a for a in ACTIVATION_MODULES if a != "identity"])),
+                "act": str(rng.choice([a for a in ACTIVATIONS if a != "identity"])),
                 "dropout": dropout(),
                 "batchnorm": bool(rng.random() < 0.5),
             }

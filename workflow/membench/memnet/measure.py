@@ -32,12 +32,12 @@ from membench.core.oom import is_out_of_memory
 from membench.core.points import Fork, Point, is_measured, measure
 from membench.core.seeding import seeded
 from membench.core.validate import read_json_object
+from membench.memnet.configs import config_of
 from membench.memnet.faketensor import OPTIMIZERS
-from membench.memnet.models import CONFIG_KEYS, build_model, example_batch, layer_summary, module_counts
+from membench.memnet.models import build_model, example_batch, layer_summary, module_counts
 
 __all__ = [
     "config_job",
-    "config_of",
     "LOG",
     "measure_configs",
     "run_isolated",
@@ -47,15 +47,6 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 STATUS_OK, STATUS_OOM, STATUS_FAILED, STATUS_TIMEOUT = "SUCCESSFUL", "OOM_CRASH", "FAILED", "TIMEOUT"
-
-
-def config_of(row: dict, family: str) -> dict:
-    """The configuration dict of a generator-table row (typed as ``models.CONFIG_KEYS``)."""
-    config = {}
-    for key, kind in CONFIG_KEYS[family].items():
-        value = row[key]
-        config[key] = (str(value) == "True") if kind is bool else kind(value)
-    return config
 
 
 def train_steps(

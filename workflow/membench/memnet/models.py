@@ -1,9 +1,6 @@
-"""The training jobs GPUMemNet measures: MLP, CNN and Transformer models built from a configuration,
-their GPUMemNet file names, and their per-layer summary (activations per sample, parameters).
-
-A configuration is a flat dict of scalars (one row of the generator's table). The file name encodes
-it as ``key:value`` tokens joined by ``_`` (GPUMemNet's scheme), so a cleaned CSV row alone says how
-to rebuild its model (what the FakeTensor estimator needs).
+"""The training jobs GPUMemNet measures: MLP, CNN and Transformer models built from a configuration
+(:mod:`membench.memnet.configs`) or a GPUMemNet file name, and their per-layer summary (activations
+per sample, parameters).
 """
 
 from __future__ import annotations
@@ -15,6 +12,13 @@ import torch
 from torch import nn
 
 from membench.core.errors import InputError
+from membench.memnet.configs import (
+    ACTIVATIONS,
+    CNN_PATTERNS,
+    MLP_PATTERNS,
+    TRANSFORMER_VOCAB,
+    config_from_tokens,
+)
 from membench.memnet.dataset import filename_tokens
 
 __all__ = [
@@ -24,116 +28,20 @@ __all__ = [
     "build_mlp",
     "build_mlp_from_layers",
     "build_model",
-    "CNN_PATTERNS",
-    "config_filename",
-    "config_from_tokens",
-    "CONFIG_KEYS",
     "example_batch",
-    "GPUMEMNET_TRANSFORMER_TOKENS",
     "job_model",
     "LayerGraph",
     "layer_name",
     "layer_summary",
-    "MLP_PATTERNS",
     "mlp_widths",
     "module_counts",
-    "TRANSFORMER_VOCAB",
     "TransformerClassifier",
 ]
 
-MLP_PATTERNS = ("uniform", "pyramid", "inverted_pyramid", "bottleneck")
-CNN_PATTERNS = ("uniform", "pyramid", "bottleneck")
-# GPUMemNet's 11 activation functions (Identity included), by their names in the file names.
-ACTIVATION_MODULES = {
-    "elu": nn.ELU,
-    "gelu": nn.GELU,
-    "identity": nn.Identity,
-    "leakyrelu": nn.LeakyReLU,
-    "mish": nn.Mish,
-    "prelu": nn.PReLU,
-    "relu": nn.ReLU,
-    "selu": nn.SELU,
-    "silu": nn.SiLU,
-    "softplus": nn.Softplus,
-    "tanh": nn.Tanh,
-}
-TRANSFORMER_VOCAB = 1000
-# GPUMemNet's Transformer file-name tokens -> membench's configuration keys.
-GPUMEMNET_TRANSFORMER_TOKENS = {
-    "embedding_size": "embed",
-    "num_layers": "layers",
-    "num_heads": "heads",
-    "seq_length": "seq",
-    "batch_size": "batch",
-    "num_classes": "classes",
-    "dropout_rate": "dropout",
-    "ff_hidden_size": "ff",
-    "input_size": "vocab",
-}
+# GPUMemNet's activation functions as torch.nn modules, by their names in the file names.
+ACTIVATION_MODULES = {name: getattr(nn, module) for name, module in ACTIVATIONS.items()}
 # Kernel sizes, strides and paddings tried when a convolution is rebuilt from its counts.
 _KERNELS, _STRIDES = (3, 1, 5, 7), (1, 2, 3, 4)
-# Keys of each family's configuration, in file-name order, with their types.
-CONFIG_KEYS: dict[str, dict[str, type]] = {
-    "mlp": {
-        "input": int,
-        "output": int,
-        "depth": int,
-        "arch": str,
-        "batch": int,
-        "act": str,
-        "dropout": float,
-        "batchnorm": bool,
-    },
-    "cnn": {
-        "channels": int,
-        "classes": int,
-        "depth": int,
-        "arch": str,
-        "filters": int,
-        "batch": int,
-        "input": int,
-        "act": str,
-        "dropout": float,
-        "batchnorm": bool,
-    },
-    "transformer": {
-        "embed": int,
-        "layers": int,
-        "heads": int,
-        "seq": int,
-        "batch": int,
-        "classes": int,
-        "dropout": float,
-    },
-}
-
-
-def config_filename(family: str, config: dict) -> str:
-    """GPUMemNet-style file name of a configuration, e.g.
-    ``input:64_output:10_depth:2_..._batchnorm:True.out``."""
-    return "_".join(f"{key}:{config[key]}" for key in CONFIG_KEYS[family]) + ".out"
-
-
-def config_from_tokens(family: str, tokens: dict[str, str], where: str = "file name") -> dict:
-    """Parse the tokens of a file name (see ``dataset.filename_tokens``) back into a configuration:
-    membench's names, or GPUMemNet's Transformer names (:data:`GPUMEMNET_TRANSFORMER_TOKENS`, which
-    add the feed-forward width and the vocabulary)."""
-    keys = dict(CONFIG_KEYS[family])
-    if family == "transformer" and not set(keys) <= set(tokens) and "embedding_size" in tokens:
-        tokens = {
-            ours: tokens[theirs] for theirs, ours in GPUMEMNET_TRANSFORMER_TOKENS.items() if theirs in tokens
-        }
-        keys |= {"ff": int, "vocab": int}
-    config = {}
-    for key, kind in keys.items():
-        if key not in tokens:
-            raise InputError(None, f"{where}: no {key!r} token; cannot rebuild the {family} model")
-        text = tokens[key]
-        try:
-            config[key] = (text == "True") if kind is bool else kind(text)
-        except ValueError:
-            raise InputError(None, f"{where}: token {key}:{text!r} is not a {kind.__name__}") from None
-    return config
 
 
 def _activation(name: str) -> nn.Module:
