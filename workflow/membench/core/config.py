@@ -14,13 +14,15 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from membench.core.errors import InputError
 from membench.core.validate import open_regular
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = [
     "APPCLASS_REFERENCE",
@@ -139,6 +141,10 @@ def check_config(config: dict, schema: dict, source: str = "the config") -> None
         raise InputError(
             source, f"{not_finite[1]} is not a finite number", where=f"key '{_dotted(not_finite[0])}'"
         )
+    # Imported here, not at the top: the command modules read this module's constants (through
+    # membench.workflow_support) without it (about 0.1 s a process).
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(
         validator.iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)))
