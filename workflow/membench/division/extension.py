@@ -66,7 +66,9 @@ SPEC = extension.ExtensionSpec(
         "maxpool2d_backward",
     ),
     build_command="membench division build",
-    cflags=("-O3", "-ffp-contract=off"),
+    # at::parallel_for splits work over threads only where the code is compiled with OpenMP.
+    cflags=("-O3", "-ffp-contract=off", "-fopenmp"),
+    ldflags=("-fopenmp",),
     cuda_cflags=("-O3", "--fmad=false"),
 )
 

@@ -106,6 +106,12 @@ def _cast(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tenso
 
 # A strided convolution's input gradient from this size on is computed half a batch at a time.
 _SPLIT_INPUT_GRAD_BYTES = 16 * 2**20
+# A convolution's input gradient on a CPU from this input size on is computed in a call of its own.
+_SEPARATE_INPUT_GRAD_BYTES = 4 * 2**20
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _cpu_input_grad(
@@ -166,7 +172,7 @@ class _Conv2dFunction(Function):
         need_bias = bias is not None and ctx.needs_input_grad[2]
         args = (bias.shape if bias is not None else None, stride, padding, dilation, False, [0, 0], groups)
         with torch.autocast(grad_out.device.type, enabled=False):
-            if grad_out.device.type == "cpu":
+            if grad_out.device.type == "cpu" and _nbytes(x) >= _SEPARATE_INPUT_GRAD_BYTES:
                 # Two calls on a CPU: oneDNN's backward reorders its input and output gradient into
                 # map-sized buffers, and computing the input gradient apart keeps it from being
                 # alive beside them (one map less at the step's peak).
