@@ -52,6 +52,35 @@ def test_bad_input_is_one_line_and_exit_2(quirk_paths, tmp_path, capsys):
     assert str(bad) in captured.err and "line 3" in captured.err and "dst 31" in captured.err
 
 
+PLOT_HEADER = (
+    "dataset,variant,implementation,data_edges,pattern_edges,"
+    "time_median_s,time_min_s,time_max_s,timing_reliable,timing_flag"
+)
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (None, "file not found"),
+        ("", "file is empty"),
+        (PLOT_HEADER.replace(",time_median_s", "") + "\nr,v,reference,69,4,0.9,1.1,True,\n", "time_median_s"),
+        (PLOT_HEADER + "\nr,v,reference,many,4,1.0,0.9,1.1,True,\n", "line 2: column data_edges"),
+    ],
+    ids=["missing", "empty", "lacking-column", "bad-edges"],
+)
+def test_plot_bad_table_is_one_line_naming_it_and_exit_2(tmp_path, capsys, text, problem):
+    table = tmp_path / "appclass.csv"
+    if text is not None:
+        table.write_text(text)
+    argv = ["appclass", "plot", "--table", str(table)]
+    argv += ["--runtime-png", str(tmp_path / "r.png"), "--speedup-png", str(tmp_path / "s.png")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0
+    assert err.startswith(f"membench appclass: error: {table}") and problem in err
+    assert not (tmp_path / "r.png").exists()
+
+
 def test_generators_stats_bench_and_plots(tmp_path, capsys):
     g = tmp_path / "graphs"
     assert (

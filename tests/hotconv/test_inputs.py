@@ -170,3 +170,68 @@ def test_plot_rejects_a_table_without_its_columns(tmp_path, capsys):
     table.write_text("variant,status\nhotconv,ok\n")
     assert main(["hotconv", "plot-sweep", "--table", str(table), "--out", str(tmp_path / "p.png")]) == 2
     assert "missing column(s) max_len" in capsys.readouterr().err
+
+
+SWEEP = (
+    "variant,status,max_len,batch_size,num_filters,step_alloc_peak_mib,activation_mib\n"
+    "malconv2,ok,4096,4,8,40.0,9.6\nhotconv_eco,ok,4096,4,8,4.0,0.96\nhotconv,oom,8192,4,8,,\n"
+)
+VARIANTS = (
+    "variant,test_accuracy,num_filters,batch_size,max_len\nmalconv2,0.9,8,4,4096\nhotconv_eco,0.85,8,4,4096\n"
+)
+
+
+def test_plot_reads_the_variants_and_the_sweep_tables(tmp_path):
+    (tmp_path / "sweep.csv").write_text(SWEEP)
+    (tmp_path / "variants.csv").write_text(VARIANTS)
+    argv = [
+        "hotconv",
+        "plot",
+        "--table",
+        str(tmp_path / "variants.csv"),
+        "--sweep",
+        str(tmp_path / "sweep.csv"),
+    ]
+    assert main([*argv, "--out", str(tmp_path / "variants.png")]) == 0
+    assert (
+        main(
+            [
+                "hotconv",
+                "plot-sweep",
+                "--table",
+                str(tmp_path / "sweep.csv"),
+                "--out",
+                str(tmp_path / "sweep.png"),
+            ]
+        )
+        == 0
+    )
+    assert (tmp_path / "variants.png").stat().st_size > 0 and (tmp_path / "sweep.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        (None, "file not found"),
+        ("", "file is empty"),
+        (SWEEP.replace(",activation_mib", ""), "missing column(s) activation_mib"),
+        (SWEEP.replace("4096,4,8,40.0", "4k,4,8,40.0"), "line 2: column max_len: '4k' is not an integer"),
+    ],
+    ids=["missing", "empty", "lacking-column", "bad-max-len"],
+)
+@pytest.mark.parametrize("step", ["plot-sweep", "plot"])
+def test_plot_bad_sweep_table_is_one_line_naming_it(tmp_path, capsys, step, text, problem):
+    sweep = tmp_path / "sweep.csv"
+    if text is not None:
+        sweep.write_text(text)
+    (tmp_path / "variants.csv").write_text(VARIANTS)
+    inputs = (
+        ["--table", str(sweep)]
+        if step == "plot-sweep"
+        else ["--table", str(tmp_path / "variants.csv"), "--sweep", str(sweep)]
+    )
+    assert main(["hotconv", step, *inputs, "--out", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0, err
+    assert err.startswith(f"membench hotconv: error: {sweep}") and problem in err, err
+    assert not (tmp_path / "p.png").exists()

@@ -234,6 +234,78 @@ def test_bad_input_is_one_line_naming_it(tmp_path, capsys):
     assert not (tmp_path / "t.csv").exists()
 
 
+EVALUATION = (
+    "dataset,estimator,max_under,accuracy,under_rate,raw_accuracy,raw_under_rate\n"
+    "mlp,horus,0.05,0.8,0.04,0.7,0.1\n"
+)
+PREDICTIONS = (
+    "dataset,estimator,split,fold,true_bin,pred_bin\nmlp,horus,kfold,0,1,2\nmlp,horus,kfold,1,0,-1\n"
+)
+BAD_TABLES = {
+    "missing": (None, "file not found"),
+    "empty": ("", "file is empty"),
+    "lacking-column": ("dataset,estimator,split,true_bin\nmlp,horus,kfold,1\n", "missing column(s) pred_bin"),
+    "bad-class": (
+        "dataset,estimator,split,true_bin,pred_bin\nmlp,horus,kfold,1,x\n",
+        "line 2: column pred_bin",
+    ),
+}
+
+
+def _plot_argv(tmp_path, table, predictions):
+    return [
+        *("memnet", "plot", "--table", str(table), "--predictions", str(predictions)),
+        *("--confusion-png", str(tmp_path / "confusion.png")),
+        *("--comparison-png", str(tmp_path / "comparison.png")),
+        *("--tradeoff-png", str(tmp_path / "tradeoff.png")),
+    ]
+
+
+def _one_line_naming(capsys, path, problem):
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0, err
+    assert err.startswith(f"membench memnet: error: {path}") and problem in err, err
+
+
+def test_plot_reads_its_tables_and_draws_the_figures(tmp_path):
+    (tmp_path / "evaluation.csv").write_text(EVALUATION)
+    (tmp_path / "predictions.csv").write_text(PREDICTIONS)
+    assert main(_plot_argv(tmp_path, tmp_path / "evaluation.csv", tmp_path / "predictions.csv")) == 0
+    assert all(
+        (tmp_path / f"{name}.png").stat().st_size > 0 for name in ("confusion", "comparison", "tradeoff")
+    )
+
+
+@pytest.mark.parametrize("text, problem", BAD_TABLES.values(), ids=BAD_TABLES)
+def test_plot_bad_predictions_are_one_line_naming_the_file(tmp_path, capsys, text, problem):
+    (tmp_path / "evaluation.csv").write_text(EVALUATION)
+    predictions = tmp_path / "predictions.csv"
+    if text is not None:
+        predictions.write_text(text)
+    assert main(_plot_argv(tmp_path, tmp_path / "evaluation.csv", predictions)) == 2
+    _one_line_naming(capsys, predictions, problem)
+    assert not (tmp_path / "confusion.png").exists()
+
+
+@pytest.mark.parametrize(
+    "text, problem", [(None, "file not found"), ("", "file is empty")], ids=["missing", "empty"]
+)
+def test_plot_table_and_clean_name_a_missing_or_empty_input(tmp_path, capsys, text, problem):
+    bad = tmp_path / "bad.csv"
+    if text is not None:
+        bad.write_text(text)
+    (tmp_path / "predictions.csv").write_text(PREDICTIONS)
+    assert main(_plot_argv(tmp_path, bad, tmp_path / "predictions.csv")) == 2
+    _one_line_naming(capsys, bad, problem)
+    assert main(["memnet", "table", "--out", str(tmp_path / "memnet.csv"), str(bad)]) == 2
+    _one_line_naming(capsys, bad, problem)
+    configs = tmp_path / "configs.csv"
+    assert main(["memnet", "generate", "--family", "mlp", "--count", "2", "--out", str(configs)]) == 0
+    argv = ["memnet", "clean", "--configs", str(configs), "--measurements", str(bad), "--family", "mlp"]
+    assert main([*argv, "--out", str(tmp_path / "jobs.csv")]) == 2
+    _one_line_naming(capsys, bad, problem)
+
+
 def test_predict_bounds_the_sample_shape_and_the_factory_arguments_before_using_them(capsys):
     argv = ["memnet", "predict", "--model", "torch.nn:Linear", "--batch-size", "2"]
     assert main([*argv, "--input-shape", "4096,4096,8"]) == 2

@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from membench.appclass.extension import KERNEL_CHOICES
 from membench.appclass.options import FORWARD_MESSAGE_INDEX, IMPLEMENTATIONS, NORMALISATIONS, PRECISIONS
@@ -30,6 +31,9 @@ from membench.core.options import (
     real,
 )
 
+if TYPE_CHECKING:  # the plot step imports pandas where it reads the table
+    import pandas as pd
+
 __all__ = ["build_parser", "CONFIG_KEYS", "FEATURE_DIM", "GRAPH_FILES", "PLOT_COLUMNS", "REPEATS", "run"]
 
 GRAPH_FILES = ("data_vertices", "data_edges", "pattern_vertices", "pattern_edges")
@@ -43,6 +47,7 @@ PLOT_COLUMNS = (
     "time_min_s",
     "time_max_s",
     "timing_reliable",
+    "timing_flag",
 )
 REPEATS = integer(1, 1000)
 FEATURE_DIM = integer(1, 4096)
@@ -497,15 +502,24 @@ def _graph_stats(args: argparse.Namespace) -> None:
     write_table(pd.DataFrame(rows, columns=list(STATS_COLUMNS)), args.out, parquet_path_for(args.out))
 
 
-def _plot(args: argparse.Namespace) -> None:
+def _read_plot_table(path) -> pd.DataFrame:
+    """The appclass table with the :data:`PLOT_COLUMNS` the figures use: edge counts as integers
+    (a bad one named by its line), times as numbers (an empty time is NaN)."""
     import pandas as pd
 
-    from membench.appclass.plots import plot_runtime, plot_speedup
-    from membench.core.errors import InputError
+    from membench.core.validate import int_column, read_csv_columns
 
-    table = pd.read_csv(args.table)
-    missing = [c for c in PLOT_COLUMNS if c not in table.columns]
-    if missing:
-        raise InputError(args.table, f"missing column(s) {', '.join(missing)}", "line 1")
+    table = read_csv_columns(path, PLOT_COLUMNS, other_columns=True)
+    for column in ("data_edges", "pattern_edges"):
+        table[column] = int_column(table, column, path, minimum=0)
+    for column in ("time_median_s", "time_min_s", "time_max_s"):
+        table[column] = pd.to_numeric(table[column], errors="coerce")
+    return table
+
+
+def _plot(args: argparse.Namespace) -> None:
+    from membench.appclass.plots import plot_runtime, plot_speedup
+
+    table = _read_plot_table(args.table)
     plot_runtime(table, args.runtime_png)
     plot_speedup(table, args.speedup_png)

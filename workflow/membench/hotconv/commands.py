@@ -278,26 +278,35 @@ def _sweep_table(args: argparse.Namespace) -> None:
     logging.info("wrote %s (%d points)", args.out, len(frame))
 
 
-def _plot(args: argparse.Namespace) -> None:
+_SWEEP_COLUMNS = ("variant", "status", "max_len", "batch_size", "step_alloc_peak_mib", "activation_mib")
+# The settings the figures name: numbers where a table has them, integers in the sweep (required there).
+_SETTING_COLUMNS = ("max_len", "batch_size", "num_filters")
+
+
+def _read_plot_table(path, required):
+    """A table with the ``required`` columns; the settings (:data:`_SETTING_COLUMNS`) it has as
+    numbers, the sweep's max_len and batch size as integers (a bad one named by its line)."""
     import pandas as pd
 
-    from membench.core.errors import InputError
+    from membench.core.validate import int_column, read_csv_columns
+
+    table = read_csv_columns(path, required, other_columns=True)
+    for column in _SETTING_COLUMNS:
+        if column in required:
+            table[column] = int_column(table, column, path, minimum=1)
+        elif column in table:
+            table[column] = pd.to_numeric(table[column], errors="coerce")
+    return table
+
+
+def _plot(args: argparse.Namespace) -> None:
     from membench.hotconv.plots import plot_sweep, plot_variants
 
-    def read(path, required):
-        try:
-            table = pd.read_csv(path)
-        except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
-            raise InputError(path, f"not a readable table ({exc})") from None
-        missing = [c for c in required if c not in table]
-        if missing:
-            raise InputError(path, f"missing column(s) {', '.join(missing)}", "line 1")
-        return table
-
-    sweep_columns = ("variant", "status", "max_len", "batch_size", "step_alloc_peak_mib", "activation_mib")
     if args.step == "plot-sweep":
-        plot_sweep(read(args.table, sweep_columns), args.out)
+        plot_sweep(_read_plot_table(args.table, _SWEEP_COLUMNS), args.out)
     else:
         plot_variants(
-            read(args.table, ("variant", "test_accuracy")), read(args.sweep, sweep_columns), args.out
+            _read_plot_table(args.table, ("variant", "test_accuracy")),
+            _read_plot_table(args.sweep, _SWEEP_COLUMNS),
+            args.out,
         )

@@ -37,9 +37,9 @@ from membench.core.options import (
     real,
 )
 from membench.core.tables import parquet_path_for, write_table
-from membench.core.validate import read_csv_columns
+from membench.core.validate import int_column, read_csv_columns
 from membench.memnet.calibration import DEFAULT_CALIBRATION_FRACTION, DEFAULT_MAX_UNDER
-from membench.memnet.dataset import SPLITS
+from membench.memnet.dataset import SPLITS, STATUS_OK, STATUS_OOM
 
 __all__ = [
     "BINS",
@@ -503,14 +503,12 @@ def _clean(args) -> None:
         [{"config_id": r["config_id"], **config_of(r, args.family)} for r in configs.to_dict("records")]
     )
     measurements = read_csv_columns(
-        args.measurements,
-        ["config_id", "filename", "status"],
-        optional=pd.read_csv(args.measurements, nrows=0).columns,
+        args.measurements, ["config_id", "filename", "status"], other_columns=True
     )
     records = []
     for i, row in enumerate(measurements.to_dict("records")):
         record = dict(row)
-        if row["status"] in ("SUCCESSFUL", "OOM_CRASH"):
+        if row["status"] in (STATUS_OK, STATUS_OOM):
             try:
                 record["layers"] = json.loads(row["layers"])
                 record["module_counts"] = json.loads(row["module_counts"])
@@ -721,13 +719,23 @@ def _predict(args) -> None:
 
 
 def _read_evaluation(path: str) -> pd.DataFrame:
-    header = list(pd.read_csv(path, nrows=0).columns) if Path(path).is_file() else []
     return read_csv_columns(
         path,
         ["dataset", "estimator", "max_under", "accuracy", "under_rate", "raw_accuracy", "raw_under_rate"],
-        optional=header,
         dtype={"dataset": str, "family": str, "estimator": str, "too_small_to_judge": str},
+        other_columns=True,
     )
+
+
+def _read_predictions(path: str) -> pd.DataFrame:
+    """An ``evaluate --out-predictions`` table with the columns the confusion matrices use, the
+    classes as integers (a bad one named by its line; -1: no answer)."""
+    frame = read_csv_columns(
+        path, ["dataset", "estimator", "split", "true_bin", "pred_bin"], other_columns=True
+    )
+    frame["true_bin"] = int_column(frame, "true_bin", path, minimum=0)
+    frame["pred_bin"] = int_column(frame, "pred_bin", path, minimum=-1)
+    return frame
 
 
 def _table(args) -> None:
@@ -742,7 +750,7 @@ def _plot(args) -> None:
     if len(args.table) != len(args.predictions):
         raise InputError(None, "give one --predictions per --table")
     tables = pd.concat([_read_evaluation(p) for p in args.table], ignore_index=True)
-    predictions = pd.concat([pd.read_csv(p) for p in args.predictions], ignore_index=True)
+    predictions = pd.concat([_read_predictions(p) for p in args.predictions], ignore_index=True)
     plot_confusions(predictions, args.confusion_png)
     plot_comparison(tables, args.comparison_png)
     plot_tradeoff(tables, args.tradeoff_png)
