@@ -33,6 +33,7 @@ from membench.core.points import Fork, Point, is_measured, measure
 from membench.core.seeding import seeded
 from membench.core.validate import read_json_object
 from membench.memnet.configs import config_of
+from membench.memnet.dataset import STATUS_OK, STATUS_OOM
 from membench.memnet.faketensor import OPTIMIZERS
 from membench.memnet.models import build_model, example_batch, layer_summary, module_counts
 
@@ -46,7 +47,8 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-STATUS_OK, STATUS_OOM, STATUS_FAILED, STATUS_TIMEOUT = "SUCCESSFUL", "OOM_CRASH", "FAILED", "TIMEOUT"
+# A run that measured nothing; both are among memnet.dataset's STATUS_FAILED.
+STATUS_FAILED, STATUS_TIMEOUT = "FAILED", "TIMEOUT"
 
 
 def train_steps(
