@@ -7,10 +7,16 @@ import os
 from collections import Counter
 from pathlib import Path
 
-import pytest
-import torch
+# Before torch (and its OpenMP) is loaded here, so for every process of the run: the xdist workers
+# and the commands and Snakemake jobs they start wait passively in OpenMP. They share two cores, and
+# a spinning OpenMP thread holds a core that a descheduled partner, or another process, needs
+# (membench.cli sets the same for its appclass and memnet commands).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from membench.core.extension import CACHE_DIR_VARIABLE
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from membench.core.extension import CACHE_DIR_VARIABLE  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -41,9 +47,14 @@ def pytest_configure(config):
     """Before collection (tests/workflow/test_cluster.py imports the Slurm plugin): this run's Slurm
     client, and so every Snakemake command a test starts, is told at once that there is no
     controller, instead of retrying for 9 s a controller the machine's configuration names
-    (see tests/no_slurm_controller.conf). The files run in the order of
-    :func:`pytest_collection_modifyitems`, not pytest-xdist's (most tests first)."""
+    (see tests/no_slurm_controller.conf). An xdist worker computes on one torch thread. The files
+    run in the order of :func:`pytest_collection_modifyitems`, not pytest-xdist's (most tests
+    first)."""
     os.environ["SLURM_CONF"] = str(NO_SLURM_CONTROLLER)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Two workers on two cores: one torch thread each for the tests they run in-process (a test of
+        # thread counts sets its own; the processes tests start keep torch's default).
+        torch.set_num_threads(1)
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 

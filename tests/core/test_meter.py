@@ -38,6 +38,9 @@ def test_meter_on_cpu_reports_exact_fields_and_empty_gpu_fields():
 
 def test_alloc_peak_sees_the_convolution_workspace_peak_tensor_misses():
     batch, channels, filters, window, positions = 4, 8, 64, 32, 256
+    # Two threads: the convolution then unfolds its input into a workspace (on one thread it takes a
+    # path without one); the autouse fixture restores the thread count.
+    torch.set_num_threads(2)
     torch.manual_seed(0)
     conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
     x = torch.randn(batch, channels, window * positions)

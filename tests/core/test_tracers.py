@@ -124,6 +124,9 @@ def test_cpu_allocator_tracker_matches_hand_count():
 
 def test_cpu_allocator_tracker_sees_the_convolution_workspace_the_tensor_tracker_misses():
     batch, channels, filters, window, positions = 4, 8, 64, 32, 256
+    # Two threads: the convolution then unfolds its input into a workspace (on one thread it takes a
+    # path without one); the autouse fixture restores the thread count.
+    torch.set_num_threads(2)
     torch.manual_seed(0)
     conv = nn.Conv1d(channels, filters, kernel_size=window, stride=window)
     x = torch.randn(batch, channels, window * positions)
