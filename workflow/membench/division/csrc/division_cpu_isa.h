@@ -71,24 +71,36 @@ void dispatch_bits(int bits, F&& f) {
 
 // -- DIVISION: one task per (sample, channel) plane ------------------------------------------------
 
+// A plane's LFC tiles, and the values of its LFC, its map and its packed HFC.
+struct PlaneLayout {
+  int64_t tile_h, tile_w, lfc_size, area, row_bytes;
+};
+
+PlaneLayout plane_layout(int64_t height, int64_t width, int64_t block, int bits) {
+  PlaneLayout layout;
+  membench::lfc_tile(height, width, block, layout.tile_h, layout.tile_w);
+  layout.lfc_size = ((height + layout.tile_h - 1) / layout.tile_h) * ((width + layout.tile_w - 1) / layout.tile_w);
+  layout.area = height * width;
+  layout.row_bytes = packed_row_bytes(layout.area, bits);
+  return layout;
+}
+
 void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t planes, int64_t height, int64_t width,
                        int64_t block, uint64_t seed, uint64_t offset, c10::BFloat16* lfc, uint8_t* packed,
                        c10::BFloat16* minimum, c10::BFloat16* scale) {
-  int64_t tile_h, tile_w;
-  membench::lfc_tile(height, width, block, tile_h, tile_w);
-  const int64_t lfc_size = ((height + tile_h - 1) / tile_h) * ((width + tile_w - 1) / tile_w);
-  const int64_t area = height * width, row_bytes = packed_row_bytes(area, bits);
+  const PlaneLayout layout = plane_layout(height, width, block, bits);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> column(width), lfc_row(width), hfc(area);
+        std::vector<float> column(width), lfc_row(width), hfc(layout.area);
         for (int64_t p = begin; p < end; ++p) {
-          division_compress_plane<scalar_t, BITS>(map + p * area, height, width, tile_h, tile_w, seed, offset,
-                                                  static_cast<uint32_t>(p), column.data(), lfc_row.data(),
-                                                  hfc.data(), lfc + p * lfc_size, packed + p * row_bytes,
+          division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
+                                                  layout.tile_w, seed, offset, static_cast<uint32_t>(p),
+                                                  column.data(), lfc_row.data(), hfc.data(),
+                                                  lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
         }
       });
@@ -99,10 +111,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
 void division_decompress(c10::ScalarType dtype, int bits, const c10::BFloat16* lfc, const uint8_t* packed,
                          const c10::BFloat16* minimum, const c10::BFloat16* scale, int64_t planes, int64_t height,
                          int64_t width, int64_t block, void* out) {
-  int64_t tile_h, tile_w;
-  membench::lfc_tile(height, width, block, tile_h, tile_w);
-  const int64_t lfc_size = ((height + tile_h - 1) / tile_h) * ((width + tile_w - 1) / tile_w);
-  const int64_t area = height * width, row_bytes = packed_row_bytes(area, bits);
+  const PlaneLayout layout = plane_layout(height, width, block, bits);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     auto* map = static_cast<scalar_t*>(out);
@@ -110,11 +119,12 @@ void division_decompress(c10::ScalarType dtype, int bits, const c10::BFloat16* l
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> lfc_row(width);
-        std::vector<uint8_t> level(row_bytes * (8 / BITS));
+        std::vector<uint8_t> level(layout.row_bytes * (8 / BITS));
         for (int64_t p = begin; p < end; ++p) {
-          division_decompress_plane<scalar_t, BITS>(lfc + p * lfc_size, packed + p * row_bytes, minimum[p],
-                                                    scale[p], height, width, tile_h, tile_w, lfc_row.data(),
-                                                    level.data(), map + p * area);
+          division_decompress_plane<scalar_t, BITS>(lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
+                                                    minimum[p], scale[p], height, width, layout.tile_h,
+                                                    layout.tile_w, lfc_row.data(), level.data(),
+                                                    map + p * layout.area);
         }
       });
     });
