@@ -150,6 +150,9 @@ class Timer:
         # without torch (~1.5 s a process).
         import torch
 
+        from membench.core.device import synchronize
+
+        self._synchronize = synchronize
         self.unit = unit
         self.threads = torch.get_num_threads() if threads is None else threads
         self.device = torch.device("cpu") if device is None else torch.device(device)
@@ -159,13 +162,11 @@ class Timer:
     @contextlib.contextmanager
     def sample(self) -> Iterator[None]:
         """Time the enclosed code as one sample."""
-        from membench.core.device import synchronize  # imports torch (see __init__)
-
-        synchronize(self.device)
+        self._synchronize(self.device)
         load_before = load_1m()
         start = time.perf_counter()
         yield
-        synchronize(self.device)
+        self._synchronize(self.device)
         seconds = time.perf_counter() - start
         self.add(seconds, max(load_before, load_1m()))
 

@@ -122,7 +122,7 @@ def _cpu_input_grad(
     backward (4x its output gradient at stride 2), so a large one is computed half a batch at a
     time, into its place (smaller maps keep one call: two would cost more time than they save)."""
     stride = args[1]
-    if max(stride) == 1 or x.shape[0] < 2 or x.numel() * x.element_size() < _SPLIT_INPUT_GRAD_BYTES:
+    if max(stride) == 1 or x.shape[0] < 2 or _nbytes(x) < _SPLIT_INPUT_GRAD_BYTES:
         return torch.ops.aten.convolution_backward(grad_out, x, weight, *args, [True, False, False])[0]
     grad_x = torch.empty_like(x)
     half = x.shape[0] // 2

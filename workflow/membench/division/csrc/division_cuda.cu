@@ -14,7 +14,7 @@
 //
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
-// toolkit lacks, and torch/extension.h (Python bindings, in division_ops.cpp) would only slow nvcc
+// toolkit lacks, and torch's Python headers (the bindings, in division_ops.cpp) would only slow nvcc
 // down. Every launch runs on the inputs' device (a device guard) and its current stream.
 
 #include <ATen/Dispatch.h>

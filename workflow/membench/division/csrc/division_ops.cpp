@@ -31,20 +31,20 @@
 
 #ifdef WITH_CUDA
 std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int64_t bits, int64_t seed,
-                                                  int64_t offset);
-at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tensor minimum,
-                                       at::Tensor scale, int64_t block, int64_t bits, int64_t height,
-                                       int64_t width, at::ScalarType dtype);
-std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, int64_t bits, int64_t seed,
                                                int64_t offset);
-at::Tensor group_decompress_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale,
-                                    int64_t group_size, int64_t bits, int64_t numel, at::ScalarType dtype);
+at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tensor minimum, at::Tensor scale,
+                                    int64_t block, int64_t bits, int64_t height, int64_t width,
+                                    at::ScalarType dtype);
+std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, int64_t bits, int64_t seed,
+                                            int64_t offset);
+at::Tensor group_decompress_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t group_size,
+                                 int64_t bits, int64_t numel, at::ScalarType dtype);
 std::vector<at::Tensor> relu_pack_cuda(at::Tensor x);
 std::vector<at::Tensor> dropout_pack_cuda(at::Tensor x, double p, int64_t seed, int64_t offset);
 at::Tensor masked_grad_cuda(at::Tensor grad_out, at::Tensor packed, double gain);
 std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int64_t stride, int64_t padding);
 at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_t height, int64_t width,
-                                      int64_t kernel, int64_t stride, int64_t padding);
+                                   int64_t kernel, int64_t stride, int64_t padding);
 #endif
 
 namespace {
@@ -166,7 +166,7 @@ void check_same_device(const at::Tensor& a, const at::Tensor& b) {
 }  // namespace
 
 std::vector<at::Tensor> division_compress(at::Tensor x, int64_t block, int64_t bits, int64_t seed,
-                                             int64_t offset) {
+                                          int64_t offset) {
   check_bits(bits);
   check_floating(x, "x");
   TORCH_CHECK(x.dim() == 4, "x must be a 4-D map (N, C, H, W)");
@@ -194,7 +194,7 @@ std::vector<at::Tensor> division_compress(at::Tensor x, int64_t block, int64_t b
 }
 
 at::Tensor division_decompress(at::Tensor lfc, at::Tensor packed, at::Tensor minimum, at::Tensor scale,
-                                  int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype) {
+                               int64_t block, int64_t bits, int64_t height, int64_t width, at::ScalarType dtype) {
   check_bits(bits);
   TORCH_CHECK(map_type(dtype), "dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(lfc.dim() == 4 && lfc.scalar_type() == at::kBFloat16, "lfc must be a 4-D bfloat16 tensor");
@@ -223,7 +223,7 @@ at::Tensor division_decompress(at::Tensor lfc, at::Tensor packed, at::Tensor min
 }
 
 std::vector<at::Tensor> group_compress(at::Tensor x, int64_t group_size, int64_t bits, int64_t seed,
-                                          int64_t offset) {
+                                       int64_t offset) {
   check_bits(bits);
   check_floating(x, "x");
   TORCH_CHECK(group_size >= 1, "group_size must be positive");
@@ -246,7 +246,7 @@ std::vector<at::Tensor> group_compress(at::Tensor x, int64_t group_size, int64_t
 }
 
 at::Tensor group_decompress(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t group_size,
-                               int64_t bits, at::IntArrayRef shape, at::ScalarType dtype) {
+                            int64_t bits, at::IntArrayRef shape, at::ScalarType dtype) {
   check_bits(bits);
   TORCH_CHECK(map_type(dtype), "dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(group_size >= 1, "group_size must be positive");
@@ -341,7 +341,7 @@ std::vector<at::Tensor> maxpool2d_forward(at::Tensor x, int64_t kernel, int64_t 
 }
 
 at::Tensor maxpool2d_backward(at::Tensor grad_out, at::Tensor index, int64_t height, int64_t width,
-                                 int64_t kernel, int64_t stride, int64_t padding) {
+                              int64_t kernel, int64_t stride, int64_t padding) {
   check_floating(grad_out, "grad_out");
   TORCH_CHECK(grad_out.dim() == 4, "grad_out must be 4-D (N, C, Ho, Wo)");
   TORCH_CHECK(grad_out.sizes() == index.sizes() && index.scalar_type() == at::kChar, "index must match grad_out");
