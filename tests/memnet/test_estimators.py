@@ -11,7 +11,13 @@ from membench.core.errors import InputError
 from membench.core.tracers import SavedActivationCounter
 from membench.memnet import faketensor
 from membench.memnet.dataset import Bins, Jobs, load_jobs
-from membench.memnet.estimators import ESTIMATORS, MIB, new_estimator, saved_elements
+from membench.memnet.estimators import (
+    ESTIMATORS,
+    MIB,
+    new_estimator,
+    saved_elements,
+    tensor_terms_mib,
+)
 from membench.memnet.evaluate import evaluate
 from membench.memnet.models import build_cnn_from_layers, layer_summary
 
@@ -225,6 +231,40 @@ def test_membench_estimator_learns_the_toy_law_without_under_estimating(toy_jobs
     row = table.iloc[0]
     assert row["accuracy"] >= 0.9 and row["under_rate"] <= 0.05 and row["mae_mib"] < 5
     assert np.isnan(row["grouped_accuracy"])  # the grouped split was not asked for
+
+
+def _two_phase_jobs(toy_jobs, n: int) -> tuple[Jobs, np.ndarray]:
+    """Jobs whose peak is the larger of a backward pass (1400 MiB + weights + four values per activation) and an
+    optimizer step (1400 MiB + four copies of the weights), in float32; and which peak in backward."""
+    jobs = toy_jobs(n, seed=1)
+    frame = jobs.frame
+    params, acts, batch = (
+        frame[c].to_numpy(float) for c in ("total_parameters", "total_activations", "batch_size")
+    )
+    in_backward = params + 4 * acts * batch > 4 * params
+    frame["memory_mib"] = 1400 + 4 * np.maximum(params + 4 * acts * batch, 4 * params) / MIB
+    return jobs, in_backward
+
+
+def test_membench_estimator_recovers_a_peak_that_is_the_larger_of_two_phases(toy_jobs):
+    jobs, in_backward = _two_phase_jobs(toy_jobs, 200)
+    assert 0.2 < in_backward.mean() < 0.8  # both phases set the peak of many jobs
+    truth = jobs.frame["memory_mib"].to_numpy()
+
+    estimator = new_estimator("membench", Bins(1000, 100, 40))
+    estimator._fit(jobs)
+    assert np.abs(estimator.point_mib(jobs)[0] - truth).max() < 1e-6 * truth.max()
+    assert estimator.optimizer_coef == pytest.approx([4, 1400])
+    # one linear model of the same terms, even with coefficients of any sign, cannot follow the kink
+    design = np.column_stack([tensor_terms_mib(jobs), np.ones(len(truth))])
+    one_model = np.linalg.lstsq(design, truth, rcond=None)[0]
+    assert np.abs(design @ one_model - truth).max() > 0.05 * (truth.max() - 1400)
+
+
+def test_membench_estimator_keeps_one_linear_model_on_few_jobs(toy_jobs):
+    estimator = new_estimator("membench", Bins(1000, 100, 40))
+    estimator._fit(_two_phase_jobs(toy_jobs, 30)[0])  # 5 jobs per coefficient: 45 for the backward phase
+    assert estimator.optimizer_coef.tolist() == [0.0, 0.0]
 
 
 def test_faketensor_rebuilds_published_mlp_rows(shared_data):

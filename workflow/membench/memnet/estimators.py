@@ -5,8 +5,9 @@
 - ``horus``: the Horus formula as GPUMemNet applied it.
 - ``faketensor``: one training step counted on fake tensors.
 - ``memtracker``: PyTorch's module-level memory tracker over two steps on fake tensors.
-- ``membench``: a non-negative linear model of the measured MiB on the tensors a training step
-  holds (:func:`tensor_terms_mib`).
+- ``membench``: the larger of two non-negative linear models of the measured MiB, one per phase of a
+  training step (forward and backward, on the tensors it holds: :func:`tensor_terms_mib`; the
+  optimizer step, on the parameters).
 
 Every estimator has ``fit(jobs)`` and ``predict(jobs, max_under=None)``, which returns
 :class:`Predictions`: the class at the requested risk ``max_under`` (the under-estimation rate the
@@ -410,20 +411,57 @@ class MemTracker(_FakeStep):
         return faketensor.tracked_peak_bytes(build, make_batch, self.optimizer) / MIB
 
 
+def _nonnegative_fit(terms: np.ndarray, mib: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of ``mib`` on ``terms`` and a constant: (coefficients..., constant)."""
+    from scipy.optimize import nnls
+
+    # Columns scaled to unit size, so that the solver weighs MiB and GiB terms alike.
+    design = np.column_stack([terms, np.ones(len(mib))])
+    norms = np.maximum(np.abs(design).max(axis=0), 1e-12)
+    solution, _ = nnls(design / norms, mib)
+    return solution / norms
+
+
+def _phase_mib(
+    terms: np.ndarray, backward_coef: np.ndarray, optimizer_coef: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's MiB in the forward-backward phase and in the optimizer step."""
+    backward = terms @ backward_coef[:-1] + backward_coef[-1]
+    return backward, terms[:, TERMS.index("parameters")] * optimizer_coef[0] + optimizer_coef[1]
+
+
+# Each phase of the two-phase model is fitted only with this many jobs per coefficient it has, so
+# that neither is fitted to a handful of jobs; with fewer, one linear model serves every job.
+_JOBS_PER_COEFFICIENT = 5
+# Rounds of the alternating fit; it usually settles in a few.
+_PHASE_ROUNDS = 50
+
+
 class TensorBytesRegression(_MibEstimator):
-    """membench's estimator: a non-negative linear model of the measured MiB on the tensor terms
-    (:func:`tensor_terms_mib`) plus a constant (CUDA context, allocator slack), fitted by least
-    squares on the successful jobs of the fitting part. Its scale (the error it expects of a job)
-    is ``a + b x estimate``, ``a, b >= 0`` fitted to the absolute residuals there, so that the
-    calibrated margin grows with the job."""
+    """membench's estimator: a training step's peak is the larger of two phases' memory, each a
+    non-negative linear model plus a constant (CUDA context, allocator slack): the forward and
+    backward pass, on every tensor term (:func:`tensor_terms_mib`), and the optimizer step, on the
+    parameters alone (gradients, optimizer state and its temporaries, once the activations are
+    freed). A sum of the terms over-estimates jobs whose peak is the backward pass by the optimizer
+    state they never hold at that time, and under-estimates those whose peak is the optimizer step.
+
+    Fitted on the successful jobs of the fitting part by alternating (Magnani and Boyd, "Convex
+    piecewise-linear fitting", 2009): each job goes to the phase that predicts more of it (first: the
+    optimizer step for the quarter of jobs with the most parameters per saved activation), and each phase is refitted
+    by non-negative least squares on its jobs, until no job moves. When a phase would get fewer than
+    five jobs per coefficient, or the two phases fit worse than one, one linear model of every term
+    serves every job. Its scale (the error it expects of a job) is ``a + b x estimate``, ``a, b >= 0``
+    fitted to the absolute residuals there, so that the calibrated margin grows with the job."""
 
     name = "membench"
     learned = True
 
     def __init__(self, bins: Bins, **options) -> None:
         super().__init__(bins, **options)
-        self.coef = np.zeros(len(TERMS))
-        self.intercept_mib = 0.0
+        # (coefficient of each term..., constant) of the forward-backward phase, and (coefficient
+        # of the parameters, constant) of the optimizer step; zeros leave the first phase alone.
+        self.backward_coef = np.zeros(len(TERMS) + 1)
+        self.optimizer_coef = np.zeros(2)
         self.scale_coef = np.array([1.0, 0.0])
         self.scale_floor_mib = 1e-6
 
@@ -434,12 +472,13 @@ class TensorBytesRegression(_MibEstimator):
         x, y = tensor_terms_mib(jobs)[ok], jobs.frame["memory_mib"].to_numpy(float)[ok]
         if len(y) == 0:
             return
-        # Columns scaled to unit size, so that the solver weighs MiB and GiB terms alike.
-        design = np.column_stack([x, np.ones(len(y))])
-        norms = np.maximum(np.abs(design).max(axis=0), 1e-12)
-        solution, _ = nnls(design / norms, y)
-        solution = solution / norms
-        self.coef, self.intercept_mib = solution[:-1], float(solution[-1])
+        self.backward_coef, self.optimizer_coef = _nonnegative_fit(x, y), np.zeros(2)
+        one_model_error = float(np.sum((y - self.mib(x)) ** 2))
+        two_phases = self._fit_phases(x, y)
+        if two_phases is not None:
+            two_phase_error = float(np.sum((y - np.maximum(*_phase_mib(x, *two_phases))) ** 2))
+            if two_phase_error < one_model_error:
+                self.backward_coef, self.optimizer_coef = two_phases
         estimate = self.mib(x)
         residual = np.abs(y - estimate)
         top = max(float(estimate.max()), 1e-12)
@@ -448,8 +487,32 @@ class TensorBytesRegression(_MibEstimator):
         self.scale_floor_mib = max(0.05 * float(residual.mean()), 1e-6)
         self.scale_coef = np.array([scale[0], scale[1] / top])
 
+    @staticmethod
+    def _fit_phases(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(forward-backward, optimizer-step) coefficients by the alternating fit, or None where a
+        phase gets too few jobs."""
+        parameters = x[:, [TERMS.index("parameters")]]
+        weight = parameters[:, 0] / np.maximum(x[:, TERMS.index("saved_x_batch")], 1e-12)
+        in_optimizer = weight >= np.quantile(weight, 0.75)
+        coefficients = (len(TERMS) + 1, 2)
+        fits = None
+        for _ in range(_PHASE_ROUNDS):
+            jobs = ((~in_optimizer).sum(), in_optimizer.sum())
+            if any(n < _JOBS_PER_COEFFICIENT * k for n, k in zip(jobs, coefficients)):
+                return None
+            fits = (
+                _nonnegative_fit(x[~in_optimizer], y[~in_optimizer]),
+                _nonnegative_fit(parameters[in_optimizer], y[in_optimizer]),
+            )
+            backward, optimizer = _phase_mib(x, *fits)
+            if ((optimizer > backward) == in_optimizer).all():
+                break
+            in_optimizer = optimizer > backward
+        return fits
+
     def mib(self, terms: np.ndarray) -> np.ndarray:
-        return terms @ self.coef + self.intercept_mib
+        """The estimate in MiB of jobs with these :func:`tensor_terms_mib`: the larger phase."""
+        return np.maximum(*_phase_mib(terms, self.backward_coef, self.optimizer_coef))
 
     def point_mib(self, jobs: Jobs):
         return self.mib(tensor_terms_mib(jobs)), [""] * len(jobs)
@@ -460,16 +523,16 @@ class TensorBytesRegression(_MibEstimator):
     def state(self) -> dict:
         return {
             **super().state(),
-            "coef": self.coef.tolist(),
-            "intercept_mib": self.intercept_mib,
+            "backward_coef": self.backward_coef.tolist(),
+            "optimizer_coef": self.optimizer_coef.tolist(),
             "scale_coef": self.scale_coef.tolist(),
             "scale_floor_mib": self.scale_floor_mib,
         }
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
-        self.coef = np.asarray(state["coef"], dtype=float)
-        self.intercept_mib = float(state["intercept_mib"])
+        self.backward_coef = np.asarray(state["backward_coef"], dtype=float)
+        self.optimizer_coef = np.asarray(state["optimizer_coef"], dtype=float)
         self.scale_coef = np.asarray(state["scale_coef"], dtype=float)
         self.scale_floor_mib = float(state["scale_floor_mib"])
 
