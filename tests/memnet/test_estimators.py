@@ -234,8 +234,9 @@ def test_membench_estimator_learns_the_toy_law_without_under_estimating(toy_jobs
 
 
 def _two_phase_jobs(toy_jobs, n: int) -> tuple[Jobs, np.ndarray]:
-    """Jobs whose peak is the larger of a backward pass (1400 MiB + weights + four values per activation) and an
-    optimizer step (1400 MiB + four copies of the weights), in float32; and which peak in backward."""
+    """Jobs whose peak is the larger of a backward pass (1400 MiB + weights + four values per
+    activation) and an optimizer step (1400 MiB + four copies of the weights), in float32; and
+    which of them peak in the backward pass."""
     jobs = toy_jobs(n, seed=1)
     frame = jobs.frame
     params, acts, batch = (

@@ -446,12 +446,13 @@ class TensorBytesRegression(_MibEstimator):
     state they never hold at that time, and under-estimates those whose peak is the optimizer step.
 
     Fitted on the successful jobs of the fitting part by alternating (Magnani and Boyd, "Convex
-    piecewise-linear fitting", 2009): each job goes to the phase that predicts more of it (first: the
-    optimizer step for the quarter of jobs with the most parameters per saved activation), and each phase is refitted
-    by non-negative least squares on its jobs, until no job moves. When a phase would get fewer than
-    five jobs per coefficient, or the two phases fit worse than one, one linear model of every term
-    serves every job. Its scale (the error it expects of a job) is ``a + b x estimate``, ``a, b >= 0``
-    fitted to the absolute residuals there, so that the calibrated margin grows with the job."""
+    piecewise-linear fitting", 2009): each job goes to the phase that predicts more of it (at first,
+    the optimizer step takes the quarter of jobs with the most parameters per saved activation),
+    and each phase is refitted by non-negative least squares on its jobs, until no job moves. When
+    a phase would get fewer than five jobs per coefficient, or the two phases fit worse than one,
+    one linear model of every term serves every job. Its scale (the error it expects of a job) is
+    ``a + b x estimate``, ``a, b >= 0`` fitted to the absolute residuals there, so that the
+    calibrated margin grows with the job."""
 
     name = "membench"
     learned = True
