@@ -165,7 +165,10 @@ rule division_speed:
         outdir=subpath(output.metrics, parent=True),
         options=DIVISION_JOB_OPTIONS["speed"],
         timing=cli_options(
-            {k: DIVISION["speed"][k] for k in ("train_steps", "warmup_steps")}
+            {
+                k: DIVISION["speed"][k]
+                for k in ("train_steps", "warmup_steps", "paired_vanilla")
+            }
         ),
     shell:
         "membench division speed --outdir {params.outdir:q} --model {wildcards.division_model:q}"

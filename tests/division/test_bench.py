@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from membench.core import timing
 from membench.core.meter import Meter
+from membench.division import bench
 from membench.division.bench import (
     largest_batch,
     make_optimizer,
     measure_compressors,
+    measure_paired_throughput,
     measure_step_memory,
     measure_throughput,
     prepare_model,
@@ -61,6 +64,31 @@ def test_throughput_fields():
     assert fields["step_ms_min"] <= fields["step_ms_median"] <= fields["step_ms_max"]
     assert fields["images_per_s"] == pytest.approx(8 / (fields["step_ms_median"] / 1e3))
     assert fields["time_samples"] == 2 and fields["step_ms_median"] == fields["time_median_s"] * 1e3
+
+
+def test_paired_throughput_takes_turns_and_reports_the_ratio_of_each_round(monkeypatch):
+    # A fake clock: a step of the method takes 2 s, vanilla's 1 s, and from the third round on
+    # the machine is three times slower for both; the ratio of each round stays 0.5.
+    clock, calls = [0.0], []
+    method_model, vanilla_model = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+
+    def step(model, optimizer, inputs, targets, precision):
+        calls.append("method" if model is method_model else "vanilla")
+        slow = 3.0 if len(calls) > 2 * (1 + 2) else 1.0  # after the warm-up round and two rounds
+        clock[0] += slow * (2.0 if model is method_model else 1.0)
+
+    monkeypatch.setattr(bench, "training_step", step)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    inputs, targets = torch.zeros(8, 1), torch.zeros(8)
+    fields = measure_paired_throughput(
+        method_model, None, vanilla_model, None, inputs, targets, iterations=5, warmup=1
+    )
+    rounds = ["vanilla", "method", "method", "vanilla"] * 2 + ["vanilla", "method"]
+    assert calls == ["method", "vanilla"] + rounds
+    assert fields["vs_paired_vanilla"] == 0.5
+    # the medians of the last four rounds: 6 s (method) and 3 s (vanilla)
+    assert fields["images_per_s"] == 8 / 6.0 and fields["paired_vanilla_images_per_s"] == 8 / 3.0
+    assert fields["time_samples"] == 4
 
 
 class _FailingModel(torch.nn.Module):

@@ -73,6 +73,21 @@ def test_speed_job(tmp_path):
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["images_per_s"] > 0 and record["train_steps"] == 2
     assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "step" and record["time_samples"] == 1
+    assert record["paired_vanilla"] is False and "vs_paired_vanilla" not in record
+
+
+@pytest.mark.parametrize("variant,paired", [("division", True), ("vanilla", False)])
+def test_speed_job_paired_with_vanilla(tmp_path, variant, paired):
+    outdir = tmp_path / "speed"
+    argv = ["division", "speed", "--outdir", str(outdir), "--variant", variant, "--width", "4"]
+    argv += ["--batch-size", "4", "--image-size", "16", "--train-steps", "3", "--warmup-steps", "0"]
+    assert main([*argv, "--kernels", "torch", "--paired-vanilla", "--sample-interval-s", "0"]) == 0
+    record = json.loads((outdir / "metrics.json").read_text())
+    assert record["paired_vanilla"] is paired  # vanilla is not paired with itself
+    if paired:
+        assert record["vs_paired_vanilla"] > 0 and record["paired_vanilla_images_per_s"] > 0
+    else:
+        assert "vs_paired_vanilla" not in record
 
 
 @pytest.mark.parametrize(

@@ -57,3 +57,17 @@ def test_speed_figure_with_one_batch_size_is_bars_with_flags(tmp_path, monkeypat
     assert all(line.get_linestyle() == "None" for line in ax.lines)  # error bar caps only, no speed line
     assert [p.get_hatch() for p in ax.patches[:4]] == ["//", None, None, None]
     assert "flagged" in drawn[0].get_supxlabel()
+
+
+def test_speed_figure_labels_the_bars_with_the_paired_ratio_where_measured(tmp_path, monkeypatch):
+    # separate jobs give division 16 / 32 = x0.5 of vanilla; its own job measured x0.93 side by side
+    rows = [
+        {"variant": "vanilla", "batch_size": 32, "images_per_s": 32.0, "vs_paired_vanilla": None},
+        {"variant": "division", "batch_size": 32, "images_per_s": 16.0, "vs_paired_vanilla": 0.93},
+        {"variant": "checkpoint", "batch_size": 32, "images_per_s": 24.0, "vs_paired_vanilla": None},
+    ]
+    pd.DataFrame(rows).to_csv(tmp_path / "speed.csv", index=False)
+    drawn = figures.capture(monkeypatch, plots)
+    plot_speed(tmp_path / "speed.csv", tmp_path / "speed.png")
+    (ax,) = drawn[0].axes
+    assert [t.get_text() for t in ax.texts] == ["x1", "x0.93", "x0.75"]

@@ -144,9 +144,11 @@ def method_bars(
     width: float = 0.8,
     log: bool | None = None,
     colour_methods: Sequence[str] | None = None,
+    ratios: Sequence[float] | None = None,
 ) -> None:
     """Bars of ``values`` coloured by method under ``title``, ``ylabel`` naming the unit, each
-    annotated with its ratio to ``baseline``'s value (when it is among ``methods``). ``low`` and
+    annotated with its ratio to ``baseline``'s value (when it is among ``methods``), or with its
+    entry of ``ratios`` where that is a number (a ratio measured otherwise, e.g. side by side). ``low`` and
     ``high`` draw error bars from low to high; ``flagged`` bars are hatched (an unreliable timing).
     ``log`` defaults to :func:`use_log_scale`; a log axis says so in its label. ``colour_methods``
     names the method whose colour each bar takes when the bars are configurations of methods
@@ -188,10 +190,11 @@ def method_bars(
         tops = (
             values if high is None else [v if math.isnan(hi) else max(v, hi) for v, hi in zip(values, high)]
         )
-        for x, value, top in zip(positions, values, tops):
+        ratios = [math.nan] * len(values) if ratios is None else [float(r) for r in ratios]
+        for x, value, top, ratio in zip(positions, values, tops, ratios):
             if not math.isnan(value):
                 ax.annotate(
-                    ratio_label(value, reference),
+                    ratio_label(value, reference) if math.isnan(ratio) else ratio_label(ratio, 1.0),
                     (x, top),
                     xytext=(0, 2),
                     textcoords="offset points",
@@ -218,9 +221,11 @@ def grouped_method_bars(
     flag_timing: bool = False,
     method_column: str = "variant",
     log: bool | None = None,
+    ratio_column: str | None = None,
 ) -> None:
     """One group of bars per value of ``group_column`` (e.g. batch size), one bar per method of
-    ``frame[method_column]`` in the order of ``methods``; ratios to ``baseline`` within each group.
+    ``frame[method_column]`` in the order of ``methods``; ratios to ``baseline`` within each group,
+    or ``frame[ratio_column]`` where that is a number.
     ``flag_timing`` hatches rows whose ``timing_reliable`` is not true. The axis is logarithmic when
     all values together span :data:`LOG_SCALE_RATIO` (unless ``log`` says). Numeric groups are
     sorted, others keep the order they first appear in."""
@@ -255,6 +260,7 @@ def grouped_method_bars(
             low=column(low_column),
             high=column(high_column),
             flagged=flagged,
+            ratios=column(ratio_column if ratio_column in rows else None),
         )
     ax.set_xticks(
         [index * (len(methods) + 1) + (len(methods) - 1) / 2 for index in range(len(groups))],

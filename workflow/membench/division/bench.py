@@ -6,6 +6,7 @@ They take a prepared model and tensors and return numbers; the job runner (``com
 
 from __future__ import annotations
 
+import statistics
 import weakref
 from typing import Callable
 
@@ -30,6 +31,7 @@ __all__ = [
     "largest_batch",
     "make_optimizer",
     "measure_compressors",
+    "measure_paired_throughput",
     "measure_step_memory",
     "measure_throughput",
     "prepare_model",
@@ -222,6 +224,18 @@ def _release(optimizer, device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _throughput_fields(timer: Timer, batch_size: int) -> dict[str, float]:
+    timing = timer.fields()
+    steady_s = timer.samples_s[-timing["time_samples"] :]
+    return {
+        **timing,
+        "images_per_s": batch_size / timing["time_median_s"],
+        "step_ms_median": timing["time_median_s"] * 1e3,
+        "step_ms_min": min(steady_s) * 1e3,
+        "step_ms_max": max(steady_s) * 1e3,
+    }
+
+
 def measure_throughput(
     model, optimizer, inputs, targets, iterations: int = 16, warmup: int = 3, precision: Precision = FLOAT32
 ) -> dict[str, float]:
@@ -236,15 +250,48 @@ def measure_throughput(
         training_step(model, optimizer, inputs, targets, precision=precision)
     timer = Timer("step", device=inputs.device)
     timer.repeat(lambda: training_step(model, optimizer, inputs, targets, precision=precision), iterations)
-    timing = timer.fields()
-    steady_s = timer.samples_s[-timing["time_samples"] :]
-    return {
-        **timing,
-        "images_per_s": inputs.shape[0] / timing["time_median_s"],
-        "step_ms_median": timing["time_median_s"] * 1e3,
-        "step_ms_min": min(steady_s) * 1e3,
-        "step_ms_max": max(steady_s) * 1e3,
-    }
+    return _throughput_fields(timer, inputs.shape[0])
+
+
+def measure_paired_throughput(
+    model,
+    optimizer,
+    vanilla_model,
+    vanilla_optimizer,
+    inputs,
+    targets,
+    iterations: int = 16,
+    warmup: int = 3,
+    precision: Precision = FLOAT32,
+) -> dict[str, float]:
+    """:func:`measure_throughput` of ``model``, with a step of ``vanilla_model`` timed beside each of
+    its steps in the same process (vanilla first in even rounds, second in odd ones), so that a
+    change of the machine's load hits both alike.
+
+    Adds ``paired_vanilla_images_per_s`` (vanilla's throughput from its median step) and
+    ``vs_paired_vanilla``: the median over the steady rounds of vanilla's step time over the
+    method's (the method's throughput as a fraction of vanilla's).
+    """
+    steps = (
+        lambda: training_step(model, optimizer, inputs, targets, precision=precision),
+        lambda: training_step(vanilla_model, vanilla_optimizer, inputs, targets, precision=precision),
+    )
+    for _ in range(warmup):
+        for step in steps:
+            step()
+    timers = (Timer("step", device=inputs.device), Timer("step", device=inputs.device))
+    for round_index in range(iterations):
+        for which in (1, 0) if round_index % 2 == 0 else (0, 1):
+            with timers[which].sample():
+                steps[which]()
+    fields = _throughput_fields(timers[0], inputs.shape[0])
+    vanilla = _throughput_fields(timers[1], inputs.shape[0])
+    steady = fields["time_samples"]
+    ratios = [v / m for v, m in zip(timers[1].samples_s[-steady:], timers[0].samples_s[-steady:])]
+    fields.update(
+        paired_vanilla_images_per_s=vanilla["images_per_s"], vs_paired_vanilla=statistics.median(ratios)
+    )
+    return fields
 
 
 def measure_compressors(

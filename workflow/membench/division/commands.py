@@ -159,7 +159,14 @@ CONFIG_KEYS = {
         *_JOB_KEYS,
         *(
             f"division.speed.{key}"
-            for key in (*_MODEL_KEYS, "num_classes", "batch_sizes.[]", "train_steps", "warmup_steps")
+            for key in (
+                *_MODEL_KEYS,
+                "num_classes",
+                "batch_sizes.[]",
+                "train_steps",
+                "warmup_steps",
+                "paired_vanilla",
+            )
         ),
     ),
     "maxbatch": (
@@ -219,6 +226,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     speed.add_argument("--train-steps", type=STEPS, default=16, help="timed training steps")
     speed.add_argument(
         "--warmup-steps", type=integer(0, 1_000_000), default=3, help="untimed training steps before timing"
+    )
+    speed.add_argument(
+        "--paired-vanilla",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="time a vanilla step beside each step of the method, in the same process, and write "
+        "vs_paired_vanilla (the method's throughput as a fraction of vanilla's, median over the rounds)",
     )
 
     compressors = steps.add_parser(
@@ -417,25 +431,35 @@ def _memory(args, device, spec, kernels, meter) -> dict:
 
 
 def _speed(args, device, spec, kernels, meter) -> dict:
-    from membench.division.bench import make_optimizer, measure_throughput, prepare_model, random_batch
+    from membench.division.bench import (
+        make_optimizer,
+        measure_paired_throughput,
+        measure_throughput,
+        prepare_model,
+        random_batch,
+    )
     from membench.division.precision import Precision
 
-    model, _ = prepare_model(
-        args.model, args.variant, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem
-    )
-    optimizer = make_optimizer(model)
-    inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
-    with meter.phase("train"):
-        fields = measure_throughput(
-            model,
-            optimizer,
-            inputs,
-            targets,
-            args.train_steps,
-            args.warmup_steps,
-            Precision(args.amp, device),
+    def prepared(method: str):
+        model, _ = prepare_model(
+            args.model, method, args.num_classes, device, spec, kernels, args.seed, args.width, args.stem
         )
-    return {**fields, "train_steps": args.train_steps, "warmup_steps": args.warmup_steps}
+        return model, make_optimizer(model)
+
+    inputs, targets = random_batch(args.batch_size, args.image_size, args.num_classes, device, args.seed)
+    timing = (inputs, targets, args.train_steps, args.warmup_steps, Precision(args.amp, device))
+    paired = args.paired_vanilla and args.variant != "vanilla"
+    with meter.phase("train"):
+        if paired:
+            fields = measure_paired_throughput(*prepared(args.variant), *prepared("vanilla"), *timing)
+        else:
+            fields = measure_throughput(*prepared(args.variant), *timing)
+    return {
+        **fields,
+        "train_steps": args.train_steps,
+        "warmup_steps": args.warmup_steps,
+        "paired_vanilla": paired,
+    }
 
 
 def _compressors(args) -> None:

@@ -72,9 +72,12 @@ def plot_memory(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> No
 
 def plot_speed(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> None:
     """Training throughput (images/s = batch / median steady-state step time) per batch size, one
-    bar per method with its ratio to vanilla; whiskers span the fastest..slowest step, hatched bars
+    bar per method with its ratio to vanilla (``vs_paired_vanilla``, measured side by side, where
+    the table has it); whiskers span the fastest..slowest step, hatched bars
     are timings flagged as unreliable."""
-    frame = _numeric_table(table_csv, ["images_per_s"], optional=["time_min_s", "time_max_s"])
+    frame = _numeric_table(
+        table_csv, ["images_per_s"], optional=["time_min_s", "time_max_s", "vs_paired_vanilla"]
+    )
     if "status" in frame:
         frame = frame[frame["status"].fillna("ok") == "ok"]
     if {"time_min_s", "time_max_s"} <= set(frame):
@@ -98,6 +101,7 @@ def plot_speed(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> Non
         low_column="images_per_s_low" if ranged else None,
         high_column="images_per_s_high" if ranged else None,
         flag_timing=True,
+        ratio_column="vs_paired_vanilla",
     )
     timing = timing_by_method(frame)
     method_legend(

@@ -121,6 +121,8 @@ TABLE_VIEWS: dict[str, TableView] = {
             "image_size",
             "amp",
             "images_per_s",
+            "vs_paired_vanilla",
+            "paired_vanilla_images_per_s",
             "step_ms_median",
             "step_ms_min",
             "step_ms_max",
