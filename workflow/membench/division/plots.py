@@ -73,8 +73,8 @@ def plot_memory(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> No
 def plot_speed(table_csv: str | os.PathLike, png_path: str | os.PathLike) -> None:
     """Training throughput (images/s = batch / median steady-state step time) per batch size, one
     bar per method with its ratio to vanilla (``vs_paired_vanilla``, measured side by side, where
-    the table has it); whiskers span the fastest..slowest step, hatched bars
-    are timings flagged as unreliable."""
+    the table has it); whiskers span the fastest..slowest step, hatched bars are timings flagged as
+    unreliable."""
     frame = _numeric_table(
         table_csv, ["images_per_s"], optional=["time_min_s", "time_max_s", "vs_paired_vanilla"]
     )

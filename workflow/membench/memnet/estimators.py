@@ -473,13 +473,12 @@ class TensorBytesRegression(_MibEstimator):
         x, y = tensor_terms_mib(jobs)[ok], jobs.frame["memory_mib"].to_numpy(float)[ok]
         if len(y) == 0:
             return
-        self.backward_coef, self.optimizer_coef = _nonnegative_fit(x, y), np.zeros(2)
-        one_model_error = float(np.sum((y - self.mib(x)) ** 2))
-        two_phases = self._fit_phases(x, y)
-        if two_phases is not None:
-            two_phase_error = float(np.sum((y - np.maximum(*_phase_mib(x, *two_phases))) ** 2))
-            if two_phase_error < one_model_error:
-                self.backward_coef, self.optimizer_coef = two_phases
+        # One linear model (an optimizer step of zeros), or two phases where they fit better.
+        fits = [(_nonnegative_fit(x, y), np.zeros(2)), self._fit_phases(x, y)]
+        self.backward_coef, self.optimizer_coef = min(
+            (fit for fit in fits if fit is not None),
+            key=lambda fit: float(np.sum((y - np.maximum(*_phase_mib(x, *fit))) ** 2)),
+        )
         estimate = self.mib(x)
         residual = np.abs(y - estimate)
         top = max(float(estimate.max()), 1e-12)
