@@ -51,6 +51,23 @@ def test_philox_uniform_takes_the_documented_word_of_the_documented_call():
     assert noise.dtype == torch.float32 and 0 < noise.min() and noise.max() < 1
 
 
+@pytest.mark.parametrize(
+    "length,calls", [(1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (49, 8), (64, 8), (65, 16)]
+)
+def test_short_rows_take_one_block_of_fewer_calls(length, calls):
+    assert compress.noise_calls(length) == calls
+    seed, offset, rows = 0x0123456789ABCDEF, 0xFEDCBA9876543210, 3
+    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"))
+    key = (seed & 0xFFFFFFFF, seed >> 32)
+    for row in range(rows):
+        for j in range(length):
+            t = j % (8 * calls)
+            call = calls * (j // (8 * calls)) + t % calls
+            word = _philox_words((call, row, offset & 0xFFFFFFFF, offset >> 32), key)[t // (2 * calls)]
+            half = (word >> (16 * ((t // calls) % 2))) & 0xFFFF
+            assert noise[row, j].item() == (half + 0.5) / 65536
+
+
 def test_philox_uniform_is_uniform_and_streams_differ():
     cpu = torch.device("cpu")
     noise = compress.philox_uniform(7, 0, 64, 1000, cpu)

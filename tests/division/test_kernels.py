@@ -14,8 +14,21 @@ from membench.division.kernels import KERNEL_NAMES, TORCH_KERNELS
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 # (N, C, H, W): tiles that divide the plane, edge tiles, planes under a block (one global tile),
-# planes whose values do not fill a byte, a plane of one value.
-SHAPES = ((2, 3, 16, 16), (2, 3, 17, 13), (1, 2, 7, 20), (3, 1, 9, 8), (2, 2, 5, 3), (1, 1, 1, 1))
+# planes whose values do not fill a byte, a plane of one value, and short planes of every noise
+# block (1, 2, 4 and 8 calls: 16 / calls planes share one vector of Philox calls, here with
+# plane counts that leave the last vector part-used).
+SHAPES = (
+    (2, 3, 16, 16),
+    (2, 3, 17, 13),
+    (1, 2, 7, 20),
+    (3, 1, 9, 8),
+    (2, 2, 5, 3),
+    (1, 1, 1, 1),
+    (3, 7, 2, 3),
+    (5, 3, 4, 4),
+    (2, 9, 4, 8),
+    (3, 5, 7, 7),
+)
 
 
 def _generator(seed: int = 0) -> torch.Generator:
@@ -57,7 +70,7 @@ def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
 def test_group_kernels_are_bit_exact(extension_kernels, dtype, bits):
     for index, shape in enumerate(SHAPES):
         x = _map(shape, dtype, index)
-        for group_size in (256, 33):  # the last group of most maps is padded
+        for group_size in (256, 33, 8):  # the last group of most maps is padded; 8 is a short row
             saved = extension_kernels.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal(saved, compress.group_compress(x, group_size, bits, SEED, OFFSET)), shape
             args = (*saved, group_size, bits, list(shape), dtype)
@@ -83,6 +96,12 @@ def test_mask_kernels_are_bit_exact(extension_kernels, dtype):
             [extension_kernels.masked_grad(grad, dropped[1], gain)],
             [compress.masked_grad(grad, dropped[1], gain)],
         )
+
+
+def test_dropout_of_a_map_of_one_short_row_is_bit_exact(extension_kernels):
+    x = _map((2, 3, 5), torch.float32)  # 30 values: one block of 4 calls
+    expected = compress.dropout_pack(x, 0.5, SEED, OFFSET)
+    assert _equal(extension_kernels.dropout_pack(x, 0.5, SEED, OFFSET), expected)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -113,6 +132,7 @@ def test_compressors_agree_bit_for_bit_with_the_same_generator(extension_kernels
 
 def test_results_do_not_depend_on_the_thread_count(extension_kernels):
     x = _map((4, 16, 24, 24), torch.float32)
+    short = _map((3, 7, 4, 4), torch.float32)
     threads = torch.get_num_threads()
     results = []
     try:
@@ -123,6 +143,9 @@ def test_results_do_not_depend_on_the_thread_count(extension_kernels):
                     *extension_kernels.division_compress(x, 8, 2, SEED, OFFSET),
                     *extension_kernels.group_compress(x, 256, 2, SEED, OFFSET),
                     *extension_kernels.dropout_pack(x, 0.5, SEED, OFFSET),
+                    # short rows: threads split the vectors of calls that 16 / calls rows share
+                    *extension_kernels.division_compress(short, 8, 2, SEED, OFFSET),
+                    *extension_kernels.group_compress(short, 8, 2, SEED, OFFSET),
                 )
             )
     finally:

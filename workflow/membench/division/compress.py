@@ -37,6 +37,7 @@ __all__ = [
     "masked_grad",
     "maxpool2d_backward",
     "maxpool2d_forward",
+    "noise_calls",
     "pack_mask",
     "philox4x32",
     "philox_inputs",
@@ -95,18 +96,21 @@ def philox4x32(
 def philox_uniform(seed: int, offset: int, rows: int, length: int, device: torch.device) -> torch.Tensor:
     """The uniforms of stochastic rounding, float32 (rows, length) in (0, 1).
 
-    Row ``r``'s values come in blocks of 128, each served by 16 calls of :func:`philox4x32` with key
-    (low, high 32 bits of ``seed``) and counter (call, ``r``, low, high 32 bits of ``offset``):
-    value ``j``, ``t = j % 128``, takes the 16-bit half ``(t // 16) % 2`` (low half first) of word
-    ``t // 32`` of call ``16 * (j // 128) + t % 16``, and its uniform is ``(half + 1/2) * 2**-16``.
-    So 16 consecutive values take one half-word of 16 consecutive calls (a vector of calls fills
-    vectors of values), one call serves eight values, and stochastic rounding stays unbiased to
-    within 2**-17 of a step. ``seed`` and ``offset`` are taken modulo 2**64.
+    Row ``r``'s values come in blocks of ``8 C`` values, each served by ``C`` calls of
+    :func:`philox4x32` with key (low, high 32 bits of ``seed``) and counter (call, ``r``, low, high
+    32 bits of ``offset``), ``C = noise_calls(length)`` (16 for rows longer than 64 values): value
+    ``j``, ``t = j % 8C``, takes the 16-bit half ``(t // C) % 2`` (low half first) of word
+    ``t // 2C`` of call ``C * (j // 8C) + t % C``, and its uniform is ``(half + 1/2) * 2**-16``.
+    So ``C`` consecutive values take one half-word of ``C`` consecutive calls (a vector of calls
+    fills vectors of values, or the blocks of several short rows), one call serves eight values,
+    and stochastic rounding stays unbiased to within 2**-17 of a step. ``seed`` and ``offset`` are
+    taken modulo 2**64.
     """
-    blocks = -(-length // 128)
-    if rows > _MASK32 + 1 or blocks * 16 > _MASK32 + 1:
+    calls = noise_calls(length)
+    blocks = -(-length // (8 * calls))
+    if rows > _MASK32 + 1 or blocks * calls > _MASK32 + 1:
         raise ValueError(f"at most 2**32 rows of 2**35 values, got {rows} x {length}")
-    call = torch.arange(blocks * 16, dtype=torch.int64, device=device).expand(rows, blocks * 16)
+    call = torch.arange(blocks * calls, dtype=torch.int64, device=device).expand(rows, blocks * calls)
     row = torch.arange(rows, dtype=torch.int64, device=device)[:, None].expand_as(call)
     offset_words = (torch.full_like(call, offset & _MASK32), torch.full_like(call, (offset >> 32) & _MASK32))
     words = philox4x32((call, row, *offset_words), (seed & _MASK32, (seed >> 32) & _MASK32))
@@ -114,8 +118,17 @@ def philox_uniform(seed: int, offset: int, rows: int, length: int, device: torch
         [torch.stack((_half_uniform(w & 0xFFFF), _half_uniform(w >> 16)), dim=2) for w in words], dim=2
     )
     # (rows, block, lane, word, half) -> value order (block, word, half, lane)
-    uniforms = uniforms.view(rows, blocks, 16, 4, 2).permute(0, 1, 3, 4, 2).reshape(rows, blocks * 128)
-    return uniforms[:, :length]
+    uniforms = uniforms.view(rows, blocks, calls, 4, 2).permute(0, 1, 3, 4, 2)
+    return uniforms.reshape(rows, blocks * 8 * calls)[:, :length]
+
+
+def noise_calls(length: int) -> int:
+    """Philox calls per block of a row of ``length`` values (:func:`philox_uniform`): 16, or for
+    rows of at most 64 values the least power of two ``C`` with ``8 C >= length``."""
+    calls = 1
+    while calls < 16 and 8 * calls < length:
+        calls *= 2
+    return calls
 
 
 def _half_uniform(half: torch.Tensor) -> torch.Tensor:

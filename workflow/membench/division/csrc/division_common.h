@@ -5,12 +5,14 @@
 //
 // Noise: Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11), the generator of torch's and cuRAND's CUDA random numbers, with key (seed low, seed high
-// 32 bits) and counter (call, row, offset low, offset high). A row's values come in blocks of 128
-// served by 16 calls: value j, t = j % 128, takes the 16-bit half (t / 16) % 2 (low half first) of
-// word t / 32 of call 16 * (j / 128) + t % 16, so that 16 consecutive values take the same half of
-// the same word of 16 consecutive calls (one vector of calls fills whole vectors of values). Its
-// uniform is (half + 1/2) * 2^-16, a float in (0, 1): stochastic rounding is unbiased to within
-// 2^-17 of a quantisation step, and one Philox call serves eight values.
+// 32 bits) and counter (call, row, offset low, offset high). A row of L values takes C calls per
+// block of 8C values, C = noise_calls(L): 16 (blocks of 128) for rows longer than 64 values, else
+// the least power of two with 8C >= L, so that a short row does not pay for 16 calls. Value j,
+// t = j % 8C, takes the 16-bit half (t / C) % 2 (low half first) of word t / 2C of call
+// C * (j / 8C) + t % C, so that C consecutive values take the same half of the same word of C
+// consecutive calls (one vector of calls fills whole vectors of values, or the blocks of 16 / C
+// short rows). Its uniform is (half + 1/2) * 2^-16, a float in (0, 1): stochastic rounding is
+// unbiased to within 2^-17 of a quantisation step, and one Philox call serves eight values.
 
 #pragma once
 
@@ -63,9 +65,23 @@ C10_HOST_DEVICE inline float uniform_from_half(uint32_t half) {
   return (static_cast<float>(half) + 0.5f) * (1.0f / 65536.0f);
 }
 
-// Values of a row per block of Philox calls, and calls per block.
+// Values of a long row per block of Philox calls, and calls per block.
 constexpr int kNoiseBlock = 128;
 constexpr int kNoiseCalls = 16;
+
+// Calls per block of a row of `length` values: 16, or for rows of at most 64 values the least
+// power of two whose block holds the row (one block).
+C10_HOST_DEVICE inline int noise_calls(int64_t length) {
+  int calls = 1;
+  while (calls < kNoiseCalls && 8 * calls < length) calls *= 2;
+  return calls;
+}
+
+// The value of its row that half-word v (0 .. 7: word v / 2, high half when v is odd) of call
+// `call` serves, in a row of `calls` calls per block.
+C10_HOST_DEVICE inline int64_t noise_value(int64_t call, int v, int calls) {
+  return (call / calls) * 8 * calls + calls * v + call % calls;
+}
 
 // A row's quantisation grid from its minimum and maximum (NaN when the row holds a NaN): the minimum
 // rounded down and the scale (max - min) / (2^bits - 1) rounded up to bfloat16, so that the grid

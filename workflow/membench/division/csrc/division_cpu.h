@@ -31,88 +31,161 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
 }
 #endif
 
-// The Philox words of calls first_call .. first_call + 15 of row `row`: words[i][l] is word i of call
-// first_call + l (membench::philox4x32_10, computed 16 or 8 calls at a time).
-inline void philox_block(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_call,
-                         uint32_t (&words)[4][kCalls]) {
+// Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
+constexpr int kLanes = 2 * kCalls;
+
+#if MEMBENCH_CPU_ISA == 2
+// One Philox round of 16 lanes, counter words c[0 .. 3].
+inline void philox_round16(__m512i (&c)[4], __m512i m0, __m512i m1, __m512i key0, __m512i key1) {
+  __m512i hi0, lo0, hi1, lo1;
+  mulhilo16(c[0], m0, hi0, lo0);
+  mulhilo16(c[2], m1, hi1, lo1);
+  c[0] = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), key0);
+  c[2] = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), key1);
+  c[1] = lo1;
+  c[3] = lo0;
+}
+#elif MEMBENCH_CPU_ISA == 1
+inline void philox_round8(__m256i (&c)[4], __m256i m0, __m256i m1, __m256i key0, __m256i key1) {
+  __m256i hi0, lo0, hi1, lo1;
+  mulhilo8(c[0], m0, hi0, lo0);
+  mulhilo8(c[2], m1, hi1, lo1);
+  c[0] = _mm256_xor_si256(_mm256_xor_si256(hi1, c[1]), key0);
+  c[2] = _mm256_xor_si256(_mm256_xor_si256(hi0, c[3]), key1);
+  c[1] = lo1;
+  c[3] = lo0;
+}
+#endif
+
+// kLanes Philox calls: lane l has counter (call[l], row[l], offset low, offset high), and words[i][l]
+// is its word i (membench::philox4x32_10, vectorised over the lanes).
+inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[kLanes], const uint32_t (&row)[kLanes],
+                         uint32_t (&words)[4][kLanes]) {
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t o0 = static_cast<uint32_t>(offset), o1 = static_cast<uint32_t>(offset >> 32);
 #if MEMBENCH_CPU_ISA == 2
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first_call)),
-                                _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  __m512i c1 = _mm512_set1_epi32(static_cast<int>(row));
-  __m512i c2 = _mm512_set1_epi32(static_cast<int>(o0)), c3 = _mm512_set1_epi32(static_cast<int>(o1));
+  constexpr int vectors = kLanes / 16;
+  __m512i c[vectors][4];
+  for (int v = 0; v < vectors; ++v) {
+    c[v][0] = _mm512_loadu_si512(call + 16 * v);
+    c[v][1] = _mm512_loadu_si512(row + 16 * v);
+    c[v][2] = _mm512_set1_epi32(static_cast<int>(o0));
+    c[v][3] = _mm512_set1_epi32(static_cast<int>(o1));
+  }
   uint32_t key0 = k0, key1 = k1;
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       key0 += 0x9E3779B9u;
       key1 += 0xBB67AE85u;
     }
-    __m512i hi0, lo0, hi1, lo1;
-    mulhilo16(c0, m0, hi0, lo0);
-    mulhilo16(c2, m1, hi1, lo1);
-    c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(key0)));
-    c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(key1)));
-    c1 = lo1;
-    c3 = lo0;
+    const __m512i key0_v = _mm512_set1_epi32(static_cast<int>(key0)), key1_v = _mm512_set1_epi32(static_cast<int>(key1));
+    for (int v = 0; v < vectors; ++v) philox_round16(c[v], m0, m1, key0_v, key1_v);
   }
-  _mm512_storeu_si512(words[0], c0);
-  _mm512_storeu_si512(words[1], c1);
-  _mm512_storeu_si512(words[2], c2);
-  _mm512_storeu_si512(words[3], c3);
+  for (int v = 0; v < vectors; ++v) {
+    for (int i = 0; i < 4; ++i) _mm512_storeu_si512(words[i] + 16 * v, c[v][i]);
+  }
 #elif MEMBENCH_CPU_ISA == 1
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  for (int half = 0; half < kCalls; half += 8) {
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first_call + half)),
-                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256i c1 = _mm256_set1_epi32(static_cast<int>(row));
-    __m256i c2 = _mm256_set1_epi32(static_cast<int>(o0)), c3 = _mm256_set1_epi32(static_cast<int>(o1));
+  // Two vectors at a time: four 8-lane chains would spill the 16 ymm registers.
+  for (int first = 0; first < kLanes; first += 16) {
+    __m256i c[2][4];
+    for (int v = 0; v < 2; ++v) {
+      c[v][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(call + first + 8 * v));
+      c[v][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + first + 8 * v));
+      c[v][2] = _mm256_set1_epi32(static_cast<int>(o0));
+      c[v][3] = _mm256_set1_epi32(static_cast<int>(o1));
+    }
     uint32_t key0 = k0, key1 = k1;
     for (int round = 0; round < 10; ++round) {
       if (round > 0) {
         key0 += 0x9E3779B9u;
         key1 += 0xBB67AE85u;
       }
-      __m256i hi0, lo0, hi1, lo1;
-      mulhilo8(c0, m0, hi0, lo0);
-      mulhilo8(c2, m1, hi1, lo1);
-      c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(static_cast<int>(key0)));
-      c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(static_cast<int>(key1)));
-      c1 = lo1;
-      c3 = lo0;
+      const __m256i key0_v = _mm256_set1_epi32(static_cast<int>(key0));
+      const __m256i key1_v = _mm256_set1_epi32(static_cast<int>(key1));
+      for (int v = 0; v < 2; ++v) philox_round8(c[v], m0, m1, key0_v, key1_v);
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[0] + half), c0);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[1] + half), c1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[2] + half), c2);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[3] + half), c3);
+    for (int v = 0; v < 2; ++v) {
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[i] + first + 8 * v), c[v][i]);
+      }
+    }
   }
 #else
-  for (int l = 0; l < kCalls; ++l) {
-    const membench::Philox4 r = membench::philox4x32_10(first_call + static_cast<uint32_t>(l), row, o0, o1, k0, k1);
+  for (int l = 0; l < kLanes; ++l) {
+    const membench::Philox4 r = membench::philox4x32_10(call[l], row[l], o0, o1, k0, k1);
     for (int i = 0; i < 4; ++i) words[i][l] = r.word[i];
   }
 #endif
 }
 
-// Uniforms of noise blocks first_block .. first_block + blocks - 1 of row `row` into
-// out[0 .. blocks * kNoiseBlock).
+// Uniforms of noise blocks first_block .. first_block + blocks - 1 of a long row `row` (16 calls
+// per block) into out[0 .. blocks * kNoiseBlock), two blocks per kLanes calls.
 inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_block, int64_t blocks,
                             float* out) {
-  for (int64_t b = 0; b < blocks; ++b) {
-    alignas(64) uint32_t words[4][kCalls];
-    philox_block(seed, offset, row, (first_block + static_cast<uint32_t>(b)) * kCalls, words);
-    float* dst = out + b * membench::kNoiseBlock;
-    for (int i = 0; i < 4; ++i) {
-      for (int l = 0; l < kCalls; ++l) {
-        dst[32 * i + l] = membench::uniform_from_half(words[i][l] & 0xFFFFu);
-        dst[32 * i + 16 + l] = membench::uniform_from_half(words[i][l] >> 16);
+  constexpr int per_lanes = kLanes / kCalls;
+  for (int64_t b = 0; b < blocks; b += per_lanes) {
+    alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
+    const uint32_t first_call = (first_block + static_cast<uint32_t>(b)) * kCalls;
+    for (int l = 0; l < kLanes; ++l) {
+      call[l] = first_call + static_cast<uint32_t>(l);
+      rows[l] = row;
+    }
+    philox_lanes(seed, offset, call, rows, words);
+    for (int64_t k = 0; k < per_lanes && b + k < blocks; ++k) {
+      float* dst = out + (b + k) * membench::kNoiseBlock;
+      for (int i = 0; i < 4; ++i) {
+        for (int l = 0; l < kCalls; ++l) {
+          dst[32 * i + l] = membench::uniform_from_half(words[i][kCalls * k + l] & 0xFFFFu);
+          dst[32 * i + 16 + l] = membench::uniform_from_half(words[i][kCalls * k + l] >> 16);
+        }
       }
     }
   }
 }
+
+// Uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls per
+// block, one block each): row k's value t into out[8 * calls * k + t], 8 * kLanes floats in all.
+inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
+  alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
+  for (int l = 0; l < kLanes; ++l) {
+    call[l] = static_cast<uint32_t>(l % calls);
+    rows[l] = first_row + static_cast<uint32_t>(l / calls);
+  }
+  philox_lanes(seed, offset, call, rows, words);
+  for (int l = 0; l < kLanes; ++l) {
+    float* dst = out + 8 * calls * (l / calls) + l % calls;
+    for (int i = 0; i < 4; ++i) {
+      dst[calls * 2 * i] = membench::uniform_from_half(words[i][l] & 0xFFFFu);
+      dst[calls * (2 * i + 1)] = membench::uniform_from_half(words[i][l] >> 16);
+    }
+  }
+}
+
+// The uniforms of a task's short rows, generated kLanes / calls rows at a time as its rows come in
+// increasing order: of(r) is row r's, valid until the next call.
+class ShortRowNoise {
+ public:
+  ShortRowNoise(uint64_t seed, uint64_t offset, int calls) : seed_(seed), offset_(offset), calls_(calls) {}
+
+  const float* of(int64_t row) {
+    const int64_t rows = kLanes / calls_;
+    if (row < first_ || row >= first_ + rows) {
+      first_ = row;
+      philox_short_rows(seed_, offset_, static_cast<uint32_t>(row), calls_, uniforms_);
+    }
+    return uniforms_ + 8 * calls_ * (row - first_);
+  }
+
+ private:
+  uint64_t seed_, offset_;
+  int calls_;
+  int64_t first_ = -kLanes;  // a window of negative rows: none generated yet
+  alignas(64) float uniforms_[8 * kLanes];
+};
 
 // Range of n floats (grid_of turns it into a row's grid).
 struct RowRange {
@@ -159,31 +232,44 @@ inline membench::Grid grid_of(RowRange range, int bits) {
   return membench::row_grid(minimum, maximum, bits);
 }
 
-// Stochastic rounding of a row of floats on its grid, packed into `out` (bytes of the row's layout).
+// Stochastic rounding of `count` floats (at most kChunk) on a grid with the given uniforms, packed
+// into `out` (the bytes of the values, the last one zero-padded).
+template <int BITS>
+void quantize_chunk(const float* values, int64_t count, float low, float step, const float* uniforms, uint8_t* out) {
+  constexpr int per_byte = 8 / BITS;
+  const float levels = static_cast<float>((1 << BITS) - 1);
+  // 32-bit levels: the loop then vectorises 16 values at a time (bytes would take 64), short rows too.
+  alignas(64) int32_t level[kChunk];
+  for (int64_t k = 0; k < count; ++k) {
+    level[k] = membench::quantize_level(values[k], low, step, uniforms[k], levels);
+  }
+  const int64_t bytes = (count + per_byte - 1) / per_byte;
+  for (int64_t k = count; k < bytes * per_byte; ++k) level[k] = 0;
+  for (int64_t b = 0; b < bytes; ++b) {
+    int32_t byte = 0;
+    for (int i = 0; i < per_byte; ++i) byte |= level[b * per_byte + i] << (i * BITS);
+    out[b] = static_cast<uint8_t>(byte);
+  }
+}
+
+// Stochastic rounding of row `row` on its grid, packed into `out` (bytes of the row's layout). A
+// short row (membench::noise_calls(length) < 16) comes with its uniforms (ShortRowNoise); a long
+// row's are generated here, a chunk at a time.
 template <int BITS>
 void quantize_row(const float* values, int64_t length, membench::Grid grid, uint64_t seed, uint64_t offset,
-                  uint32_t row, uint8_t* out) {
+                  uint32_t row, const float* short_uniforms, uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
   const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
-  const float levels = static_cast<float>((1 << BITS) - 1);
+  if (short_uniforms != nullptr) {
+    quantize_chunk<BITS>(values, length, low, step, short_uniforms, out);
+    return;
+  }
   alignas(64) float uniforms[kChunk];
-  alignas(64) uint8_t level[kChunk];
   for (int64_t begin = 0; begin < length; begin += kChunk) {
     const int64_t count = length - begin < kChunk ? length - begin : kChunk;
     philox_uniforms(seed, offset, row, static_cast<uint32_t>(begin / membench::kNoiseBlock),
                     (count + membench::kNoiseBlock - 1) / membench::kNoiseBlock, uniforms);
-    const float* src = values + begin;
-    for (int64_t k = 0; k < count; ++k) {
-      level[k] = static_cast<uint8_t>(membench::quantize_level(src[k], low, step, uniforms[k], levels));
-    }
-    const int64_t bytes = (count + per_byte - 1) / per_byte;
-    for (int64_t k = count; k < bytes * per_byte; ++k) level[k] = 0;
-    uint8_t* dst = out + begin / per_byte;
-    for (int64_t b = 0; b < bytes; ++b) {
-      uint8_t byte = 0;
-      for (int i = 0; i < per_byte; ++i) byte |= static_cast<uint8_t>(level[b * per_byte + i] << (i * BITS));
-      dst[b] = byte;
-    }
+    quantize_chunk<BITS>(values + begin, count, low, step, uniforms, out + begin / per_byte);
   }
 }
 
@@ -203,14 +289,17 @@ void unpack_row(const uint8_t* packed, int64_t length, uint8_t* level) {
 // Buffers: column and lfc_row hold `width` floats, hfc height * width.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             uint64_t seed, uint64_t offset, uint32_t row, float* column, float* lfc_row, float* hfc,
-                             c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum, c10::BFloat16* scale) {
+                             uint64_t seed, uint64_t offset, uint32_t row, const float* short_uniforms, float* column,
+                             float* lfc_row, float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
+                             c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     // Tile means: each column of the tile row summed downwards, then the columns of a tile.
-    for (int64_t w = 0; w < width; ++w) column[w] = 0.0f;
-    for (int64_t h = h0; h < h1; ++h) {
+    // The first row starts the sums as 0 + x (so a -0 sums to +0, as from a zeroed column), with no
+    // zeroing pass whose stores the next loads would wait on.
+    for (int64_t w = 0; w < width; ++w) column[w] = 0.0f + static_cast<float>(plane[h0 * width + w]);
+    for (int64_t h = h0 + 1; h < h1; ++h) {
       const scalar_t* src = plane + h * width;
       for (int64_t w = 0; w < width; ++w) column[w] += static_cast<float>(src[w]);
     }
@@ -232,7 +321,7 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, packed);
+  quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, short_uniforms, packed);
 }
 
 // Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes.
@@ -267,14 +356,14 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 // `count` values of the map (the rest of the group is zero padding); `values` holds group_size floats.
 template <typename scalar_t, int BITS>
 void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, uint64_t seed, uint64_t offset,
-                          uint32_t row, float* values, uint8_t* packed, c10::BFloat16* minimum,
-                          c10::BFloat16* scale) {
+                          uint32_t row, const float* short_uniforms, float* values, uint8_t* packed,
+                          c10::BFloat16* minimum, c10::BFloat16* scale) {
   for (int64_t k = 0; k < count; ++k) values[k] = static_cast<float>(x[k]);
   for (int64_t k = count; k < group_size; ++k) values[k] = 0.0f;
   const membench::Grid grid = grid_of(row_range_of(values, group_size), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(values, group_size, grid, seed, offset, row, packed);
+  quantize_row<BITS>(values, group_size, grid, seed, offset, row, short_uniforms, packed);
 }
 
 template <typename scalar_t, int BITS>
@@ -312,11 +401,15 @@ void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* p
 
 template <typename scalar_t>
 void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, uint64_t seed, uint64_t offset,
-                        uint32_t first_block, scalar_t* out, uint8_t* packed) {
+                        uint32_t first_block, int calls, scalar_t* out, uint8_t* packed) {
   alignas(64) float uniforms[kChunk];
   alignas(64) uint8_t keep[kChunk] = {};
-  philox_uniforms(seed, offset, 0, first_block, (count + membench::kNoiseBlock - 1) / membench::kNoiseBlock,
-                  uniforms);
+  if (calls < kCalls) {  // the map is one short row
+    philox_short_rows(seed, offset, 0, calls, uniforms);
+  } else {
+    philox_uniforms(seed, offset, 0, first_block, (count + membench::kNoiseBlock - 1) / membench::kNoiseBlock,
+                    uniforms);
+  }
   for (int64_t k = 0; k < count; ++k) {
     const float kept = uniforms[k] >= p ? 1.0f : 0.0f;
     keep[k] = uniforms[k] >= p;

@@ -89,6 +89,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
                        int64_t block, uint64_t seed, uint64_t offset, c10::BFloat16* lfc, uint8_t* packed,
                        c10::BFloat16* minimum, c10::BFloat16* scale) {
   const PlaneLayout layout = plane_layout(height, width, block, bits);
+  const int calls = membench::noise_calls(layout.area);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
@@ -96,10 +97,12 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> column(width), lfc_row(width), hfc(layout.area);
+        ShortRowNoise noise(seed, offset, calls);
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, seed, offset, static_cast<uint32_t>(p),
-                                                  column.data(), lfc_row.data(), hfc.data(),
+                                                  calls < kCalls ? noise.of(p) : nullptr, column.data(),
+                                                  lfc_row.data(), hfc.data(),
                                                   lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
         }
@@ -137,6 +140,7 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
                     int64_t groups, uint64_t seed, uint64_t offset, uint8_t* packed, c10::BFloat16* minimum,
                     c10::BFloat16* scale) {
   const int64_t row_bytes = packed_row_bytes(group_size, bits);
+  const int calls = membench::noise_calls(group_size);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
@@ -144,10 +148,12 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
         std::vector<float> values(group_size);
+        ShortRowNoise noise(seed, offset, calls);
         for (int64_t g = begin; g < end; ++g) {
           const int64_t base = g * group_size;
           group_compress_group<scalar_t, BITS>(map + base, std::min(group_size, numel - base), group_size, seed,
-                                               offset, static_cast<uint32_t>(g), values.data(),
+                                               offset, static_cast<uint32_t>(g),
+                                               calls < kCalls ? noise.of(g) : nullptr, values.data(),
                                                packed + g * row_bytes, minimum + g, scale + g);
         }
       });
@@ -202,9 +208,10 @@ void dropout_pack(c10::ScalarType dtype, const void* x, int64_t numel, float p, 
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
     auto* result = static_cast<scalar_t*>(out);
+    const int calls = membench::noise_calls(numel);
     for_each_chunk(numel, [&](int64_t first, int64_t count) {
       dropout_pack_chunk<scalar_t>(map + first, count, p, gain, seed, offset,
-                                   static_cast<uint32_t>(first / membench::kNoiseBlock), result + first,
+                                   static_cast<uint32_t>(first / membench::kNoiseBlock), calls, result + first,
                                    packed + first / 8);
     });
   });

@@ -65,13 +65,6 @@ __host__ __device__ __forceinline__ int64_t packed_row_bytes(int64_t length, int
   return (length + per_byte - 1) / per_byte;
 }
 
-// The 8 values of Philox call `call` of a row: value v (0 .. 7) of the call is value
-// noise_value(call, v) of the row (division_common.h: 16 calls per block of 128 values).
-__device__ __forceinline__ int64_t noise_value(int64_t call, int v) {
-  return (call / membench::kNoiseCalls) * membench::kNoiseBlock + 32 * (v / 2) + 16 * (v % 2) +
-         call % membench::kNoiseCalls;
-}
-
 __device__ __forceinline__ float call_uniform(const membench::Philox4& r, int v) {
   return membench::uniform_from_half((r.word[v / 2] >> (16 * (v % 2))) & 0xFFFFu);
 }
@@ -360,15 +353,17 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
   const float top = static_cast<float>((1 << BITS) - 1);
   uint8_t* row_out = packed + p * packed_row_bytes(s.area, BITS);
-  // Stochastic rounding, 256 values at a time: a Philox call per lane serves values j0 + 16 v, v < 8.
-  const int noise_h = 16 / s.width, noise_w = 16 % s.width;
+  // Stochastic rounding, 256 values at a time: a Philox call per lane serves values j0 + calls * v,
+  // v < 8 (division_common.h; a plane of at most 64 values is one block of fewer calls).
+  const int calls = membench::noise_calls(s.area);
+  const int noise_h = calls / s.width, noise_w = calls % s.width;
   for (int begin = 0; begin < s.area; begin += 256) {
     const int64_t call = begin / 8 + lane;
     const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), call);
-    const int j0 = static_cast<int>(noise_value(call, 0));
+    const int j0 = static_cast<int>(membench::noise_value(call, 0, calls));
     Cursor value{j0 / s.width, j0 % s.width};
     for (int v = 0; v < 8; ++v) {
-      const int j = j0 + 16 * v;
+      const int j = j0 + calls * v;
       uint8_t level = 0;
       if (j < s.area) {
         const float mean = tile_mean(row_tile[value.h] * s.cols + col_tile[value.w]);
@@ -473,12 +468,13 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
   const float top = static_cast<float>((1 << BITS) - 1);
   uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
+  const int calls = membench::noise_calls(size);
   for (int begin = 0; begin < size; begin += kWarpValues) {
     const int call = begin / 8 + lane;
     const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
-    const int k0 = (call / membench::kNoiseCalls) * membench::kNoiseBlock + call % membench::kNoiseCalls;
+    const int k0 = (call / calls) * 8 * calls + call % calls;
     for (int v = 0; v < 8; ++v) {
-      const int k = k0 + 16 * v;  // noise_value(call, v)
+      const int k = k0 + calls * v;  // membench::noise_value(call, v, calls)
       const float value = k < count ? static_cast<float>(values[k]) : 0.0f;
       levels[k - begin] =
           k < size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
@@ -552,9 +548,10 @@ __global__ void dropout_pack_kernel(const scalar_t* __restrict__ x, int64_t nume
   __shared__ uint8_t keep[kBlockValues];
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kBlockValues;
   const int64_t call = begin / 8 + threadIdx.x;
+  const int calls = membench::noise_calls(numel);
   const membench::Philox4 r = philox_call(seed, offset, 0, call);
   for (int v = 0; v < 8; ++v) {
-    const int64_t j = noise_value(call, v);
+    const int64_t j = membench::noise_value(call, v, calls);
     const bool kept = call_uniform(r, v) >= p;
     if (j < numel) {
       out[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(x[j]), kept ? 1.0f : 0.0f), gain));
