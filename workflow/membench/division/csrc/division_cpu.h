@@ -31,6 +31,11 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
 }
 #endif
 
+// GCC/Clang vector extensions: 16 and 8 floats, 16 int32s.
+typedef float Floats16 __attribute__((vector_size(64)));
+typedef float Floats8 __attribute__((vector_size(32)));
+typedef int32_t Ints16 __attribute__((vector_size(64)));
+
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
 constexpr int kLanes = 2 * kCalls;
 
@@ -147,6 +152,14 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
   }
 }
 
+// Row k's values t = CALLS * v + c, c < CALLS, from uniforms[v][k * CALLS + c] (lane-major).
+template <int CALLS>
+inline void short_rows_in_order(const float (&uniforms)[8][kLanes], float* out) {
+  for (int k = 0; k < kLanes / CALLS; ++k) {
+    for (int v = 0; v < 8; ++v) __builtin_memcpy(out + 8 * CALLS * k + CALLS * v, &uniforms[v][k * CALLS], 4 * CALLS);
+  }
+}
+
 // Uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls per
 // block, one block each): row k's value t into out[8 * calls * k + t], 8 * kLanes floats in all.
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
@@ -156,12 +169,18 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
     rows[l] = first_row + static_cast<uint32_t>(l / calls);
   }
   philox_lanes(seed, offset, call, rows, words);
-  for (int l = 0; l < kLanes; ++l) {
-    float* dst = out + 8 * calls * (l / calls) + l % calls;
-    for (int i = 0; i < 4; ++i) {
-      dst[calls * 2 * i] = membench::uniform_from_half(words[i][l] & 0xFFFFu);
-      dst[calls * (2 * i + 1)] = membench::uniform_from_half(words[i][l] >> 16);
+  // Half-word v of every lane, converted a vector at a time, then put in each row's value order.
+  alignas(64) float uniforms[8][kLanes];
+  for (int v = 0; v < 8; ++v) {
+    for (int l = 0; l < kLanes; ++l) {
+      uniforms[v][l] = membench::uniform_from_half((words[v / 2][l] >> (16 * (v % 2))) & 0xFFFFu);
     }
+  }
+  switch (calls) {
+    case 1: short_rows_in_order<1>(uniforms, out); break;
+    case 2: short_rows_in_order<2>(uniforms, out); break;
+    case 4: short_rows_in_order<4>(uniforms, out); break;
+    default: short_rows_in_order<8>(uniforms, out); break;
   }
 }
 
@@ -194,13 +213,22 @@ struct RowRange {
   bool nan;
 };
 
+// `combine` of the 16 lanes of v, in lane 0: v combined with itself rotated by 8, 4, 2 and 1 lanes
+// (in registers; reading the lanes one by one would wait on the vector's store).
+template <typename V, typename F>
+inline V fold_lanes(V v, F combine) {
+  v = combine(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+  v = combine(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+  v = combine(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  v = combine(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+  return v;
+}
+
 inline RowRange row_range_of(const float* v, int64_t n) {
-  // 16 running minima, maxima and NaN flags as vectors (GCC/Clang vector extensions).
-  typedef float Floats __attribute__((vector_size(64)));
-  typedef int32_t Ints __attribute__((vector_size(64)));
+  // 16 running minima, maxima and NaN flags as vectors.
   constexpr int lanes = 16;
-  Floats lo, hi, x;
-  Ints nan = {};
+  Floats16 lo, hi, x;
+  Ints16 nan = {};
   for (int i = 0; i < lanes; ++i) {
     lo[i] = INFINITY;
     hi[i] = -INFINITY;
@@ -213,16 +241,14 @@ inline RowRange row_range_of(const float* v, int64_t n) {
     hi = x > hi ? x : hi;
     nan |= x != x;
   }
-  RowRange range{INFINITY, -INFINITY, false};
+  lo = fold_lanes(lo, [](Floats16 a, Floats16 b) { return b < a ? b : a; });
+  hi = fold_lanes(hi, [](Floats16 a, Floats16 b) { return b > a ? b : a; });
+  nan = fold_lanes(nan, [](Ints16 a, Ints16 b) { return a | b; });
+  RowRange range{lo[0], hi[0], nan[0] != 0};
   for (; j < n; ++j) {
     range.minimum = v[j] < range.minimum ? v[j] : range.minimum;
     range.maximum = v[j] > range.maximum ? v[j] : range.maximum;
     range.nan = range.nan || v[j] != v[j];
-  }
-  for (int i = 0; i < lanes; ++i) {
-    range.minimum = lo[i] < range.minimum ? lo[i] : range.minimum;
-    range.maximum = hi[i] > range.maximum ? hi[i] : range.maximum;
-    range.nan = range.nan || nan[i];
   }
   return range;
 }
@@ -273,9 +299,10 @@ void quantize_row(const float* values, int64_t length, membench::Grid grid, uint
   }
 }
 
-// The levels of the first `length` values of a packed row (rounded up to whole bytes).
+// The levels of the first `length` values of a packed row (rounded up to whole bytes), as 32-bit
+// integers: the loops that read them then vectorise 16 values at a time (bytes would take 64).
 template <int BITS>
-void unpack_row(const uint8_t* packed, int64_t length, uint8_t* level) {
+void unpack_row(const uint8_t* packed, int64_t length, int32_t* level) {
   constexpr int per_byte = 8 / BITS;
   constexpr int mask = (1 << BITS) - 1;
   const int64_t bytes = (length + per_byte - 1) / per_byte;
@@ -285,6 +312,22 @@ void unpack_row(const uint8_t* packed, int64_t length, uint8_t* level) {
 }
 
 // -- DIVISION, one (sample, channel) plane -------------------------------------------------------
+
+// Sums of the columns w0, w0 + 1, ... of rows h0 .. h1 - 1 (row stride `width`), as many as
+// `Floats` holds, each from the top down starting at 0 + x (so a -0 sums to +0, as from a zeroed
+// column), kept in a register.
+template <typename Floats, typename scalar_t>
+inline void column_block_sums(const scalar_t* plane, int64_t width, int64_t h0, int64_t h1, int64_t w0,
+                              float* column) {
+  constexpr int lanes = sizeof(Floats) / sizeof(float);
+  Floats sum = {}, x;
+  for (int64_t h = h0; h < h1; ++h) {
+    const scalar_t* src = plane + h * width + w0;
+    for (int i = 0; i < lanes; ++i) x[i] = static_cast<float>(src[i]);
+    sum += x;
+  }
+  __builtin_memcpy(column + w0, &sum, sizeof(sum));
+}
 
 // Buffers: column and lfc_row hold `width` floats, hfc height * width.
 template <typename scalar_t, int BITS>
@@ -296,26 +339,34 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     // Tile means: each column of the tile row summed downwards, then the columns of a tile.
-    // The first row starts the sums as 0 + x (so a -0 sums to +0, as from a zeroed column), with no
-    // zeroing pass whose stores the next loads would wait on.
-    for (int64_t w = 0; w < width; ++w) column[w] = 0.0f + static_cast<float>(plane[h0 * width + w]);
-    for (int64_t h = h0 + 1; h < h1; ++h) {
-      const scalar_t* src = plane + h * width;
-      for (int64_t w = 0; w < width; ++w) column[w] += static_cast<float>(src[w]);
+    int64_t w = 0;
+    for (; w + 16 <= width; w += 16) column_block_sums<Floats16>(plane, width, h0, h1, w, column);
+    for (; w + 8 <= width; w += 8) column_block_sums<Floats8>(plane, width, h0, h1, w, column);
+    for (; w < width; ++w) {
+      float sum = 0.0f;
+      for (int64_t h = h0; h < h1; ++h) sum += static_cast<float>(plane[h * width + w]);
+      column[w] = sum;
     }
     for (int64_t tc = 0; tc < cols; ++tc) {
       const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
       float sum = 0.0f;
-      for (int64_t w = w0; w < w1; ++w) sum += column[w];
+      for (int64_t k = w0; k < w1; ++k) sum += column[k];
       const c10::BFloat16 mean(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
       lfc[tr * cols + tc] = mean;
-      for (int64_t w = w0; w < w1; ++w) lfc_row[w] = static_cast<float>(mean);
+      for (int64_t k = w0; k < w1; ++k) lfc_row[k] = static_cast<float>(mean);
     }
-    // The HFC against the bfloat16 LFC.
+    // The HFC against the bfloat16 LFC; with one tile across, the tile row is one run of values.
+    if (cols == 1) {
+      const float mean = lfc_row[0];
+      const scalar_t* src = plane + h0 * width;
+      float* dst = hfc + h0 * width;
+      for (int64_t k = 0; k < (h1 - h0) * width; ++k) dst[k] = static_cast<float>(src[k]) - mean;
+      continue;
+    }
     for (int64_t h = h0; h < h1; ++h) {
       const scalar_t* src = plane + h * width;
       float* dst = hfc + h * width;
-      for (int64_t w = 0; w < width; ++w) dst[w] = static_cast<float>(src[w]) - lfc_row[w];
+      for (int64_t k = 0; k < width; ++k) dst[k] = static_cast<float>(src[k]) - lfc_row[k];
     }
   }
   const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
@@ -328,19 +379,30 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
 template <typename scalar_t, int BITS>
 void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, c10::BFloat16 minimum,
                                c10::BFloat16 scale, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                               float* lfc_row, uint8_t* level, scalar_t* out) {
+                               float* lfc_row, int32_t* level, scalar_t* out) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   unpack_row<BITS>(packed, height * width, level);
   for (int64_t tr = 0; tr < rows; ++tr) {
+    const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+    if (cols == 1) {  // one tile across: the tile row's values are contiguous and share one mean
+      const float mean = static_cast<float>(lfc[tr]);
+      const int32_t* src = level + h0 * width;
+      scalar_t* dst = out + h0 * width;
+      for (int64_t k = 0; k < (h1 - h0) * width; ++k) {
+        float v = static_cast<float>(src[k]) * step;
+        v = v + low;
+        dst[k] = static_cast<scalar_t>(v + mean);
+      }
+      continue;
+    }
     for (int64_t tc = 0; tc < cols; ++tc) {
       const float mean = static_cast<float>(lfc[tr * cols + tc]);
       const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
       for (int64_t w = w0; w < w1; ++w) lfc_row[w] = mean;
     }
-    const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     for (int64_t h = h0; h < h1; ++h) {
-      const uint8_t* src = level + h * width;
+      const int32_t* src = level + h * width;
       scalar_t* dst = out + h * width;
       for (int64_t w = 0; w < width; ++w) {
         float v = static_cast<float>(src[w]) * step;
@@ -368,7 +430,7 @@ void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, 
 
 template <typename scalar_t, int BITS>
 void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::BFloat16 scale, int64_t count,
-                            uint8_t* level, scalar_t* out) {
+                            int32_t* level, scalar_t* out) {
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   unpack_row<BITS>(packed, count, level);
   for (int64_t k = 0; k < count; ++k) {

@@ -122,7 +122,7 @@ void division_decompress(c10::ScalarType dtype, int bits, const c10::BFloat16* l
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> lfc_row(width);
-        std::vector<uint8_t> level(layout.row_bytes * (8 / BITS));
+        std::vector<int32_t> level(layout.row_bytes * (8 / BITS));
         for (int64_t p = begin; p < end; ++p) {
           division_decompress_plane<scalar_t, BITS>(lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                     minimum[p], scale[p], height, width, layout.tile_h,
@@ -170,7 +170,7 @@ void group_decompress(c10::ScalarType dtype, int bits, const uint8_t* packed, co
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
-        std::vector<uint8_t> level(row_bytes * (8 / BITS));
+        std::vector<int32_t> level(row_bytes * (8 / BITS));
         for (int64_t g = begin; g < end; ++g) {
           const int64_t base = g * group_size;
           group_decompress_group<scalar_t, BITS>(packed + g * row_bytes, minimum[g], scale[g],
