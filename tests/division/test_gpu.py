@@ -62,6 +62,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # threads, values that do not fill a byte, one value, and ResNet-50's planes at 224 px: staged in
 # shared memory (56 x 56; 112 x 112 in 16 bits, beyond the 48 KiB a block gets unasked) or, too
 # large in float32, read from global memory. A map whose bytes end off a 16-byte boundary is not staged.
+# Short planes of every noise block: 1, 2, 4 and 8 Philox calls.
 SHAPES = (
     (4, 8, 16, 16),
     (2, 3, 17, 13),
@@ -72,6 +73,9 @@ SHAPES = (
     (2, 3, 56, 56),
     (1, 9, 112, 112),
     (8, 4, 7, 7),
+    (3, 7, 2, 3),
+    (5, 3, 4, 4),
+    (2, 9, 4, 8),
 )
 
 
@@ -87,7 +91,7 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
         assert _equal_on_cpu(
             [restored], [compress.division_decompress(*expected, 8, bits, *shape[2:], dtype)]
         )
-        for group_size in (256, 33):
+        for group_size in (256, 33, 8):  # 8: a short row
             saved = cuda_kernels.group_compress(x.to(CUDA), group_size, bits, SEED, OFFSET)
             expected = compress.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal_on_cpu(saved, expected), (shape, group_size)
@@ -110,8 +114,9 @@ def test_compressors_read_views_at_any_offset(cuda_kernels, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mask_and_maxpool_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dtype):
-    # Not a whole number of bytes or of blocks of 2048 values; then eights of values, read at once.
-    for index, shape in enumerate(((3, 5, 110, 61), (2, 4, 56, 56))):
+    # Not a whole number of bytes or of blocks of 2048 values; then eights of values, read at once;
+    # then a map of one short noise row (30 values: 4 calls).
+    for index, shape in enumerate(((3, 5, 110, 61), (2, 4, 56, 56), (2, 3, 5))):
         x = _map(shape, dtype, index)
         grad = _map(x.shape, dtype, index + 1)
         out, packed = cuda_kernels.relu_pack(x.to(CUDA))
