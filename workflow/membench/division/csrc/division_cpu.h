@@ -375,6 +375,92 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, short_uniforms, packed);
 }
 
+// Short single-tile planes (at most 64 values; the LFC is the plane's mean), 16 at a time, one plane
+// per vector lane: each value goes through the same operations in the same order as in
+// division_compress_plane, so the results are the same bits, but a short plane's fixed work (loop
+// set-up, reductions across a vector, latencies one after another) is shared by 16 planes.
+constexpr int kPlaneLanes = 16;
+constexpr int64_t kShortPlaneValues = 64;
+
+// Planes first .. first + count - 1 (count <= 16; the other lanes repeat the first plane and are
+// dropped) of `area` values, `width` per row; `noise` serves their rows' uniforms.
+template <typename scalar_t, int BITS>
+void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t count, int64_t height, int64_t width,
+                                    ShortRowNoise& noise, c10::BFloat16* lfc, uint8_t* packed, int64_t row_bytes,
+                                    c10::BFloat16* minimum, c10::BFloat16* scale) {
+  constexpr int per_byte = 8 / BITS;
+  const int64_t area = height * width;
+  // value[j][l]: value j of lane l's plane (and uniform[j][l] its noise), one plane per lane.
+  alignas(64) Floats16 value[kShortPlaneValues], uniform[kShortPlaneValues];
+  for (int l = 0; l < kPlaneLanes; ++l) {
+    const int64_t p = first + (l < count ? l : 0);
+    const scalar_t* src = map + p * area;
+    for (int64_t j = 0; j < area; ++j) value[j][l] = static_cast<float>(src[j]);
+    if (l < count) {
+      const float* u = noise.of(p);
+      for (int64_t j = 0; j < area; ++j) uniform[j][l] = u[j];
+    } else {
+      for (int64_t j = 0; j < area; ++j) uniform[j][l] = uniform[j][0];
+    }
+  }
+  // The mean: each column summed downwards from 0, then the columns from 0, over the value count.
+  alignas(64) Floats16 column[kShortPlaneValues];
+  const Floats16 zero = {};
+  for (int64_t w = 0; w < width; ++w) column[w] = zero + value[w];
+  for (int64_t h = 1; h < height; ++h) {
+    for (int64_t w = 0; w < width; ++w) column[w] += value[h * width + w];
+  }
+  Floats16 sum = {};
+  for (int64_t w = 0; w < width; ++w) sum += column[w];
+  const Floats16 mean_value = sum / static_cast<float>(area);
+  Floats16 mean;
+  alignas(64) c10::BFloat16 mean_bf16[kPlaneLanes];
+  for (int l = 0; l < kPlaneLanes; ++l) {
+    mean_bf16[l] = c10::BFloat16(mean_value[l]);
+    mean[l] = static_cast<float>(mean_bf16[l]);
+  }
+  // The HFC and its range.
+  Floats16 lo, hi;
+  Ints16 nan = {};
+  for (int l = 0; l < kPlaneLanes; ++l) {
+    lo[l] = INFINITY;
+    hi[l] = -INFINITY;
+  }
+  for (int64_t j = 0; j < area; ++j) {
+    const Floats16 x = value[j] - mean;
+    value[j] = x;
+    lo = x < lo ? x : lo;
+    hi = x > hi ? x : hi;
+    nan |= x != x;
+  }
+  Floats16 low, step;
+  for (int l = 0; l < kPlaneLanes; ++l) {
+    const membench::Grid grid = grid_of(RowRange{lo[l], hi[l], nan[l] != 0}, BITS);
+    if (l < count) {
+      lfc[first + l] = mean_bf16[l];
+      minimum[first + l] = grid.low;
+      scale[first + l] = grid.step;
+    }
+    low[l] = static_cast<float>(grid.low);
+    step[l] = static_cast<float>(grid.step);
+  }
+  // Stochastic rounding (membench::quantize_level, a lane at a time) and packing.
+  const float levels = static_cast<float>((1 << BITS) - 1);
+  alignas(64) Ints16 level[kShortPlaneValues + per_byte];
+  for (int64_t j = 0; j < area; ++j) {
+    Floats16 x = (value[j] - low) / step + uniform[j];
+    x = x < levels ? x : levels;
+    level[j] = __builtin_convertvector(x, Ints16);
+  }
+  const int64_t bytes = (area + per_byte - 1) / per_byte;
+  for (int64_t j = area; j < bytes * per_byte; ++j) level[j] = Ints16{};
+  for (int64_t b = 0; b < bytes; ++b) {
+    Ints16 byte = {};
+    for (int i = 0; i < per_byte; ++i) byte |= level[b * per_byte + i] << (i * BITS);
+    for (int l = 0; l < count; ++l) packed[(first + l) * row_bytes + b] = static_cast<uint8_t>(byte[l]);
+  }
+}
+
 // Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes.
 template <typename scalar_t, int BITS>
 void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, c10::BFloat16 minimum,

@@ -98,6 +98,14 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> column(width), lfc_row(width), hfc(layout.area);
         ShortRowNoise noise(seed, offset, calls);
+        if (layout.lfc_size == 1 && layout.area <= kShortPlaneValues) {
+          for (int64_t p = begin; p < end; p += kPlaneLanes) {
+            division_compress_short_planes<scalar_t, BITS>(map, p, std::min<int64_t>(kPlaneLanes, end - p), height,
+                                                           width, noise, lfc, packed, layout.row_bytes, minimum,
+                                                           scale);
+          }
+          return;
+        }
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, seed, offset, static_cast<uint32_t>(p),
