@@ -148,13 +148,3 @@ def test_compressors_job_times_both_compressors_against_a_clone(tmp_path):
     )
     assert record["division_ms"] > 0 and record["actnn2bit_vs_clone"] > 0
     assert set(TIMING_FIELDS) <= set(record)
-
-
-def test_compressors_job_takes_a_late_stage_map_smaller_than_a_block(tmp_path, capsys):
-    outdir = tmp_path / "small"
-    arguments = ["--batch-size", "2", "--channels", "3", "--image-size", "4", "--repeats", "1"]
-    assert main(["division", "compressors", "--outdir", str(outdir), *arguments, "--kernels", "torch"]) == 0
-    assert json.loads((outdir / "metrics.json").read_text())["map_shape"] == "2x3x4x4"
-    with pytest.raises(SystemExit) as exit_:  # out of range: argparse's usage error
-        main(["division", "compressors", "--outdir", str(tmp_path / "bad"), "--image-size", "0"])
-    assert exit_.value.code == 2 and "--image-size: expected an integer from 1" in capsys.readouterr().err

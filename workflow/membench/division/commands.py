@@ -241,9 +241,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     compressors.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json")
     compressors.add_argument("--batch-size", type=BATCH_SIZE, default=32, help="the map's N")
     compressors.add_argument("--channels", type=integer(1, 2**16), default=64, help="the map's C")
-    compressors.add_argument(
-        "--image-size", type=integer(1, 4096), default=32, help="the map's H and W (a late stage's may be 4)"
-    )
+    compressors.add_argument("--image-size", type=IMAGE_SIZE, default=32, help="the map's H and W")
     compressors.add_argument("--dtype", default="float32", choices=MAP_DTYPES, help="the map's dtype")
     compressors.add_argument("--repeats", type=integer(1, 1000), default=20, help="timed rounds")
     compressors.add_argument("--threads", type=THREADS, default=1, help="torch CPU threads")
