@@ -96,7 +96,6 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> column(width), lfc_row(width), hfc(layout.area);
         ShortRowNoise noise(seed, offset, calls);
         if (layout.lfc_size == 1 && layout.area <= kShortPlaneValues) {
           for (int64_t p = begin; p < end; p += kPlaneLanes) {
@@ -106,6 +105,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
           }
           return;
         }
+        std::vector<float> column(width), lfc_row(width), hfc(layout.area);
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, seed, offset, static_cast<uint32_t>(p),
