@@ -164,9 +164,11 @@ inline void short_rows_in_order(const float (&uniforms)[8][kLanes], float* out) 
 // block, one block each): row k's value t into out[8 * calls * k + t], 8 * kLanes floats in all.
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
   alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
-  for (int l = 0; l < kLanes; ++l) {
-    call[l] = static_cast<uint32_t>(l % calls);
-    rows[l] = first_row + static_cast<uint32_t>(l / calls);
+  for (int k = 0, l = 0; l < kLanes; ++k) {  // lane l = calls * k + c: row k's call c
+    for (int c = 0; c < calls; ++c, ++l) {
+      call[l] = static_cast<uint32_t>(c);
+      rows[l] = first_row + static_cast<uint32_t>(k);
+    }
   }
   philox_lanes(seed, offset, call, rows, words);
   // Half-word v of every lane, converted a vector at a time, then put in each row's value order.
