@@ -101,6 +101,24 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_planes_with_nan_or_infinity_match_the_cpu_reference(cuda_kernels, dtype):
+    """NaN minimum, scale 1, top levels, NaN after decompression, as on the CPU; NaN payloads are the
+    conversion's own (CUDA's bfloat16 NaN is not the CPU's), so NaNs compare equal whatever their bits."""
+    for shape in ((2, 3, 16, 16), (2, 3, 112, 112)):  # staged in shared memory; in float32, not
+        x = _map(shape, dtype)
+        x[0, 0, 3, 4], x[0, 2, 0, 0], x[1, 1, 5, 9] = float("nan"), float("inf"), -float("inf")
+        saved = list(cuda_kernels.division_compress(x.to(CUDA), 8, 2, SEED, OFFSET))
+        expected = list(compress.division_compress(x, 8, 2, SEED, OFFSET))
+        restored = cuda_kernels.division_decompress(*saved, 8, 2, shape[2], shape[3], dtype)
+        reference = compress.division_decompress(*expected, 8, 2, shape[2], shape[3], dtype)
+        for group_size in (256, 33):
+            saved.extend(cuda_kernels.group_compress(x.to(CUDA), group_size, 2, SEED, OFFSET))
+            expected.extend(compress.group_compress(x, group_size, 2, SEED, OFFSET))
+        for ours, theirs in zip((*saved, restored), (*expected, reference), strict=True):
+            torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_compressors_read_views_at_any_offset(cuda_kernels, dtype):
     """A map that starts inside its storage, on a 16-byte boundary (staged) or off it (not)."""
     for shape in ((3, 4, 56, 56), (3, 1, 7, 7)):

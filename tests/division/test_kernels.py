@@ -175,3 +175,37 @@ def test_bad_arguments_raise_from_the_extension(extension_kernels):
         extension_kernels.division_decompress(lfc, packed[:, :1], minimum, scale, 8, 2, 4, 4, torch.float32)
     with pytest.raises(RuntimeError, match="mask"):
         extension_kernels.masked_grad(x, torch.zeros(1, dtype=torch.uint8), 1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernels_match_the_reference_on_planes_with_nan_or_infinity(extension_kernels, dtype):
+    """A plane or group that holds a NaN or an infinity (a diverging run; float16 overflows) gets a NaN
+    minimum, scale 1 and the top level everywhere, in the kernels and the reference alike; it
+    decompresses to NaN. NaN payloads are the conversion's own (CUDA writes others), so NaNs compare
+    equal whatever their bits."""
+    x = _map((2, 3, 16, 16), dtype)
+    x[0, 0, 3, 4] = float("nan")
+    x[0, 2, 0, 0] = float("inf")
+    x[1, 1, 5, 9] = -float("inf")
+    x[1, 2, 7, 7], x[1, 2, 8, 8] = float("inf"), -float("inf")
+
+    def same(ours, reference):
+        for a, b in zip(ours, reference, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+    for block in (8, 4):
+        saved = extension_kernels.division_compress(x, block, 2, SEED, OFFSET)
+        expected = compress.division_compress(x, block, 2, SEED, OFFSET)
+        same(saved, expected)
+        planes = torch.tensor([[0, 0], [0, 2], [1, 1], [1, 2]]).T
+        flat = planes[0] * 3 + planes[1]
+        assert torch.isnan(expected[2].float()[flat]).all() and (expected[1][flat] == 0xFF).all()
+        restored = extension_kernels.division_decompress(*expected, block, 2, 16, 16, dtype)
+        same([restored], [compress.division_decompress(*expected, block, 2, 16, 16, dtype)])
+        assert torch.isnan(restored[planes[0], planes[1]]).all()
+        assert torch.isfinite(restored[0, 1]).all()
+    for group_size in (256, 33):
+        saved = extension_kernels.group_compress(x, group_size, 2, SEED, OFFSET)
+        same(saved, compress.group_compress(x, group_size, 2, SEED, OFFSET))
+        args = (*saved, group_size, 2, list(x.shape), dtype)
+        same([extension_kernels.group_decompress(*args)], [compress.group_decompress(*args)])

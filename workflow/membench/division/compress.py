@@ -150,14 +150,16 @@ def quantize_pack(
     """Quantise each row of ``x`` to ``bits`` bits by stochastic rounding and pack the levels.
 
     ``x``: float32 (rows, length); ``minimum``, ``scale``: float32 (rows,), level ``k`` stands for
-    ``minimum + k * scale``; ``noise``: float32 (rows, length) uniform in [0, 1).
+    ``minimum + k * scale``; ``noise``: float32 (rows, length) uniform in [0, 1). A value whose level
+    is NaN (in a row that holds a NaN, or an infinity the grid cannot place) takes the top level.
     Returns uint8 (rows, ceil(length / (8 // bits))).
     """
     _check_bits(bits)
     levels = (1 << bits) - 1
     per_byte = 8 // bits
     rows, length = x.shape
-    level = torch.floor((x - minimum[:, None]) / scale[:, None] + noise).clamp_(0, levels).to(torch.uint8)
+    level = torch.floor((x - minimum[:, None]) / scale[:, None] + noise)
+    level = level.nan_to_num_(nan=levels).clamp_(0, levels).to(torch.uint8)
     padded = -length % per_byte
     if padded:
         level = F.pad(level, (0, padded))
