@@ -13,7 +13,8 @@ TEST_CONFIG = Path(__file__).with_name("config.yaml")
 
 
 def snakemake_command(workdir: Path, *args: str, configfile: Path = TEST_CONFIG) -> list[str]:
-    """``snakemake`` of this checkout's workflow in ``workdir`` on ``configfile``, 2 cores, ``args``."""
+    """``snakemake`` of this checkout's workflow in ``workdir`` on ``configfile``, one core (the suite's
+    other xdist worker has the other: two would make torch's threads wait on each other), ``args``."""
     return [
         sys.executable,
         "-m",
@@ -25,7 +26,7 @@ def snakemake_command(workdir: Path, *args: str, configfile: Path = TEST_CONFIG)
         "--configfile",
         str(configfile),
         "--cores",
-        "2",
+        "1",
         *args,
     ]
 
