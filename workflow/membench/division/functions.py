@@ -107,8 +107,8 @@ def _cast(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tenso
 # A strided convolution's input gradient from this size on is computed half a batch at a time.
 _SPLIT_INPUT_GRAD_BYTES = 16 * 2**20
 # A convolution's input gradient on a CPU from this input size on is computed in a call of its own:
-# the second call costs about 8% of a 3x3 convolution's backward time (ResNet-18's first stage at
-# batch 16, 2 threads) and saves one map-sized buffer, so smaller maps keep one call.
+# the second call costs step time and saves one map-sized buffer, which below this size is worth
+# less (docs/benchmarks/division.md), so smaller maps keep one call.
 _SEPARATE_INPUT_GRAD_BYTES = 16 * 2**20
 
 
