@@ -13,7 +13,7 @@ import pytest
 from membench.core import atomic
 from membench.core.checkpoint import run_identity
 from membench.core.errors import InputError
-from membench.core.points import Command, Fork, Point, is_measured, measure
+from membench.core.points import Command, Fork, Point, is_measured, measure, measure_many
 
 
 def _write(path, value):
@@ -95,3 +95,57 @@ def test_a_record_changed_since_membench_wrote_it_is_not_reused(tmp_path):
     assert not is_measured(point)
     with pytest.raises(InputError, match="was changed since"):
         measure(point, Fork(_write, (point.record, 1)))
+
+
+def _span(path, seconds):
+    """Record when this process ran: [start, end] on the monotonic clock, shared by every process."""
+    begin = time.monotonic()
+    time.sleep(seconds)
+    atomic.write_json(path, {"span": [begin, time.monotonic()]})
+
+
+def test_many_points_run_at_most_at_once_side_by_side_and_each_comes_back(tmp_path):
+    points = [Point(tmp_path / f"p{i}.json", run_identity({"i": i}, code="v1")) for i in range(5)]
+    outcomes = {
+        p.record.name: o
+        for p, o in measure_many([(p, Fork(_span, (p.record, 0.4))) for p in points], at_once=2)
+    }
+    assert sorted(outcomes) == [f"p{i}.json" for i in range(5)]
+    assert all(is_measured(p) for p in points)
+    spans = [o.record["span"] for o in outcomes.values()]
+    # The most processes alive at one moment: at some process's start, those whose span covers it.
+    crowd = max(sum(s[0] <= start < s[1] for s in spans) for start, _ in spans)
+    assert crowd == 2
+
+
+def test_a_point_past_its_limit_is_killed_while_its_neighbours_finish(tmp_path):
+    slow, quick = (
+        Point(tmp_path / f"{n}.json", run_identity({"n": n}, code="v1")) for n in ("slow", "quick")
+    )
+    outcomes = {
+        p.record.stem: o
+        for p, o in measure_many(
+            [(slow, Fork(time.sleep, (60,))), (quick, Fork(_span, (quick.record, 0)))], 2.0, at_once=2
+        )
+    }
+    assert outcomes["slow"].timed_out and outcomes["slow"].exit_code == -9
+    assert not outcomes["quick"].timed_out and outcomes["quick"].record is not None
+
+
+def test_stopping_early_kills_the_points_still_running(tmp_path):
+    points = [Point(tmp_path / f"p{i}.json", run_identity({"i": i}, code="v1")) for i in range(3)]
+    starts = [
+        (points[0], Fork(_span, (points[0].record, 0))),
+        *((p, Command([sys.executable, "-c", "import time; time.sleep(60)"])) for p in points[1:]),
+    ]
+    begin = time.monotonic()
+    outcomes = measure_many(starts, at_once=3)
+    first, _ = next(outcomes)
+    outcomes.close()  # the caller stops (an error, an interrupt): the two sleepers must not live on
+    assert first == points[0] and time.monotonic() - begin < 30
+    assert not any(p.record.exists() for p in points[1:])
+
+
+def test_at_once_below_one_is_refused():
+    with pytest.raises(ValueError, match="at_once must be at least 1, got 0"):
+        list(measure_many([], at_once=0))

@@ -310,3 +310,46 @@ def test_faketensor_counts_the_largest_mlp_the_reader_accepts_and_refuses_what_i
         faketensor.step_bytes(
             lambda: torch.nn.Linear(4, 10**30), lambda: (torch.empty(2, 4), torch.zeros(2, dtype=torch.long))
         )
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn", "transformer"])
+def test_the_layer_summary_on_meta_stand_ins_equals_a_real_forward_pass(family):
+    from membench.memnet.configs import config_of
+    from membench.memnet.generate import generate
+    from membench.memnet.models import _summary_pass, build_model, example_batch
+
+    ranges = {
+        "mlp": {"input": (4, 64), "output": (2, 8), "batch": (4, 8)},
+        "cnn": {
+            "input": (32, 48),
+            "classes": (10, 12),
+            "depth": (1, 8),
+            "filters": (32, 40),
+            "batch": (4, 6),
+        },
+        "transformer": {"embed": (128, 160), "layers": (2, 3), "seq": (128, 160), "batch": (1, 4)},
+    }
+    for row in generate(family, 4, seed=3, ranges=ranges[family]).to_dict("records"):
+        config = config_of(row, family)
+        model = build_model(family, config)
+        x, _ = example_batch(family, config, torch.device("cpu"), torch.Generator().manual_seed(0))
+        buffers = {name: b.clone() for name, b in model.named_buffers()}
+        summary = layer_summary(model, x[:2])
+        assert all(torch.equal(buffers[name], b) for name, b in model.named_buffers())  # left as they were
+        assert summary == _summary_pass(model, x[:2], on_meta=False)
+
+
+class _BranchOnData(torch.nn.Module):
+    """A model that reads a value (as a data-dependent model does): it cannot run on meta tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.small, self.large = torch.nn.Linear(4, 2), torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.small(x) if x.sum().item() < 0 else self.large(x)
+
+
+def test_a_model_that_needs_real_values_is_summarised_by_a_real_forward_pass():
+    rows = layer_summary(_BranchOnData(), torch.ones(2, 4))
+    assert rows == [("linear", 3, 15)]

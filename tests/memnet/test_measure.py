@@ -141,3 +141,61 @@ def test_a_foreign_file_named_like_a_record_is_refused_not_deleted(tmp_path):
             threads=1,
         )
     assert (tmp_path / "mlp00000.json").read_text() == '{"mine": true}'
+
+
+def test_a_job_sharing_the_gpu_is_charged_its_own_process_only():
+    from membench.memnet.measure import target_source
+
+    summary = {"nvml_peak_mib": 900.0, "nvml_process_peak_mib": 300.0, "train_alloc_peak_mib": 3.0}
+    assert target_source(summary, True, per_process=True) == "nvml_process_peak_mib"
+    assert target_source({**summary, "nvml_process_peak_mib": None}, True, per_process=True) is None
+    assert target_source(summary, False, per_process=True) == "train_alloc_peak_mib"
+
+
+def _out_of_memory_once(marker):
+    """A job that runs out of memory the first time it runs and fits every time after."""
+
+    def job(device, steps, optimizer, interval):
+        if not marker.exists():
+            marker.write_text("")
+            return {"status": "OOM_CRASH", "memory_mib": None}
+        return {"status": "SUCCESSFUL", "memory_mib": 5.0}
+
+    return job
+
+
+def test_jobs_measured_side_by_side_and_an_out_of_memory_among_them_measured_again_alone(tmp_path):
+    from membench.memnet.measure import run_isolated
+
+    jobs = [
+        ({"config_id": "mlp00000", "filename": "a", "family": "mlp"}, {"batch": 4}, _fake_job(1.0)),
+        ({"config_id": "mlp00001", "filename": "b", "family": "mlp"}, {"batch": 8}, _fake_job(2.0)),
+        (
+            {"config_id": "mlp00002", "filename": "c", "family": "mlp"},
+            {"batch": 16},
+            _out_of_memory_once(tmp_path / "ran"),
+        ),
+    ]
+    records = run_isolated(jobs, tmp_path / "records", device="cpu", threads=1, jobs_at_once=2)
+    assert [(r["status"], r["memory_mib"], r["jobs_at_once"]) for r in records] == [
+        ("SUCCESSFUL", 1.0, 2),
+        ("SUCCESSFUL", 2.0, 2),
+        ("SUCCESSFUL", 5.0, 1),
+    ]
+    # Resumed: every record is of this measurement (the lone one too), so none is measured again.
+    again = run_isolated(
+        [(labels, determines, _fake_job(9.0)) for labels, determines, _ in jobs],
+        tmp_path / "records",
+        device="cpu",
+        threads=1,
+        jobs_at_once=3,
+    )
+    assert [r["memory_mib"] for r in again] == [1.0, 2.0, 5.0]
+    # One at a time charges the device's count: another measurement, so every job is measured anew.
+    alone = run_isolated(
+        [(labels, determines, _fake_job(7.0)) for labels, determines, _ in jobs],
+        tmp_path / "records",
+        device="cpu",
+        threads=1,
+    )
+    assert [(r["memory_mib"], r["jobs_at_once"]) for r in alone] == [(7.0, 1)] * 3

@@ -25,16 +25,17 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from membench.core import atomic
 from membench.core.checkpoint import matches_identity
 from membench.core.errors import InputError
 from membench.core.validate import read_json_object
 
-__all__ = ["Command", "Fork", "Outcome", "Point", "is_measured", "measure"]
+__all__ = ["Command", "Fork", "Outcome", "Point", "is_measured", "measure", "measure_many"]
 
 
 @dataclass(frozen=True)
@@ -100,43 +101,74 @@ def measure(point: Point, start: Fork | Command, timeout_s: float | None = None)
     it. A process still running after ``timeout_s`` seconds (``None``: no limit), or when this one
     is interrupted, is killed: no point's process outlives the wait for it.
     """
-    atomic.check_replaceable(point.record)
-    point.record.unlink(missing_ok=True)
-    atomic.write_json(point.identity_path, point.identity)
-    begin = time.perf_counter()
-    if isinstance(start, Fork):
-        exit_code, timed_out = _run_forked(start, timeout_s)
-    else:
-        exit_code, timed_out = _run_command(start, timeout_s)
-    wall_s = time.perf_counter() - begin
-    record = (
-        read_json_object(point.record, missing="its process wrote none") if point.record.is_file() else None
-    )
-    return Outcome(record, exit_code, timed_out, wall_s)
+    ((_, outcome),) = measure_many([(point, start)], timeout_s)
+    return outcome
 
 
-def _run_forked(start: Fork, timeout_s: float | None) -> tuple[int | None, bool]:
-    child = multiprocessing.get_context("fork").Process(target=start.target, args=start.args)
-    child.start()
+def measure_many(
+    runs: Sequence[tuple[Point, Fork | Command]], timeout_s: float | None = None, at_once: int = 1
+) -> Iterator[tuple[Point, Outcome]]:
+    """Measure each ``(point, start)`` as :func:`measure` does, with up to ``at_once`` processes
+    running side by side; yields ``(point, outcome)`` as each ends. Every process is started from
+    the calling thread (a fork from a thread could inherit another thread's held lock). When the
+    caller stops early or is interrupted, the processes still running are killed."""
+    if at_once < 1:
+        raise ValueError(f"at_once must be at least 1, got {at_once}")
+    waiting = deque(runs)
+    running: list[tuple[Point, _Process, float]] = []
     try:
-        child.join(timeout_s)
+        while waiting or running:
+            while waiting and len(running) < at_once:
+                point, start = waiting.popleft()
+                atomic.check_replaceable(point.record)
+                point.record.unlink(missing_ok=True)
+                atomic.write_json(point.identity_path, point.identity)
+                running.append((point, _Process(start), time.perf_counter()))
+            time.sleep(_POLL_S)
+            now = time.perf_counter()
+            for run in list(running):
+                point, process, begin = run
+                timed_out = timeout_s is not None and now - begin > timeout_s
+                if process.exit_code() is None and not timed_out:
+                    continue
+                running.remove(run)
+                exit_code = process.stop()
+                record = (
+                    read_json_object(point.record, missing="its process wrote none")
+                    if point.record.is_file()
+                    else None
+                )
+                yield point, Outcome(record, exit_code, timed_out, time.perf_counter() - begin)
     finally:
-        timed_out = child.is_alive()
-        if timed_out:
-            child.kill()
-            child.join()
-    return child.exitcode, timed_out
+        for _, process, _ in running:
+            process.stop()
 
 
-def _run_command(start: Command, timeout_s: float | None) -> tuple[int | None, bool]:
-    child = subprocess.Popen([str(part) for part in start.argv])
-    timed_out = False
-    try:
-        child.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    return child.returncode, timed_out
+# How often running processes are checked: short beside any point's own start (a second or more).
+_POLL_S = 0.02
+
+
+class _Process:
+    """A point's process, however it was started."""
+
+    def __init__(self, start: Fork | Command) -> None:
+        if isinstance(start, Fork):
+            self._child = multiprocessing.get_context("fork").Process(target=start.target, args=start.args)
+            self._child.start()
+        else:
+            self._child = subprocess.Popen([str(part) for part in start.argv])
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process has ended (negative: the signal that ended it), else ``None``."""
+        if isinstance(self._child, subprocess.Popen):
+            return self._child.poll()
+        return self._child.exitcode
+
+    def stop(self) -> int | None:
+        """Kill the process if it still runs, wait for it and return its exit code."""
+        if self.exit_code() is None:
+            self._child.kill()
+        if isinstance(self._child, subprocess.Popen):
+            return self._child.wait()
+        self._child.join()
+        return self._child.exitcode

@@ -5,12 +5,15 @@ risk, train them, then measure real timm models (where timm is installed) and se
 
 Everything lands under ``--outdir``; a rerun resumes (measured configurations are not measured
 again). With ``--measure-only`` the run stops once each family's GPUMemNet-format CSV is written,
-so that the evaluation, which needs no GPU, can run elsewhere (``membench memnet evaluate``).
+so that the evaluation, which needs no GPU, can run elsewhere (``membench memnet evaluate``); with
+``--skip-evaluation`` it leaves out only the k-fold evaluation, and still trains the estimators and
+predicts the timm models, which need timm (installed where the GPU is, say).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +63,8 @@ def run_campaign(args) -> None:
             steps=args.train_steps,
             sample_interval_s=args.sample_interval_s,
             timeout_s=args.timeout_s,
-            threads=1,
+            threads=_child_threads(args),
+            jobs_at_once=args.jobs_at_once,
         )
         measured[family] = (configs, records)
     timm_records = _measure_timm(args, out) if args.timm_models else []
@@ -82,25 +86,35 @@ def run_campaign(args) -> None:
             continue
         jobs = load_jobs(base / "gpumemnet.csv", family)
         bins = DEFAULT_BINS[family]
-        table, predictions = evaluate(
-            jobs,
-            bins,
-            folds=args.folds,
-            seed=args.seed,
-            max_under=args.max_under,
-            faketensor_rows=args.faketensor_rows,
-        )
-        table.insert(0, "family", family)
-        table.insert(1, "jobs", len(jobs))
-        table.insert(2, "too_small_to_judge", judgement(jobs, bins))
-        write_table(table, base / "evaluation.csv")
-        write_table(predictions, base / "predictions.csv")
-        evaluations.append(table)
+        if not args.skip_evaluation:
+            table, predictions = evaluate(
+                jobs,
+                bins,
+                folds=args.folds,
+                seed=args.seed,
+                max_under=args.max_under,
+                faketensor_rows=args.faketensor_rows,
+            )
+            table.insert(0, "family", family)
+            table.insert(1, "jobs", len(jobs))
+            table.insert(2, "too_small_to_judge", judgement(jobs, bins))
+            write_table(table, base / "evaluation.csv")
+            write_table(predictions, base / "predictions.csv")
+            evaluations.append(table)
         trained[family] = _train(args, jobs, bins, base / "gpumemnet.csv", base / "estimators")
     if evaluations:
         write_table(pd.concat(evaluations, ignore_index=True), out / "evaluation.csv")
     if timm_records and not args.measure_only:
         write_table(_timm_table(args, timm_records, trained), out / "timm.csv")
+
+
+def _child_threads(args) -> int:
+    """CPU threads of each measuring child: one with ``--device cpu``, where the training steps are
+    the measurement; else a share of the cores, which on a GPU only build the model (its
+    initialisation). CUDA is not asked: this process must not initialise it before it forks."""
+    if args.device == "cpu":
+        return 1
+    return max(1, (os.cpu_count() or 1) // args.jobs_at_once)
 
 
 def _train(args, jobs, bins, data: Path, outdir: Path) -> Trained:
@@ -171,7 +185,8 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
         steps=args.train_steps,
         sample_interval_s=args.sample_interval_s,
         timeout_s=args.timeout_s,
-        threads=1,
+        threads=_child_threads(args),
+        jobs_at_once=args.jobs_at_once,
     )
     return [(name, batch, record) for (name, batch), record in zip(specs, records)]
 

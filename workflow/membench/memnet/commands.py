@@ -66,6 +66,8 @@ BINS = fields_action(real(0, 2**40), real(0, 2**40, exclusive_low=True), integer
 SETTING = integer(1, 2**20)
 CONFIGURATIONS = integer(1, 1_000_000)
 FOLDS = integer(2, 1000)
+# Processes measuring side by side on one machine.
+JOBS_AT_ONCE = integer(1, 256)
 # The risk a user accepts: above one half, "too low" would be the likelier answer.
 MAX_UNDER = real(0, 0.5, exclusive_low=True)
 CALIBRATION_FRACTION = real(0, 1, exclusive_low=True, exclusive_high=True)
@@ -232,6 +234,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--timeout-s", type=TIMEOUT_S, default=600.0, help="a configuration running longer is TIMEOUT"
     )
     measure.add_argument("--threads", type=THREADS, default=None, help="torch CPU threads in each child")
+    _add_jobs_at_once_option(measure)
     add_meter_options(measure, sample_interval_s=0.02)
 
     clean = steps.add_parser("clean", help="measured records -> GPUMemNet-format CSV of the family")
@@ -388,6 +391,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     campaign.add_argument("--seed", type=SEED, default=0)
     campaign.add_argument("--folds", type=FOLDS, default=3)
     campaign.add_argument("--timeout-s", type=TIMEOUT_S, default=300.0)
+    _add_jobs_at_once_option(campaign)
     _add_risk_option(campaign)
     campaign.add_argument(
         "--faketensor-rows",
@@ -402,6 +406,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "elsewhere, so that the GPU is held only while it measures",
     )
     campaign.add_argument(
+        "--skip-evaluation",
+        action="store_true",
+        help="leave out the k-fold evaluation (run `membench memnet evaluate` on the CSVs elsewhere); "
+        "still train every estimator on all jobs and predict the timm models",
+    )
+    campaign.add_argument(
         "--timm-models",
         nargs="*",
         default=[],
@@ -412,6 +422,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     campaign.add_argument("--image-size", type=IMAGE_SIZE, default=224)
     add_meter_options(campaign, sample_interval_s=0.02)
     return parser
+
+
+def _add_jobs_at_once_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--jobs-at-once",
+        type=JOBS_AT_ONCE,
+        default=1,
+        help="jobs measured side by side, each in its own process (default: %(default)s). Above 1, "
+        "a GPU job is charged the memory NVML counts for its own process rather than the device's, "
+        "and a job that runs out of memory beside others is measured again alone",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -483,6 +504,7 @@ def _measure(args) -> None:
         sample_interval_s=args.sample_interval_s,
         timeout_s=args.timeout_s,
         threads=args.threads,
+        jobs_at_once=args.jobs_at_once,
     )
     write_table(_records_table(records), args.out)
 

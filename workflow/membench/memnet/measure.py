@@ -15,9 +15,11 @@ allocator-level peak of the training steps (``train_alloc_peak_mib``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +31,7 @@ from membench.core.checkpoint import code_version, run_identity
 from membench.core.device import device_name, resolve_device
 from membench.core.meter import Meter
 from membench.core.oom import is_out_of_memory
-from membench.core.points import Fork, Point, is_measured, measure
+from membench.core.points import Fork, Point, is_measured, measure_many
 from membench.core.seeding import seeded
 from membench.core.validate import read_json_object
 from membench.memnet.configs import config_of
@@ -122,11 +124,18 @@ def _train_steps(
     return record
 
 
-def target_source(summary: dict, on_cuda: bool) -> str:
+def target_source(summary: dict, on_cuda: bool, per_process: bool = False) -> str | None:
     """The meter field a configuration's memory is learned from: NVML's peak on a GPU (the
-    allocator's reserved peak where NVML cannot be read), the training steps' allocator peak on a CPU."""
+    allocator's reserved peak where NVML cannot be read), the training steps' allocator peak on a CPU.
+
+    ``per_process``: the job shared the GPU with other jobs, so only NVML's count of this process's
+    own memory is its own (``None`` where NVML does not count per process). For a job alone on the
+    GPU the two NVML peaks are the same figure, each above its own baseline read after the CUDA
+    context exists."""
     if not on_cuda:
         return "train_alloc_peak_mib"
+    if per_process:
+        return "nvml_process_peak_mib" if summary.get("nvml_process_peak_mib") is not None else None
     return "nvml_peak_mib" if summary.get("nvml_peak_mib") is not None else "cuda_peak_reserved_mib"
 
 
@@ -147,23 +156,41 @@ def config_job(family: str, row: dict) -> Callable[[torch.device, int, str, floa
     return job
 
 
-def _child(
-    path: Path,
-    labels: dict,
-    job: Callable,
-    device: str,
-    steps: int,
-    optimizer: str,
-    sample_interval_s: float,
-    threads: int | None,
-) -> None:
-    if threads:
+@dataclass(frozen=True)
+class _Settings:
+    """How every child of one :func:`run_isolated` measures."""
+
+    device: str
+    steps: int
+    optimizer: str
+    sample_interval_s: float
+    threads: int | None
+    per_process: bool  # charge each job NVML's count of its own process (see target_source)
+
+
+def _child(path: Path, labels: dict, job: Callable, settings: _Settings, jobs_at_once: int) -> None:
+    if settings.threads:
         torch.set_num_threads(
-            threads
+            settings.threads
         )  # this forked process's own entry point: its threads are its own to set
     start = time.perf_counter()
     record = dict(labels)
-    record.update(job(resolve_device(device), steps, optimizer, sample_interval_s))
+    device = resolve_device(settings.device)
+    record.update(job(device, settings.steps, settings.optimizer, settings.sample_interval_s))
+    record["jobs_at_once"] = jobs_at_once
+    if settings.per_process and record["status"] == STATUS_OK and device.type == "cuda":
+        source = target_source(record, on_cuda=True, per_process=True)
+        if source is None:
+            record.update(
+                {
+                    "status": STATUS_FAILED,
+                    "status_message": "NVML does not count each process's memory here: "
+                    "measure one job at a time (--jobs-at-once 1)",
+                    "memory_mib": None,
+                }
+            )
+        else:
+            record.update({"memory_mib": record[source], "memory_source": source})
     record["wall_s"] = time.perf_counter() - start
     atomic.write_json(path, record)
 
@@ -177,23 +204,31 @@ def run_isolated(
     sample_interval_s: float = 0.02,
     timeout_s: float = 600.0,
     threads: int | None = None,
+    jobs_at_once: int = 1,
 ) -> list[dict]:
     """Run each ``(labels, determines, job)`` in its own forked child (a point of
     :mod:`membench.core.points`), unless ``outdir`` holds its record ``<labels["config_id"]>.json``
     from the same measurement (``determines``: what fixes the job's result, e.g. its configuration;
     the options here; the code); returns every job's record (``labels`` plus the job's record), in order.
 
-    A child that dies or outlives ``timeout_s`` is recorded as FAILED or TIMEOUT with its exit code.
+    ``jobs_at_once`` children run side by side. On a GPU each job is then charged the memory NVML
+    counts for its own process (``nvml_process_peak_mib``; see :func:`target_source`), and a job
+    that ran out of memory beside others is measured again alone (with the same target), so that
+    an out-of-memory is the job's own. A child that dies or outlives ``timeout_s`` is recorded as
+    FAILED or TIMEOUT with its exit code.
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     code = code_version("core", "memnet")
+    settings = _Settings(device, steps, optimizer, sample_interval_s, threads, per_process=jobs_at_once > 1)
     options = {
         "device": device,
         "steps": steps,
         "optimizer": optimizer,
         "sample_interval_s": sample_interval_s,
     }
+    if settings.per_process:
+        options["memory"] = "nvml_process"
     runs = [
         (
             Point(
@@ -206,25 +241,40 @@ def run_isolated(
         for labels, determines, job in jobs
     ]
     todo = [run for run in runs if not is_measured(run[0])]
-    LOG.info("%d of %d jobs to measure", len(todo), len(jobs))
-    for i, (point, labels, job) in enumerate(todo):
-        outcome = measure(
-            point,
-            Fork(_child, (point.record, labels, job, device, steps, optimizer, sample_interval_s, threads)),
-            timeout_s,
-        )
-        record = outcome.record
-        if outcome.timed_out or record is None:
-            record = {
-                **labels,
-                "status": STATUS_TIMEOUT if outcome.timed_out else STATUS_FAILED,
-                "exit_code": outcome.exit_code,
-                "memory_mib": None,
-                "wall_s": outcome.wall_s,
-            }
-            atomic.write_json(point.record, record)
-        LOG.info("[%d/%d] %s: %s", i + 1, len(todo), labels["config_id"], record["status"])
+    LOG.info("%d of %d jobs to measure, %d at once", len(todo), len(jobs), jobs_at_once)
+    _measure_runs(todo, settings, timeout_s, jobs_at_once)
+    crowded = [run for run in runs if _ran_out_beside_others(run[0])]
+    if crowded:
+        LOG.info("%d jobs ran out of memory beside others: each is measured again alone", len(crowded))
+        _measure_runs(crowded, settings, timeout_s, 1)
     return [read_json_object(point.record, missing="rerun the measurement") for point, _, _ in runs]
+
+
+def _ran_out_beside_others(point: Point) -> bool:
+    record = read_json_object(point.record, missing="rerun the measurement")
+    return record["status"] == STATUS_OOM and record.get("jobs_at_once", 1) > 1
+
+
+def _measure_runs(runs: list, settings: _Settings, timeout_s: float, at_once: int) -> None:
+    """Measure ``runs`` (``(point, labels, job)``) ``at_once`` at a time."""
+    starts = [
+        (point, Fork(_child, (point.record, labels, job, settings, at_once))) for point, labels, job in runs
+    ]
+    labels_of = {point.record: labels for point, labels, _ in runs}
+    with contextlib.closing(measure_many(starts, timeout_s, at_once)) as outcomes:
+        for i, (point, outcome) in enumerate(outcomes):
+            labels = labels_of[point.record]
+            record = outcome.record
+            if outcome.timed_out or record is None:
+                record = {
+                    **labels,
+                    "status": STATUS_TIMEOUT if outcome.timed_out else STATUS_FAILED,
+                    "exit_code": outcome.exit_code,
+                    "memory_mib": None,
+                    "wall_s": outcome.wall_s,
+                }
+                atomic.write_json(point.record, record)
+            LOG.info("[%d/%d] %s: %s", i + 1, len(runs), labels["config_id"], record["status"])
 
 
 def measure_configs(configs: pd.DataFrame, family: str, outdir: str | os.PathLike, **options) -> list[dict]:

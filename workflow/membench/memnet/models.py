@@ -5,6 +5,7 @@ per sample, parameters).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable
 
@@ -215,7 +216,20 @@ def layer_name(module: nn.Module) -> str:
 def layer_summary(model: nn.Module, x: torch.Tensor) -> list[tuple[str, int, int]]:
     """(name, output elements per sample, own parameters) of every leaf module and every module
     holding parameters directly (e.g. attention's input projection), in call order, from one
-    forward pass without gradients."""
+    forward pass without gradients.
+
+    The pass runs on the meta device, with meta stand-ins for the parameters and buffers: shapes
+    only, so a large model costs milliseconds rather than a CPU forward pass of seconds, and its
+    buffers (batch norm's running statistics) are left as they were. A model that needs real values
+    (a branch on data, a tensor attribute that is not a buffer) is run for real instead.
+    """
+    try:
+        return _summary_pass(model, x, on_meta=True)
+    except (NotImplementedError, RuntimeError):
+        return _summary_pass(model, x, on_meta=False)
+
+
+def _summary_pass(model: nn.Module, x: torch.Tensor, on_meta: bool) -> list[tuple[str, int, int]]:
     batch = x.shape[0]
     rows: list[tuple[str, int, int]] = []
 
@@ -231,7 +245,12 @@ def layer_summary(model: nn.Module, x: torch.Tensor) -> list[tuple[str, int, int
     ]
     try:
         with torch.no_grad():
-            model(x)
+            if on_meta:
+                tensors = itertools.chain(model.named_parameters(), model.named_buffers())
+                stand_ins = {name: torch.empty_like(t, device="meta") for name, t in tensors}
+                torch.func.functional_call(model, stand_ins, (x.to("meta"),))
+            else:
+                model(x)
     finally:
         for handle in handles:
             handle.remove()
