@@ -324,3 +324,68 @@ def test_the_requested_risk_is_a_rate_above_zero_and_at_most_one_half(risk, caps
         main([*PREDICT, "--batch-size", "2", "--input-shape", "16", "--max-under", risk])
     assert exit_.value.code == 2
     assert "argument --max-under: expected a number above 0 and at most 0.5" in capsys.readouterr().err
+
+
+def _model_record(path, name, batch, memory_mib, status="SUCCESSFUL"):
+    """A measured real model's record as the campaign writes it (a two-layer MLP)."""
+    from membench.core import atomic
+
+    record = {
+        "config_id": f"{name}_b{batch}",
+        "filename": name,
+        "family": "timm",
+        "batch_size": batch,
+        "layers": [["linear", 2000, 40_000], ["relu", 2000, 0], ["linear", 10, 20_010]],
+        "module_counts": {"Sequential": 1, "Linear": 2, "ReLU": 1},
+        "total_parameters": 60_010,
+        "status": status,
+        "memory_mib": memory_mib,
+        "device_name": "Test GPU",
+    }
+    atomic.write_json(path / f"{record['config_id']}.json", record)
+
+
+def test_compare_sets_every_estimator_beside_each_measured_model(tmp_path, toy_jobs):
+    trained = tmp_path / "estimators"
+    assert _train(tmp_path, _toy_csv(tmp_path, toy_jobs, n=40), trained) == 0
+    records = tmp_path / "records"
+    records.mkdir()
+    _model_record(records, "small", 8, 1500.0)
+    _model_record(records, "small", 64, None, status="OOM_CRASH")
+    atomic_failed = {"config_id": "broken_b8", "filename": "broken", "status": "FAILED", "memory_mib": None}
+    (records / "broken_b8.json").write_text(json.dumps(atomic_failed))
+    out = tmp_path / "compare.csv"
+    argv = ["memnet", "compare", "--records", str(records), "--estimators", str(trained), "--out", str(out)]
+    assert main([*argv, "--max-under", "0.1"]) == 0
+    table = pd.read_csv(out)
+    # the failed record has no layer list: no row; the others, one row per estimator
+    assert sorted(set(table["model"])) == ["small"] and sorted(set(table["batch_size"])) == [8, 64]
+    assert set(table["estimator"]) == set(ALL) and len(table) == 2 * len(ALL)
+    fits = table[table["batch_size"] == 8]
+    assert (fits["measured_mib"] == 1500.0).all() and (fits["true_bin"] == 0).all()
+    assert not fits["under"].any()  # class 0 holds the measured peak: no answer can lie below it
+    oom = table[table["batch_size"] == 64]
+    assert (oom["status"] == "OOM_CRASH").all() and (oom["true_bin"] == 4).all()  # the last of 5 classes
+    assert (oom["under"] == oom["bin"].between(0, 3)).all()  # -1 is no answer, not an under-estimate
+
+
+@pytest.mark.parametrize(
+    ("setup", "problem"),
+    [
+        ("empty", "holds no records (*.json)"),
+        ("failed", "no record holds a layer list: every measurement failed"),
+    ],
+)
+def test_compare_refuses_records_it_cannot_use_in_one_line(tmp_path, toy_jobs, capsys, setup, problem):
+    trained = tmp_path / "estimators"
+    assert _train(tmp_path, _toy_csv(tmp_path, toy_jobs, n=40), trained) == 0
+    records = tmp_path / "records"
+    records.mkdir()
+    if setup == "failed":
+        (records / "x_b8.json").write_text(json.dumps({"config_id": "x_b8", "status": "TIMEOUT"}))
+    argv = ["memnet", "compare", "--records", str(records), "--estimators", str(trained)]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "out.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(records) in err and problem in err
+    assert not (tmp_path / "out.csv").exists()

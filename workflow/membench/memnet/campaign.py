@@ -24,15 +24,15 @@ from membench.core.tables import write_table
 from membench.core.validate import open_regular
 from membench.memnet.clean import clean_records
 from membench.memnet.configs import config_of
-from membench.memnet.dataset import DEFAULT_BINS, load_jobs
+from membench.memnet.dataset import DEFAULT_BINS, STATUS_OOM, load_jobs
 from membench.memnet.estimators import LEARNED, new_estimator
 from membench.memnet.evaluate import evaluate, judgement
 from membench.memnet.generate import generate
 from membench.memnet.measure import measure_configs, run_isolated, train_steps
-from membench.memnet.predict import family_of, make_input, predict_model
+from membench.memnet.predict import family_of_kinds, job_of_summary, make_input, predict_job
 from membench.memnet.trained import Trained, save_trained, trained_identity, training_ranges
 
-__all__ = ["FAMILIES", "LOG", "run_campaign"]
+__all__ = ["FAMILIES", "LOG", "real_model_table", "run_campaign"]
 
 LOG = logging.getLogger(__name__)
 FAMILIES = ("mlp", "cnn", "transformer")
@@ -105,7 +105,9 @@ def run_campaign(args) -> None:
     if evaluations:
         write_table(pd.concat(evaluations, ignore_index=True), out / "evaluation.csv")
     if timm_records and not args.measure_only:
-        write_table(_timm_table(args, timm_records, trained), out / "timm.csv")
+        write_table(
+            real_model_table(timm_records, trained, args.image_size, args.max_under), out / "timm.csv"
+        )
 
 
 def _child_threads(args) -> int:
@@ -143,8 +145,8 @@ def _train(args, jobs, bins, data: Path, outdir: Path) -> Trained:
     return result
 
 
-def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
-    """Each timm model x batch size trained ``steps`` steps in its own process: (name, batch, record)."""
+def _measure_timm(args, out: Path) -> list[dict]:
+    """Each timm model x batch size trained ``steps`` steps in its own process: the records."""
     try:
         import timm
     except ImportError:
@@ -153,7 +155,7 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
         )
         return []
     shape = (3, args.image_size, args.image_size)
-    jobs, specs = [], []
+    jobs = []
     for name in args.timm_models:
         for batch in args.timm_batch_sizes:
             identity = {
@@ -177,8 +179,7 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
                 )
 
             jobs.append((identity, {"model": name, "batch": batch, "image_size": args.image_size}, job))
-            specs.append((name, batch))
-    records = run_isolated(
+    return run_isolated(
         jobs,
         out / "timm" / "records",
         device=args.device,
@@ -188,45 +189,52 @@ def _measure_timm(args, out: Path) -> list[tuple[str, int, dict]]:
         threads=_child_threads(args),
         jobs_at_once=args.jobs_at_once,
     )
-    return [(name, batch, record) for (name, batch), record in zip(specs, records)]
 
 
-def _timm_table(args, timm_records: list[tuple[str, int, dict]], trained: dict[str, Trained]) -> pd.DataFrame:
-    """Every estimator's prediction for each measured timm job, beside the measurement."""
-    import timm
+def real_model_table(
+    records: list[dict], trained: dict[str, Trained], image_size: int, max_under: float
+) -> pd.DataFrame:
+    """Every estimator's answer for each measured real model (the records of ``--timm-models``),
+    beside the measured peak: one row per model, batch and estimator.
 
-    shape = (3, args.image_size, args.image_size)
+    A model is given to the estimators as its GPUMemNet-format row (layer list, module counts,
+    parameters, batch, from its record), so the table needs no timm: the estimators of the family
+    its modules make it (attention: transformer; convolution: cnn; else mlp) answer, FakeTensor and
+    MemTracker on the model its layer list rebuilds or with the reason they cannot. A record
+    without a layer list (its process failed or timed out) has no row.
+    """
     rows = []
-    for name, batch, record in timm_records:
-        family = family_of(timm.create_model(name, pretrained=False))
+    for record in records:
+        if "layers" not in record:
+            LOG.warning("%s: %s, no layer list to predict from", record["config_id"], record["status"])
+            continue
+        family = family_of_kinds(record["module_counts"])
         source = trained.get(family)
         bins = source.bins if source else DEFAULT_BINS[family]
-        predicted, _ = predict_model(
-            timm.create_model,
-            {"model_name": name, "pretrained": False},
-            shape,
+        jobs = job_of_summary(
+            record["layers"],
+            record["module_counts"],
+            record["total_parameters"],
+            (3, image_size, image_size),
             "float32",
-            batch,
-            "adam",
-            [source] if source else [],
-            bins,
-            name,
-            args.max_under,
-            family=family,
-            baselines=True,
+            record["batch_size"],
+            record["filename"],
+            family,
         )
+        predicted, _ = predict_job(jobs, [source] if source else [], bins, max_under, baselines_from_row=True)
         measured = record.get("memory_mib")
         true_bin = (
             bins.count - 1
-            if record["status"] == "OOM_CRASH"
+            if record["status"] == STATUS_OOM
             else (int(bins.label(np.array([measured]))[0]) if measured is not None else -1)
         )
         predicted["status"] = record["status"]
         predicted["measured_mib"] = measured
         predicted["true_bin"] = true_bin
-        predicted["under"] = predicted["bin"] < true_bin
+        # A class of -1 is no answer (see no_answer_reason), not an under-estimate.
+        predicted["under"] = (predicted["bin"] >= 0) & (predicted["bin"] < true_bin)
         predicted["mib_under"] = (measured is not None) & (predicted["high_mib"] < (measured or 0))
         predicted["estimate_over_measured"] = predicted["mib"] / measured if measured else np.nan
         predicted["measured_on"] = record.get("device_name")
         rows.append(predicted)
-    return pd.concat(rows, ignore_index=True)
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()

@@ -289,6 +289,29 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--outdir", type=OutputDir, required=True, help="directory for estimators.pt and estimators.json"
     )
 
+    compare = steps.add_parser(
+        "compare",
+        help="every estimator's answer beside each measured real model (a campaign's timm records)",
+    )
+    compare.add_argument(
+        "--records",
+        type=InputDir,
+        required=True,
+        help="the measured models' records (a campaign's <outdir>/timm/records)",
+    )
+    compare.add_argument(
+        "--estimators",
+        type=InputDir,
+        nargs="+",
+        required=True,
+        help="directories written by `train`, one per family at most",
+    )
+    compare.add_argument("--image-size", type=IMAGE_SIZE, default=224, help="the models' input size")
+    _add_risk_option(compare)
+    compare.add_argument(
+        "--out", type=OutputFile, required=True, help="one row per model, batch and estimator"
+    )
+
     predict = steps.add_parser(
         "predict",
         help="GPU memory of a model factory's training job at a stated risk, from a CPU",
@@ -450,6 +473,7 @@ def run(args: argparse.Namespace) -> None:
         "evaluate": _evaluate,
         "train": _train,
         "predict": _predict,
+        "compare": _compare,
         "table": _table,
         "plot": _plot,
         "campaign": _campaign,
@@ -681,6 +705,27 @@ def _trained_directories(args) -> list[str]:
     if not WORKFLOW_ESTIMATORS.is_dir():
         return []
     return sorted(str(d) for d in WORKFLOW_ESTIMATORS.iterdir() if (d / "estimators.pt").is_file())
+
+
+def _compare(args) -> None:
+    from membench.core.validate import read_json_object
+    from membench.memnet.campaign import real_model_table
+    from membench.memnet.trained import load_trained
+
+    trained = {}
+    for directory in args.estimators:
+        loaded = load_trained(directory)
+        if loaded.family in trained:
+            raise InputError(directory, f"a second set of {loaded.family} estimators; give one per family")
+        trained[loaded.family] = loaded
+    paths = sorted(Path(args.records).glob("*.json"))
+    if not paths:
+        raise InputError(args.records, "holds no records (*.json)")
+    records = [read_json_object(path, missing="measure the models again") for path in paths]
+    table = real_model_table(records, trained, args.image_size, args.max_under)
+    if table.empty:
+        raise InputError(args.records, "no record holds a layer list: every measurement failed")
+    write_table(table, args.out)
 
 
 def _predict(args) -> None:

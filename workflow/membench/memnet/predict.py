@@ -31,10 +31,13 @@ from membench.memnet.trained import Trained, describe_data, out_of_range
 
 __all__ = [
     "family_of",
+    "family_of_kinds",
     "format_prediction",
     "job_of_model",
+    "job_of_summary",
     "load_factory",
     "make_input",
+    "predict_job",
     "predict_model",
     "recommendation",
 ]
@@ -72,7 +75,11 @@ def load_factory(spec: str) -> Callable[..., torch.nn.Module]:
 
 def family_of(model: torch.nn.Module) -> str:
     """The GPUMemNet family a model is closest to: attention -> transformer, convolution -> cnn, else mlp."""
-    kinds = {type(m).__name__ for m in model.modules()}
+    return family_of_kinds({type(m).__name__ for m in model.modules()})
+
+
+def family_of_kinds(kinds) -> str:
+    """:func:`family_of` from the class names of a model's modules (a record's module counts)."""
     if "MultiheadAttention" in kinds or any("Attention" in k for k in kinds):
         return "transformer"
     if any(k.startswith("Conv") for k in kinds):
@@ -153,7 +160,21 @@ def job_of_model(
     """The one-row Jobs frame of a model's training job: what a GPUMemNet CSV would hold for it
     (memory unknown); its family is ``family``, or the one :func:`family_of` gives."""
     layers, counts, parameters, found = _summary(factory, kwargs, shape, dtype)
-    family = family or found
+    return job_of_summary(layers, counts, parameters, shape, dtype, batch, name, family or found)
+
+
+def job_of_summary(
+    layers: list,
+    counts: dict[str, int],
+    parameters: int,
+    shape: tuple[int, ...],
+    dtype: str,
+    batch: int,
+    name: str,
+    family: str,
+) -> Jobs:
+    """The one-row Jobs frame of a training job from its model's summary: the layer list
+    (``models.layer_summary``), module counts and parameters, as a measurement records them."""
     row = {name_: 0 for name_ in COUNT_COLUMNS.values()}
     row.update({_COUNTED[k]: v for k, v in counts.items() if k in _COUNTED})
     row.update(
@@ -166,7 +187,7 @@ def job_of_model(
             "total_parameters": parameters,
             "input_elements": int(np.prod(shape)),
             "activation": "",
-            "layers": layers,
+            "layers": [tuple(layer) for layer in layers],
             "oom": False,
             "memory_mib": np.nan,
             "device_name": "",
@@ -220,6 +241,33 @@ def predict_model(
     training data's range.
     """
     jobs = job_of_model(factory, kwargs, shape, dtype, batch, name, family)
+    counts = None
+    if baselines:
+        make_batch = lambda: (make_input(shape, dtype, batch), torch.zeros(batch, dtype=torch.long))  # noqa: E731
+        build = lambda: factory(**kwargs)  # noqa: E731
+        counts = {
+            FakeTensor.name: lambda: faketensor.step_bytes(build, make_batch, optimizer).total_mib,
+            MemTracker.name: lambda: faketensor.tracked_peak_bytes(build, make_batch, optimizer) / MIB,
+        }
+    return predict_job(jobs, trained, bins, max_under, optimizer, counts)
+
+
+def predict_job(
+    jobs: Jobs,
+    trained: list[Trained],
+    bins: Bins | None,
+    max_under: float,
+    optimizer: str = "adam",
+    counts: dict[str, Callable[[], float]] | None = None,
+    baselines_from_row: bool = False,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Every estimator's answer for the one job of ``jobs`` at risk ``max_under``: (one row per
+    estimator, warnings); see :func:`predict_model`. FakeTensor and MemTracker answer when asked:
+    ``counts`` holds their MiB for the job by name, counted on the model itself; with
+    ``baselines_from_row`` (a job known only by its row, as in a CSV) the trained ones answer from
+    the row as they do in evaluation: on the model its layer list rebuilds, or with the reason
+    they cannot.
+    """
     family = jobs.family
     bins = bins or DEFAULT_BINS[family]
     matching = [t for t in trained if t.family == family]
@@ -240,25 +288,25 @@ def predict_model(
             rows.append(_row(estimator, estimator.predict(jobs, max_under), t.bins, t, max_under))
     horus, source = analytic.get("horus", (Horus(bins), None))
     rows.append(_row(horus, horus.predict(jobs, max_under), horus.bins, source, max_under))
-    if baselines:
-        make_batch = lambda: (make_input(shape, dtype, batch), torch.zeros(batch, dtype=torch.long))  # noqa: E731
-        build = lambda: factory(**kwargs)  # noqa: E731
-        counts = {
-            FakeTensor.name: lambda: faketensor.step_bytes(build, make_batch, optimizer).total_mib,
-            MemTracker.name: lambda: faketensor.tracked_peak_bytes(build, make_batch, optimizer) / MIB,
-        }
-        for kind in (FakeTensor, MemTracker):
-            estimator, source = analytic.get(kind.name, (kind(bins, optimizer=optimizer), None))
-            try:
-                estimate, reason = counts[kind.name](), ""
-            except InputError as exc:
-                estimate, reason = math.nan, exc.problem
-            answer = estimator.answer(np.array([estimate]), [reason], max_under)
-            rows.append(_row(estimator, answer, estimator.bins, source, max_under))
+    for kind in (FakeTensor, MemTracker):
+        if counts is None:
+            if baselines_from_row and kind.name in analytic:
+                estimator, source = analytic[kind.name]
+                rows.append(
+                    _row(estimator, estimator.predict(jobs, max_under), estimator.bins, source, max_under)
+                )
+            continue
+        estimator, source = analytic.get(kind.name, (kind(bins, optimizer=optimizer), None))
+        try:
+            estimate, reason = counts[kind.name](), ""
+        except InputError as exc:
+            estimate, reason = math.nan, exc.problem
+        answer = estimator.answer(np.array([estimate]), [reason], max_under)
+        rows.append(_row(estimator, answer, estimator.bins, source, max_under))
     frame = pd.DataFrame(rows)
-    frame.insert(0, "model", name)
+    frame.insert(0, "model", jobs.frame["filename"].iloc[0])
     frame.insert(1, "family", family)
-    frame.insert(2, "batch_size", batch)
+    frame.insert(2, "batch_size", int(jobs.frame["batch_size"].iloc[0]))
     return frame, warnings
 
 
