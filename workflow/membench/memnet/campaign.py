@@ -198,9 +198,10 @@ def real_model_table(
     beside the measured peak: one row per model, batch and estimator.
 
     A model is given to the estimators as its GPUMemNet-format row (layer list, module counts,
-    parameters, batch, from its record), so the table needs no timm: the estimators of the family
-    its modules make it (attention: transformer; convolution: cnn; else mlp) answer, FakeTensor and
-    MemTracker on the model its layer list rebuilds or with the reason they cannot. A record
+    parameters, batch, from its record; the input 3 x ``image_size`` x ``image_size``), so the table
+    needs no timm: the estimators of the family its modules make it (attention: transformer;
+    convolution: cnn; else mlp) answer, FakeTensor and MemTracker on the model its layer list
+    rebuilds or with the reason they cannot. A record
     without a layer list (its process failed or timed out) has no row.
     """
     rows = []
@@ -218,10 +219,12 @@ def real_model_table(
             (3, image_size, image_size),
             "float32",
             record["batch_size"],
-            record["filename"],
+            # Named as a GPUMemNet CNN row names its input, so that a CNN's layer list can be rebuilt.
+            f"channels:3_input:{image_size}_model:{record['filename']}",
             family,
         )
         predicted, _ = predict_job(jobs, [source] if source else [], bins, max_under, baselines_from_row=True)
+        predicted["model"] = record["filename"]
         measured = record.get("memory_mib")
         true_bin = (
             bins.count - 1
