@@ -364,6 +364,12 @@ def test_compare_sets_every_estimator_beside_each_measured_model(tmp_path, toy_j
     fits = table[table["batch_size"] == 8]
     assert (fits["measured_mib"] == 1500.0).all() and (fits["true_bin"] == 0).all()
     assert not fits["under"].any()  # class 0 holds the measured peak: no answer can lie below it
+    # the models' 3x224x224 images, where the toy MLPs' inputs are 1 to 3,596 values
+    assert (
+        fits["warnings"]
+        .str.contains("input values per sample 150,528 is above the 1-3,596 of the data")
+        .all()
+    )
     oom = table[table["batch_size"] == 64]
     assert (oom["status"] == "OOM_CRASH").all() and (oom["true_bin"] == 4).all()  # the last of 5 classes
     assert (oom["under"] == oom["bin"].between(0, 3)).all()  # -1 is no answer, not an under-estimate

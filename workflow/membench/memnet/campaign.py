@@ -223,8 +223,11 @@ def real_model_table(
             f"channels:3_input:{image_size}_model:{record['filename']}",
             family,
         )
-        predicted, _ = predict_job(jobs, [source] if source else [], bins, max_under, baselines_from_row=True)
+        predicted, warnings = predict_job(
+            jobs, [source] if source else [], bins, max_under, baselines_from_row=True
+        )
         predicted["model"] = record["filename"]
+        predicted["warnings"] = "; ".join(warnings)
         measured = record.get("memory_mib")
         true_bin = (
             bins.count - 1

@@ -48,6 +48,8 @@ RANGE_COLUMNS = {
     "total_parameters": "parameters",
     "total_activations": "activations per sample",
     "batch_size": "batch size",
+    # An image given to a Transformer trained on token sequences lies far outside (ViT: 150,528).
+    "input_elements": "input values per sample",
 }
 _RETRAIN = "retrain them (`membench memnet train`, or `snakemake --forcerun memnet_train` for the workflow's)"
 
