@@ -33,3 +33,18 @@ def test_cnn_jobs_are_measured_with_nvml_and_exceed_their_tensors(tmp_path):
     counted, reasons = new_estimator("faketensor", DEFAULT_BINS["cnn"]).point_mib(jobs)
     assert reasons == [""] * 3
     assert (jobs.frame["memory_mib"].to_numpy() > counted).all()
+
+
+def test_jobs_side_by_side_are_each_charged_what_they_take_alone(tmp_path):
+    configs = generate("cnn", 4, seed=1, ranges=RANGES)
+    alone = measure_configs(configs, "cnn", tmp_path / "alone", device="cuda", steps=2, timeout_s=300)
+    shared = measure_configs(
+        configs, "cnn", tmp_path / "shared", device="cuda", steps=2, timeout_s=300, jobs_at_once=4
+    )
+    assert [r["status"] for r in shared] == ["SUCCESSFUL"] * 4
+    assert {r["memory_source"] for r in shared} == {"nvml_process_peak_mib"}
+    assert [r["jobs_at_once"] for r in shared] == [4] * 4
+    # A job alone: the device's count and its process's agree; side by side, its process's is unchanged
+    # (equal to the MiB on an H200, 2026-11-26; docs/benchmarks/memnet.md).
+    assert [r["nvml_peak_mib"] for r in alone] == [r["nvml_process_peak_mib"] for r in alone]
+    assert [r["memory_mib"] for r in shared] == [r["nvml_process_peak_mib"] for r in alone]
