@@ -10,7 +10,9 @@ record of the same identity (configuration, measurement options and code: the po
 
 The measured target (``memory_mib``, see :func:`target_source`): on a GPU the NVML peak minus the
 baseline (``nvml_peak_mib``), the closest thing to what nvidia-smi showed GPUMemNet; on a CPU the
-allocator-level peak of the training steps (``train_alloc_peak_mib``).
+allocator-level peak of the training steps (``train_alloc_peak_mib``). Children may run side by
+side (``jobs_at_once``); each GPU job is then charged NVML's count of its own process, the same
+figure for a job alone (see :func:`run_isolated`).
 """
 
 from __future__ import annotations
