@@ -89,8 +89,8 @@ compute), so the answer comes from a CPU in well under a second after the import
                range the peak falls in and the estimate itself;
   class        the memory class (GPUMemNet's bins) at the same risk;
   trained on   the data and the GPU each group of estimators learned from;
-  warning      each of the job's parameters, activations and batch size outside that data's range
-               (the answer is then an extrapolation);
+  warning      each of the job's parameters, activations, batch size and input values per
+               sample outside that data's range (the answer is then an extrapolation);
   a table      every estimator's answer: bin (class at the risk), raw_bin (uncalibrated),
                bin_upper_mib, mib (estimate), low_mib and high_mib (the range at the risk).
 
