@@ -375,6 +375,22 @@ def test_compare_sets_every_estimator_beside_each_measured_model(tmp_path, toy_j
     assert (oom["under"] == oom["bin"].between(0, 3)).all()  # -1 is no answer, not an under-estimate
 
 
+def test_compare_refuses_two_sets_of_estimators_for_one_family_in_one_line(tmp_path, toy_jobs, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for outdir in (first, second):
+        assert _train(tmp_path, _toy_csv(tmp_path, toy_jobs, n=40), outdir) == 0
+    records = tmp_path / "records"
+    records.mkdir()
+    _model_record(records, "small", 8, 1500.0)
+    argv = ["memnet", "compare", "--records", str(records), "--estimators", str(first), str(second)]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "out.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(second) in err
+    assert "a second set of mlp estimators; give one per family" in err
+    assert not (tmp_path / "out.csv").exists()
+
+
 @pytest.mark.parametrize(
     ("setup", "problem"),
     [

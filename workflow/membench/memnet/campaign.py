@@ -201,8 +201,8 @@ def real_model_table(
     parameters, batch, from its record; the input 3 x ``image_size`` x ``image_size``), so the table
     needs no timm: the estimators of the family its modules make it (attention: transformer;
     convolution: cnn; else mlp) answer, FakeTensor and MemTracker on the model its layer list
-    rebuilds or with the reason they cannot. A record
-    without a layer list (its process failed or timed out) has no row.
+    rebuilds or with the reason they cannot. A record without a layer list (its process failed or
+    timed out) has no row.
     """
     rows = []
     for record in records:

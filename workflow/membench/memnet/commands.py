@@ -37,7 +37,7 @@ from membench.core.options import (
     real,
 )
 from membench.core.tables import parquet_path_for, write_table
-from membench.core.validate import int_column, read_csv_columns
+from membench.core.validate import int_column, read_csv_columns, read_json_object
 from membench.memnet.calibration import DEFAULT_CALIBRATION_FRACTION, DEFAULT_MAX_UNDER
 from membench.memnet.dataset import SPLITS, STATUS_OK, STATUS_OOM
 
@@ -708,7 +708,6 @@ def _trained_directories(args) -> list[str]:
 
 
 def _compare(args) -> None:
-    from membench.core.validate import read_json_object
     from membench.memnet.campaign import real_model_table
     from membench.memnet.trained import load_trained
 
