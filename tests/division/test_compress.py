@@ -37,40 +37,64 @@ def test_philox_matches_the_random123_known_answers(counter, key, expected):
     assert _philox_words(counter, key) == list(expected)
 
 
-def test_philox_uniform_takes_the_documented_word_of_the_documented_call():
-    seed, offset = 0x0123456789ABCDEF, 0xFEDCBA9876543210
-    rows, length = 3, 300  # the last block of 128 values is partial
-    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"))
-    key = (seed & 0xFFFFFFFF, seed >> 32)
-    for row, j in [(0, 0), (0, 1), (1, 17), (2, 45), (1, 127), (2, 128), (0, 255), (2, 299)]:
-        t = j % 128
-        call = 16 * (j // 128) + t % 16
-        word = _philox_words((call, row, offset & 0xFFFFFFFF, offset >> 32), key)[t // 32]
-        half = (word >> (16 * ((t // 16) % 2))) & 0xFFFF
-        assert noise[row, j].item() == (half + 0.5) / 65536
+def _documented_uniform(seed, offset, row, j, calls, uniform_bits):
+    """Value ``j``'s uniform as philox_uniform's docstring states it, from one Philox call."""
+    per_call = 128 // uniform_bits
+    t = j % (per_call * calls)
+    call = calls * (j // (per_call * calls)) + t % calls
+    part = t // calls
+    words = _philox_words((call, row, offset & 0xFFFFFFFF, offset >> 32), (seed & 0xFFFFFFFF, seed >> 32))
+    per_word = 32 // uniform_bits
+    value = (words[part // per_word] >> (uniform_bits * (part % per_word))) & ((1 << uniform_bits) - 1)
+    return (value + 0.5) / 2**uniform_bits
+
+
+@pytest.mark.parametrize("uniform_bits,length", [(8, 600), (16, 300)])  # the last block is partial
+def test_philox_uniform_takes_the_documented_part_of_the_documented_call(uniform_bits, length):
+    seed, offset, rows = 0x0123456789ABCDEF, 0xFEDCBA9876543210, 3
+    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"), uniform_bits)
+    for row, j in [(0, 0), (0, 1), (1, 17), (2, 45), (1, 127), (2, 128), (0, 255), (1, 256), (2, length - 1)]:
+        assert noise[row, j].item() == _documented_uniform(seed, offset, row, j, 16, uniform_bits)
     assert noise.dtype == torch.float32 and 0 < noise.min() and noise.max() < 1
+    assert torch.all((noise * 2 ** (uniform_bits + 1)) % 2 == 1)  # (part + 1/2) * 2**-uniform_bits
 
 
 @pytest.mark.parametrize(
-    "length,calls", [(1, 1), (8, 1), (9, 2), (16, 2), (17, 4), (49, 8), (64, 8), (65, 16)]
+    "uniform_bits,length,calls",
+    [
+        (8, 1, 1),
+        (8, 16, 1),
+        (8, 17, 2),
+        (8, 49, 4),
+        (8, 64, 4),
+        (8, 65, 8),
+        (8, 128, 8),
+        (8, 129, 16),
+        (16, 8, 1),
+        (16, 9, 2),
+        (16, 49, 8),
+        (16, 64, 8),
+        (16, 65, 16),
+    ],
 )
-def test_short_rows_take_one_block_of_fewer_calls(length, calls):
-    assert compress.noise_calls(length) == calls
+def test_short_rows_take_one_block_of_fewer_calls(uniform_bits, length, calls):
+    assert compress.noise_calls(length, 128 // uniform_bits) == calls
     seed, offset, rows = 0x0123456789ABCDEF, 0xFEDCBA9876543210, 3
-    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"))
-    key = (seed & 0xFFFFFFFF, seed >> 32)
+    noise = compress.philox_uniform(seed, offset, rows, length, torch.device("cpu"), uniform_bits)
     for row in range(rows):
         for j in range(length):
-            t = j % (8 * calls)
-            call = calls * (j // (8 * calls)) + t % calls
-            word = _philox_words((call, row, offset & 0xFFFFFFFF, offset >> 32), key)[t // (2 * calls)]
-            half = (word >> (16 * ((t // calls) % 2))) & 0xFFFF
-            assert noise[row, j].item() == (half + 0.5) / 65536
+            assert noise[row, j].item() == _documented_uniform(seed, offset, row, j, calls, uniform_bits)
+
+
+def test_philox_uniform_refuses_other_widths():
+    with pytest.raises(ValueError, match="uniform_bits must be 8 or 16, got 12"):
+        compress.philox_uniform(0, 0, 1, 8, torch.device("cpu"), 12)
 
 
 def test_philox_uniform_is_uniform_and_streams_differ():
     cpu = torch.device("cpu")
     noise = compress.philox_uniform(7, 0, 64, 1000, cpu)
+    # 8-bit uniforms: mean 1/2, variance (1 - 2**-16) / 12
     assert abs(noise.mean().item() - 0.5) < 0.005 and abs(noise.var().item() - 1 / 12) < 0.002
     assert not torch.equal(noise[0], noise[1])
     for other in (compress.philox_uniform(8, 0, 64, 1000, cpu), compress.philox_uniform(7, 1, 64, 1000, cpu)):
@@ -222,7 +246,8 @@ def test_relu_and_dropout_keep_their_masks():
     assert torch.equal(compress.masked_grad(grad, packed, 1.0), grad * (x > 0))
     out, packed = compress.dropout_pack(x, 0.25, 11, 12)
     keep = compress.unpack_mask(packed, x.numel()).view(x.shape)
-    assert torch.equal(keep, compress.philox_uniform(11, 12, 1, x.numel(), x.device).view(x.shape) >= 0.25)
+    uniforms = compress.philox_uniform(11, 12, 1, x.numel(), x.device, uniform_bits=16)
+    assert torch.equal(keep, uniforms.view(x.shape) >= 0.25)
     assert torch.equal(out, (x * keep) * (1 / 0.75))
     assert torch.equal(compress.masked_grad(grad, packed, 1 / 0.75), (grad * keep) * (1 / 0.75))
 

@@ -62,7 +62,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # threads, values that do not fill a byte, one value, and ResNet-50's planes at 224 px: staged in
 # shared memory (56 x 56; 112 x 112 in 16 bits, beyond the 48 KiB a block gets unasked) or, too
 # large in float32, read from global memory. A map whose bytes end off a 16-byte boundary is not staged.
-# Short planes of every noise block: 1, 2, 4 and 8 Philox calls.
+# Short planes of every noise block (1, 2, 4, 8 and 16 Philox calls: teams of as many lanes, several
+# planes a warp), and a plane of more than 256 tiles (no tile table: tiles computed per value).
 SHAPES = (
     (4, 8, 16, 16),
     (2, 3, 17, 13),
@@ -76,6 +77,7 @@ SHAPES = (
     (3, 7, 2, 3),
     (5, 3, 4, 4),
     (2, 9, 4, 8),
+    (1, 2, 136, 136),
 )
 
 
@@ -91,7 +93,7 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
         assert _equal_on_cpu(
             [restored], [compress.division_decompress(*expected, 8, bits, *shape[2:], dtype)]
         )
-        for group_size in (256, 33, 8):  # 8: a short row
+        for group_size in (600, 256, 100, 33, 8):  # teams of 32, 16, 8, 4 and 1 lanes
             saved = cuda_kernels.group_compress(x.to(CUDA), group_size, bits, SEED, OFFSET)
             expected = compress.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal_on_cpu(saved, expected), (shape, group_size)
@@ -104,9 +106,10 @@ def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dty
 def test_planes_with_nan_or_infinity_match_the_cpu_reference(cuda_kernels, dtype):
     """NaN minimum, scale 1, top levels, NaN after decompression, as on the CPU; NaN payloads are the
     conversion's own (CUDA's bfloat16 NaN is not the CPU's), so NaNs compare equal whatever their bits."""
-    for shape in ((2, 3, 16, 16), (2, 3, 112, 112)):  # staged in shared memory; in float32, not
+    # staged in shared memory; in float32, not; eight planes a warp
+    for shape in ((2, 3, 16, 16), (2, 3, 112, 112), (2, 5, 7, 7)):
         x = _map(shape, dtype)
-        x[0, 0, 3, 4], x[0, 2, 0, 0], x[1, 1, 5, 9] = float("nan"), float("inf"), -float("inf")
+        x[0, 0, 3, 4], x[0, 2, 0, 0], x[1, 1, 5, 6] = float("nan"), float("inf"), -float("inf")
         saved = list(cuda_kernels.division_compress(x.to(CUDA), 8, 2, SEED, OFFSET))
         expected = list(compress.division_compress(x, 8, 2, SEED, OFFSET))
         restored = cuda_kernels.division_decompress(*saved, 8, 2, shape[2], shape[3], dtype)

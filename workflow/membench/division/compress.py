@@ -93,47 +93,53 @@ def philox4x32(
     return c0, c1, c2, c3
 
 
-def philox_uniform(seed: int, offset: int, rows: int, length: int, device: torch.device) -> torch.Tensor:
-    """The uniforms of stochastic rounding, float32 (rows, length) in (0, 1).
+def philox_uniform(
+    seed: int, offset: int, rows: int, length: int, device: torch.device, uniform_bits: int = 8
+) -> torch.Tensor:
+    """The uniforms of stochastic rounding (``uniform_bits`` 8) or dropout (16), float32 (rows,
+    length) in (0, 1).
 
-    Row ``r``'s values come in blocks of ``8 C`` values, each served by ``C`` calls of
-    :func:`philox4x32` with key (low, high 32 bits of ``seed``) and counter (call, ``r``, low, high
-    32 bits of ``offset``), ``C = noise_calls(length)`` (16 for rows longer than 64 values): value
-    ``j``, ``t = j % 8C``, takes the 16-bit half ``(t // C) % 2`` (low half first) of word
-    ``t // 2C`` of call ``C * (j // 8C) + t % C``, and its uniform is ``(half + 1/2) * 2**-16``.
-    So ``C`` consecutive values take one half-word of ``C`` consecutive calls (a vector of calls
-    fills vectors of values, or the blocks of several short rows), one call serves eight values,
-    and stochastic rounding stays unbiased to within 2**-17 of a step. ``seed`` and ``offset`` are
-    taken modulo 2**64.
+    A call of :func:`philox4x32`, with key (low, high 32 bits of ``seed``) and counter (call, ``r``,
+    low, high 32 bits of ``offset``), gives ``P = 128 / uniform_bits`` uniforms. Row ``r``'s values
+    come in blocks of ``P C`` values served by ``C = noise_calls(length, P)`` calls (16 for rows
+    longer than ``8 P`` values): value ``j``, ``t = j % PC``, takes part ``t // C`` (of
+    ``uniform_bits`` bits, from the low bits of word 0 up) of call ``C * (j // PC) + t % C``, and
+    its uniform is ``(part + 1/2) * 2**-uniform_bits``. So ``C`` consecutive values take one part of
+    ``C`` consecutive calls (a vector of calls fills vectors of values, or the blocks of several
+    short rows). With 8 bits, one call serves sixteen values and stochastic rounding stays unbiased
+    to within 2**-9 of a step, finer than the bfloat16 grid; dropout's 16 bits keep its probability
+    exact to 2**-16. ``seed`` and ``offset`` are taken modulo 2**64.
     """
-    calls = noise_calls(length)
-    blocks = -(-length // (8 * calls))
+    if uniform_bits not in (8, 16):
+        raise ValueError(f"uniform_bits must be 8 or 16, got {uniform_bits}")
+    per_call = 128 // uniform_bits
+    calls = noise_calls(length, per_call)
+    blocks = -(-length // (per_call * calls))
     if rows > _MASK32 + 1 or blocks * calls > _MASK32 + 1:
-        raise ValueError(f"at most 2**32 rows of 2**35 values, got {rows} x {length}")
+        raise ValueError(f"at most 2**32 rows of 2**32 calls, got {rows} x {length}")
     call = torch.arange(blocks * calls, dtype=torch.int64, device=device).expand(rows, blocks * calls)
     row = torch.arange(rows, dtype=torch.int64, device=device)[:, None].expand_as(call)
     offset_words = (torch.full_like(call, offset & _MASK32), torch.full_like(call, (offset >> 32) & _MASK32))
     words = philox4x32((call, row, *offset_words), (seed & _MASK32, (seed >> 32) & _MASK32))
-    uniforms = torch.stack(  # (rows, call, word, half)
-        [torch.stack((_half_uniform(w & 0xFFFF), _half_uniform(w >> 16)), dim=2) for w in words], dim=2
+    part_mask = (1 << uniform_bits) - 1
+    shifts = range(0, 32, uniform_bits)
+    parts = torch.stack(  # (rows, call, word, part)
+        [torch.stack([(w >> shift) & part_mask for shift in shifts], dim=2) for w in words], dim=2
     )
-    # (rows, block, lane, word, half) -> value order (block, word, half, lane)
-    uniforms = uniforms.view(rows, blocks, calls, 4, 2).permute(0, 1, 3, 4, 2)
-    return uniforms.reshape(rows, blocks * 8 * calls)[:, :length]
+    uniforms = (parts.to(torch.float32) + 0.5) * 2.0**-uniform_bits
+    # (rows, block, lane, word, part) -> value order (block, word, part, lane)
+    uniforms = uniforms.view(rows, blocks, calls, 4, 32 // uniform_bits).permute(0, 1, 3, 4, 2)
+    return uniforms.reshape(rows, blocks * per_call * calls)[:, :length]
 
 
-def noise_calls(length: int) -> int:
-    """Philox calls per block of a row of ``length`` values (:func:`philox_uniform`): 16, or for
-    rows of at most 64 values the least power of two ``C`` with ``8 C >= length``."""
+def noise_calls(length: int, per_call: int = 16) -> int:
+    """Philox calls per block of a row of ``length`` values, ``per_call`` values a call
+    (:func:`philox_uniform`): 16, or for rows of at most ``8 * per_call`` values the least power of
+    two ``C`` with ``per_call * C >= length``."""
     calls = 1
-    while calls < 16 and 8 * calls < length:
+    while calls < 16 and per_call * calls < length:
         calls *= 2
     return calls
-
-
-def _half_uniform(half: torch.Tensor) -> torch.Tensor:
-    """The uniform of 16-bit integers (int64): ``(half + 1/2) * 2**-16``, float32 (exact)."""
-    return (half.to(torch.float32) + 0.5) * 2.0**-16
 
 
 def philox_inputs(generator: torch.Generator | None) -> tuple[int, int]:
@@ -150,7 +156,8 @@ def quantize_pack(
     """Quantise each row of ``x`` to ``bits`` bits by stochastic rounding and pack the levels.
 
     ``x``: float32 (rows, length); ``minimum``, ``scale``: float32 (rows,), level ``k`` stands for
-    ``minimum + k * scale``; ``noise``: float32 (rows, length) uniform in [0, 1). A value whose level
+    ``minimum + k * scale``; ``noise``: float32 (rows, length) uniform in [0, 1). The level is
+    ``floor((x - minimum) * (1 / scale) + noise)``, the reciprocal rounded once per row. A value whose level
     is NaN (in a row that holds a NaN, or an infinity the grid cannot place) takes the top level.
     Returns uint8 (rows, ceil(length / (8 // bits))).
     """
@@ -158,7 +165,8 @@ def quantize_pack(
     levels = (1 << bits) - 1
     per_byte = 8 // bits
     rows, length = x.shape
-    level = torch.floor((x - minimum[:, None]) / scale[:, None] + noise)
+    # 1 / scale once per row, then a multiplication per value (division costs more in the kernels)
+    level = torch.floor((x - minimum[:, None]) * torch.reciprocal(scale)[:, None] + noise)
     level = level.nan_to_num_(nan=levels).clamp_(0, levels).to(torch.uint8)
     padded = -length % per_byte
     if padded:
@@ -218,10 +226,10 @@ def relu_pack(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dropout_pack(x: torch.Tensor, p: float, seed: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dropout keeping its mask: value ``j`` of the flattened ``x`` is kept when the Philox uniform of
-    row 0, value ``j`` is at least ``p`` (float32). Returns ``((x * keep) * (1 / (1 - p)))`` computed
-    in float32 and written in ``x``'s dtype, and the packed mask."""
-    keep = philox_uniform(seed, offset, 1, x.numel(), x.device).view(x.shape) >= p
+    """Dropout keeping its mask: value ``j`` of the flattened ``x`` is kept when the 16-bit Philox
+    uniform of row 0, value ``j`` is at least ``p`` (float32). Returns ``((x * keep) * (1 / (1 - p)))``
+    computed in float32 and written in ``x``'s dtype, and the packed mask."""
+    keep = philox_uniform(seed, offset, 1, x.numel(), x.device, uniform_bits=16).view(x.shape) >= p
     return ((x.float() * keep) * (1.0 / (1.0 - p))).to(x.dtype), pack_mask(keep)
 
 

@@ -1,18 +1,22 @@
 // What the CPU (division_cpu.h) and CUDA (division_cuda.cu) kernels share, as inline functions for
-// both host and device: the counter-based noise of stochastic rounding, the outward bfloat16 grid of
-// a row, and the tiles of DIVISION's low-frequency component. The pure-torch reference
-// (membench/division/compress.py) computes the same numbers with the same operations in the same order.
+// both host and device: the counter-based noise of stochastic rounding and dropout, the outward
+// bfloat16 grid of a row, and the tiles of DIVISION's low-frequency component. The pure-torch
+// reference (membench/division/compress.py) computes the same numbers with the same operations in the
+// same order.
 //
 // Noise: Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11), the generator of torch's and cuRAND's CUDA random numbers, with key (seed low, seed high
-// 32 bits) and counter (call, row, offset low, offset high). A row of L values takes C calls per
-// block of 8C values, C = noise_calls(L): 16 (blocks of 128) for rows longer than 64 values, else
-// the least power of two with 8C >= L, so that a short row does not pay for 16 calls. Value j,
-// t = j % 8C, takes the 16-bit half (t / C) % 2 (low half first) of word t / 2C of call
-// C * (j / 8C) + t % C, so that C consecutive values take the same half of the same word of C
+// 32 bits) and counter (call, row, offset low, offset high). A call's 128 bits give P = 128 / U
+// uniforms of U bits: U = 8 for stochastic rounding (P = 16), U = 16 for dropout's masks (P = 8). A
+// row of L values takes C calls per block of P * C values, C = noise_calls(L, P): 16 for rows
+// longer than 8 * P values, else the least power of two with P * C >= L, so that a short row does
+// not pay for 16 calls. Value j, t = j % PC, takes part t / C (of U bits, counted from the low bits
+// of word 0) of call C * (j / PC) + t % C, so that C consecutive values take the same part of C
 // consecutive calls (one vector of calls fills whole vectors of values, or the blocks of 16 / C
-// short rows). Its uniform is (half + 1/2) * 2^-16, a float in (0, 1): stochastic rounding is
-// unbiased to within 2^-17 of a quantisation step, and one Philox call serves eight values.
+// short rows). Its uniform is (part + 1/2) * 2^-U, a float in (0, 1). Eight bits suffice for
+// stochastic rounding: it stays unbiased to within 2^-9 of a quantisation step, finer than the
+// bfloat16 grid itself, and one Philox call serves sixteen values; dropout's keep probability is
+// exact to 2^-16.
 
 #pragma once
 
@@ -60,27 +64,39 @@ C10_HOST_DEVICE inline Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t 
   return Philox4{{c0, c1, c2, c3}};
 }
 
-// The uniform of a 16-bit half word: (half + 1/2) * 2^-16 (exact in a float).
-C10_HOST_DEVICE inline float uniform_from_half(uint32_t half) {
-  return (static_cast<float>(half) + 0.5f) * (1.0f / 65536.0f);
+// Uniform bits and uniforms per call of stochastic rounding and of dropout.
+constexpr int kRoundingBits = 8;
+constexpr int kRoundingPerCall = 128 / kRoundingBits;
+constexpr int kDropoutBits = 16;
+constexpr int kDropoutPerCall = 128 / kDropoutBits;
+
+// The uniform of a U-bit part: (part + 1/2) * 2^-U (exact in a float).
+template <int U>
+C10_HOST_DEVICE inline float uniform_from_part(uint32_t part) {
+  return (static_cast<float>(part) + 0.5f) * (1.0f / static_cast<float>(1u << U));
 }
 
-// Values of a long row per block of Philox calls, and calls per block.
-constexpr int kNoiseBlock = 128;
+// Part v (0 .. 128 / U - 1) of a call's four words, as an integer.
+template <int U>
+C10_HOST_DEVICE inline uint32_t call_part(const Philox4& r, int v) {
+  constexpr int per_word = 32 / U;
+  return (r.word[v / per_word] >> (U * (v % per_word))) & ((1u << U) - 1u);
+}
+
+// Calls per block of a long row.
 constexpr int kNoiseCalls = 16;
 
-// Calls per block of a row of `length` values: 16, or for rows of at most 64 values the least
-// power of two whose block holds the row (one block).
-C10_HOST_DEVICE inline int noise_calls(int64_t length) {
+// Calls per block of a row of `length` values, `per_call` values a call: 16, or for rows of at most
+// 8 * per_call values the least power of two whose block holds the row (one block).
+C10_HOST_DEVICE inline int noise_calls(int64_t length, int per_call) {
   int calls = 1;
-  while (calls < kNoiseCalls && 8 * calls < length) calls *= 2;
+  while (calls < kNoiseCalls && per_call * calls < length) calls *= 2;
   return calls;
 }
 
-// The value of its row that half-word v (0 .. 7: word v / 2, high half when v is odd) of call
-// `call` serves, in a row of `calls` calls per block.
-C10_HOST_DEVICE inline int64_t noise_value(int64_t call, int v, int calls) {
-  return (call / calls) * 8 * calls + calls * v + call % calls;
+// The value of its row that part v of call `call` serves, in a row of `calls` calls per block.
+C10_HOST_DEVICE inline int64_t noise_value(int64_t call, int v, int calls, int per_call) {
+  return (call / calls) * per_call * calls + calls * v + call % calls;
 }
 
 // A row's quantisation grid from its minimum and maximum (NaN when the row holds a NaN): the minimum
@@ -109,11 +125,13 @@ C10_HOST_DEVICE inline Grid row_grid(float minimum, float maximum, int bits) {
   return Grid{low, step};
 }
 
-// Level of one value: floor((value - low) / step + uniform), clamped to 0 .. levels. As value >= low,
-// the sum is not negative and truncation is the floor (a conversion compilers vectorise); a NaN
-// value (a NaN row) takes the top level.
-C10_HOST_DEVICE inline int quantize_level(float value, float low, float step, float uniform, float levels) {
-  float level = (value - low) / step + uniform;
+// Level of one value: floor((value - low) * inverse_step + uniform), clamped to 0 .. levels, with
+// inverse_step = 1 / step rounded once per row (a multiplication, where a division per value
+// costs several instructions on every device). As value >= low, the sum is not negative and
+// truncation is the floor (a conversion compilers vectorise); a NaN value (a NaN row, or an
+// infinity times a zero inverse) takes the top level.
+C10_HOST_DEVICE inline int quantize_level(float value, float low, float inverse_step, float uniform, float levels) {
+  float level = (value - low) * inverse_step + uniform;
   level = level < levels ? level : levels;
   return static_cast<int>(level);
 }

@@ -10,9 +10,12 @@
 // vectorisation changes only which values are computed together. Minima and maxima are order-free
 // (a zero minimum is made +0 and a NaN is tracked apart), so they too are exact.
 
-// Values per step of a row: whole noise blocks (division_common.h), whole bytes, whole vectors.
-constexpr int64_t kChunk = 2 * membench::kNoiseBlock;
+// Values of a long row per noise block (division_common.h): of stochastic rounding and of dropout.
 constexpr int kCalls = membench::kNoiseCalls;
+constexpr int64_t kRoundingBlock = kCalls * membench::kRoundingPerCall;
+constexpr int64_t kDropoutBlock = kCalls * membench::kDropoutPerCall;
+// Values per step of a row: whole noise blocks of either kind, whole bytes, whole vectors.
+constexpr int64_t kChunk = 2 * kRoundingBlock;
 
 #if MEMBENCH_CPU_ISA == 2
 // Philox's multiply of 16 32-bit lanes by m: the high and low halves of the 64-bit products.
@@ -127,10 +130,14 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
 #endif
 }
 
-// Uniforms of noise blocks first_block .. first_block + blocks - 1 of a long row `row` (16 calls
-// per block) into out[0 .. blocks * kNoiseBlock), two blocks per kLanes calls.
+// U-bit uniforms of noise blocks first_block .. first_block + blocks - 1 of a long row `row` (16
+// calls per block of 16 * P values, P = 128 / U) into out[0 .. blocks * 16 * P), two blocks per
+// kLanes calls.
+template <int U>
 inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_block, int64_t blocks,
                             float* out) {
+  constexpr int per_word = 32 / U, block = kCalls * 4 * per_word;
+  constexpr uint32_t mask = (1u << U) - 1u;
   constexpr int per_lanes = kLanes / kCalls;
   for (int64_t b = 0; b < blocks; b += per_lanes) {
     alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
@@ -141,11 +148,13 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
     }
     philox_lanes(seed, offset, call, rows, words);
     for (int64_t k = 0; k < per_lanes && b + k < blocks; ++k) {
-      float* dst = out + (b + k) * membench::kNoiseBlock;
+      float* dst = out + (b + k) * block;
       for (int i = 0; i < 4; ++i) {
-        for (int l = 0; l < kCalls; ++l) {
-          dst[32 * i + l] = membench::uniform_from_half(words[i][kCalls * k + l] & 0xFFFFu);
-          dst[32 * i + 16 + l] = membench::uniform_from_half(words[i][kCalls * k + l] >> 16);
+        for (int q = 0; q < per_word; ++q) {
+          for (int l = 0; l < kCalls; ++l) {
+            dst[(per_word * i + q) * kCalls + l] =
+                membench::uniform_from_part<U>((words[i][kCalls * k + l] >> (U * q)) & mask);
+          }
         }
       }
     }
@@ -153,16 +162,21 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
 }
 
 // Row k's values t = CALLS * v + c, c < CALLS, from uniforms[v][k * CALLS + c] (lane-major).
-template <int CALLS>
-inline void short_rows_in_order(const float (&uniforms)[8][kLanes], float* out) {
+template <int CALLS, int PER_CALL>
+inline void short_rows_in_order(const float (&uniforms)[PER_CALL][kLanes], float* out) {
   for (int k = 0; k < kLanes / CALLS; ++k) {
-    for (int v = 0; v < 8; ++v) __builtin_memcpy(out + 8 * CALLS * k + CALLS * v, &uniforms[v][k * CALLS], 4 * CALLS);
+    for (int v = 0; v < PER_CALL; ++v) {
+      __builtin_memcpy(out + PER_CALL * CALLS * k + CALLS * v, &uniforms[v][k * CALLS], 4 * CALLS);
+    }
   }
 }
 
-// Uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls per
-// block, one block each): row k's value t into out[8 * calls * k + t], 8 * kLanes floats in all.
+// U-bit uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls
+// per block, one block each): row k's value t into out[P * calls * k + t], P * kLanes floats in all.
+template <int U>
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
+  constexpr int per_word = 32 / U, per_call = 4 * per_word;
+  constexpr uint32_t mask = (1u << U) - 1u;
   alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
   for (int k = 0, l = 0; l < kLanes; ++k) {  // lane l = calls * k + c: row k's call c
     for (int c = 0; c < calls; ++c, ++l) {
@@ -171,23 +185,23 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
     }
   }
   philox_lanes(seed, offset, call, rows, words);
-  // Half-word v of every lane, converted a vector at a time, then put in each row's value order.
-  alignas(64) float uniforms[8][kLanes];
-  for (int v = 0; v < 8; ++v) {
+  // Part v of every lane, converted a vector at a time, then put in each row's value order.
+  alignas(64) float uniforms[per_call][kLanes];
+  for (int v = 0; v < per_call; ++v) {
     for (int l = 0; l < kLanes; ++l) {
-      uniforms[v][l] = membench::uniform_from_half((words[v / 2][l] >> (16 * (v % 2))) & 0xFFFFu);
+      uniforms[v][l] = membench::uniform_from_part<U>((words[v / per_word][l] >> (U * (v % per_word))) & mask);
     }
   }
   switch (calls) {
-    case 1: short_rows_in_order<1>(uniforms, out); break;
-    case 2: short_rows_in_order<2>(uniforms, out); break;
-    case 4: short_rows_in_order<4>(uniforms, out); break;
-    default: short_rows_in_order<8>(uniforms, out); break;
+    case 1: short_rows_in_order<1, per_call>(uniforms, out); break;
+    case 2: short_rows_in_order<2, per_call>(uniforms, out); break;
+    case 4: short_rows_in_order<4, per_call>(uniforms, out); break;
+    default: short_rows_in_order<8, per_call>(uniforms, out); break;
   }
 }
 
-// The uniforms of a task's short rows, generated kLanes / calls rows at a time as its rows come in
-// increasing order: of(r) is row r's, valid until the next call.
+// The stochastic-rounding uniforms of a task's short rows, generated kLanes / calls rows at a time as
+// its rows come in increasing order: of(r) is row r's, valid until the next call.
 class ShortRowNoise {
  public:
   ShortRowNoise(uint64_t seed, uint64_t offset, int calls) : seed_(seed), offset_(offset), calls_(calls) {}
@@ -196,16 +210,16 @@ class ShortRowNoise {
     const int64_t rows = kLanes / calls_;
     if (row < first_ || row >= first_ + rows) {
       first_ = row;
-      philox_short_rows(seed_, offset_, static_cast<uint32_t>(row), calls_, uniforms_);
+      philox_short_rows<membench::kRoundingBits>(seed_, offset_, static_cast<uint32_t>(row), calls_, uniforms_);
     }
-    return uniforms_ + 8 * calls_ * (row - first_);
+    return uniforms_ + membench::kRoundingPerCall * calls_ * (row - first_);
   }
 
  private:
   uint64_t seed_, offset_;
   int calls_;
   int64_t first_ = -kLanes;  // a window of negative rows: none generated yet
-  alignas(64) float uniforms_[8 * kLanes];
+  alignas(64) float uniforms_[membench::kRoundingPerCall * kLanes];
 };
 
 // Range of n floats (grid_of turns it into a row's grid).
@@ -260,16 +274,17 @@ inline membench::Grid grid_of(RowRange range, int bits) {
   return membench::row_grid(minimum, maximum, bits);
 }
 
-// Stochastic rounding of `count` floats (at most kChunk) on a grid with the given uniforms, packed
-// into `out` (the bytes of the values, the last one zero-padded).
+// Stochastic rounding of `count` floats (at most kChunk) on a grid (its low and 1 / step) with the
+// given uniforms, packed into `out` (the bytes of the values, the last one zero-padded).
 template <int BITS>
-void quantize_chunk(const float* values, int64_t count, float low, float step, const float* uniforms, uint8_t* out) {
+void quantize_chunk(const float* values, int64_t count, float low, float inverse_step, const float* uniforms,
+                    uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
   const float levels = static_cast<float>((1 << BITS) - 1);
   // 32-bit levels: the loop then vectorises 16 values at a time (bytes would take 64), short rows too.
   alignas(64) int32_t level[kChunk];
   for (int64_t k = 0; k < count; ++k) {
-    level[k] = membench::quantize_level(values[k], low, step, uniforms[k], levels);
+    level[k] = membench::quantize_level(values[k], low, inverse_step, uniforms[k], levels);
   }
   const int64_t bytes = (count + per_byte - 1) / per_byte;
   for (int64_t k = count; k < bytes * per_byte; ++k) level[k] = 0;
@@ -281,23 +296,23 @@ void quantize_chunk(const float* values, int64_t count, float low, float step, c
 }
 
 // Stochastic rounding of row `row` on its grid, packed into `out` (bytes of the row's layout). A
-// short row (membench::noise_calls(length) < 16) comes with its uniforms (ShortRowNoise); a long
+// short row (membench::noise_calls(length, 16) < 16) comes with its uniforms (ShortRowNoise); a long
 // row's are generated here, a chunk at a time.
 template <int BITS>
 void quantize_row(const float* values, int64_t length, membench::Grid grid, uint64_t seed, uint64_t offset,
                   uint32_t row, const float* short_uniforms, uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
-  const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
+  const float low = static_cast<float>(grid.low), inverse_step = 1.0f / static_cast<float>(grid.step);
   if (short_uniforms != nullptr) {
-    quantize_chunk<BITS>(values, length, low, step, short_uniforms, out);
+    quantize_chunk<BITS>(values, length, low, inverse_step, short_uniforms, out);
     return;
   }
   alignas(64) float uniforms[kChunk];
   for (int64_t begin = 0; begin < length; begin += kChunk) {
     const int64_t count = length - begin < kChunk ? length - begin : kChunk;
-    philox_uniforms(seed, offset, row, static_cast<uint32_t>(begin / membench::kNoiseBlock),
-                    (count + membench::kNoiseBlock - 1) / membench::kNoiseBlock, uniforms);
-    quantize_chunk<BITS>(values + begin, count, low, step, uniforms, out + begin / per_byte);
+    philox_uniforms<membench::kRoundingBits>(seed, offset, row, static_cast<uint32_t>(begin / kRoundingBlock),
+                                             (count + kRoundingBlock - 1) / kRoundingBlock, uniforms);
+    quantize_chunk<BITS>(values + begin, count, low, inverse_step, uniforms, out + begin / per_byte);
   }
 }
 
@@ -435,7 +450,7 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
     hi = x > hi ? x : hi;
     nan |= x != x;
   }
-  Floats16 low, step;
+  Floats16 low, inverse_step;
   for (int l = 0; l < kPlaneLanes; ++l) {
     const membench::Grid grid = grid_of(RowRange{lo[l], hi[l], nan[l] != 0}, BITS);
     if (l < count) {
@@ -444,13 +459,13 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
       scale[first + l] = grid.step;
     }
     low[l] = static_cast<float>(grid.low);
-    step[l] = static_cast<float>(grid.step);
+    inverse_step[l] = 1.0f / static_cast<float>(grid.step);
   }
   // Stochastic rounding (membench::quantize_level, a lane at a time) and packing.
   const float levels = static_cast<float>((1 << BITS) - 1);
   alignas(64) Ints16 level[kShortPlaneValues + per_byte];
   for (int64_t j = 0; j < area; ++j) {
-    Floats16 x = (value[j] - low) / step + uniform[j];
+    Floats16 x = (value[j] - low) * inverse_step + uniform[j];
     x = x < levels ? x : levels;
     level[j] = __builtin_convertvector(x, Ints16);
   }
@@ -555,10 +570,10 @@ void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, u
   alignas(64) float uniforms[kChunk];
   alignas(64) uint8_t keep[kChunk] = {};
   if (calls < kCalls) {  // the map is one short row
-    philox_short_rows(seed, offset, 0, calls, uniforms);
+    philox_short_rows<membench::kDropoutBits>(seed, offset, 0, calls, uniforms);
   } else {
-    philox_uniforms(seed, offset, 0, first_block, (count + membench::kNoiseBlock - 1) / membench::kNoiseBlock,
-                    uniforms);
+    philox_uniforms<membench::kDropoutBits>(seed, offset, 0, first_block, (count + kDropoutBlock - 1) / kDropoutBlock,
+                                            uniforms);
   }
   for (int64_t k = 0; k < count; ++k) {
     const float kept = uniforms[k] >= p ? 1.0f : 0.0f;

@@ -89,7 +89,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
                        int64_t block, uint64_t seed, uint64_t offset, c10::BFloat16* lfc, uint8_t* packed,
                        c10::BFloat16* minimum, c10::BFloat16* scale) {
   const PlaneLayout layout = plane_layout(height, width, block, bits);
-  const int calls = membench::noise_calls(layout.area);
+  const int calls = membench::noise_calls(layout.area, membench::kRoundingPerCall);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
@@ -148,7 +148,7 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
                     int64_t groups, uint64_t seed, uint64_t offset, uint8_t* packed, c10::BFloat16* minimum,
                     c10::BFloat16* scale) {
   const int64_t row_bytes = packed_row_bytes(group_size, bits);
-  const int calls = membench::noise_calls(group_size);
+  const int calls = membench::noise_calls(group_size, membench::kRoundingPerCall);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
@@ -216,10 +216,10 @@ void dropout_pack(c10::ScalarType dtype, const void* x, int64_t numel, float p, 
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
     auto* result = static_cast<scalar_t*>(out);
-    const int calls = membench::noise_calls(numel);
+    const int calls = membench::noise_calls(numel, membench::kDropoutPerCall);
     for_each_chunk(numel, [&](int64_t first, int64_t count) {
       dropout_pack_chunk<scalar_t>(map + first, count, p, gain, seed, offset,
-                                   static_cast<uint32_t>(first / membench::kNoiseBlock), calls, result + first,
+                                   static_cast<uint32_t>(first / kDropoutBlock), calls, result + first,
                                    packed + first / 8);
     });
   });

@@ -3,14 +3,16 @@
 // CUDA and nvcc is present. nvcc is given --fmad=false, so multiplications and additions are not
 // contracted into FMAs, which would change the rounding.
 //
-// Structure: DIVISION compresses one (sample, channel) plane per warp (tile means, the HFC's range,
-// then stochastic rounding and packing); ActNN-style compresses one group per warp. A warp first
-// copies its plane or group into shared memory with 16-byte loads where it fits (32 KiB), so that
-// the three passes read memory once, at full width (staging, below); larger rows are read from
-// global memory, which the caches hold between the passes. Dropout draws its mask per block of 2048
-// values; every thread that draws noise runs one Philox call for its 8 values (division_common.h),
-// and the levels go through shared memory to be packed into bytes. The 1-bit masks read and write
-// eight values at once where a map's layout allows.
+// Structure: a team of lanes works on one row: DIVISION's (sample, channel) plane (tile means, the
+// HFC's range, then stochastic rounding and packing) or an ActNN-style group. A team is as many lanes
+// as the row has Philox calls per noise block (division_common.h), or the whole warp for rows of
+// more than one block, so that a warp holds several short rows (eight 7x7 planes) and no lane draws
+// noise for values that do not exist. A team first copies its row into shared memory with 16-byte
+// loads where it fits (32 KiB), so that the passes read memory once, at full width (staging, below);
+// larger rows are read from global memory, which the caches hold between the passes. Every lane
+// that draws noise runs one Philox call for its 16 values (8-bit uniforms, 8 for dropout's 16-bit
+// ones) and multiplies by the row's reciprocal step; the levels go through shared memory to be
+// packed into bytes. The 1-bit masks read and write eight values at once where a map's layout allows.
 //
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
@@ -33,8 +35,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-// Values whose levels a block holds at once: one Philox call (8 values) per thread.
-constexpr int kBlockValues = 8 * kThreads;
+// Values whose dropout mask a block draws at once: one Philox call (8 values) per thread.
+constexpr int kBlockValues = membench::kDropoutPerCall * kThreads;
+// Values a stochastic-rounding call serves.
+constexpr int kPerCall = membench::kRoundingPerCall;
 constexpr int kMaxWidth = 4096;  // a plane's rows and columns (tables and column sums in shared memory)
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
@@ -65,8 +69,13 @@ __host__ __device__ __forceinline__ int64_t packed_row_bytes(int64_t length, int
   return (length + per_byte - 1) / per_byte;
 }
 
+// The uniform of part v of a call, membench::uniform_from_part's number built from bits: 1 + (part +
+// 1/2) 2^-U has the exponent of 1, so subtracting 1 leaves (part + 1/2) 2^-U exactly, without an
+// integer-to-float conversion (a quarter-rate instruction).
+template <int U>
 __device__ __forceinline__ float call_uniform(const membench::Philox4& r, int v) {
-  return membench::uniform_from_half((r.word[v / 2] >> (16 * (v % 2))) & 0xFFFFu);
+  const uint32_t part = membench::call_part<U>(r, v);
+  return __fsub_rn(__uint_as_float(0x3F800000u | (part << (23 - U)) | (1u << (22 - U))), 1.0f);
 }
 
 __device__ __forceinline__ membench::Philox4 philox_call(uint64_t seed, uint64_t offset, uint32_t row,
@@ -83,21 +92,25 @@ struct Range {
   int nan;
 };
 
+// fminf and fmaxf (one instruction each) skip NaNs, which the flag tracks apart; which zero they
+// keep does not matter, as row_grid makes a zero minimum +0 and a zero scale 1.
 __device__ __forceinline__ void range_add(Range& r, float v) {
-  r.minimum = v < r.minimum ? v : r.minimum;
-  r.maximum = v > r.maximum ? v : r.maximum;
+  r.minimum = fminf(r.minimum, v);
+  r.maximum = fmaxf(r.maximum, v);
   r.nan |= v != v;
 }
 
 // Merges another range (an empty one is (+inf, -inf): its bounds are not values).
 __device__ __forceinline__ void range_merge(Range& r, float minimum, float maximum, int nan) {
-  r.minimum = minimum < r.minimum ? minimum : r.minimum;
-  r.maximum = maximum > r.maximum ? maximum : r.maximum;
+  r.minimum = fminf(r.minimum, minimum);
+  r.maximum = fmaxf(r.maximum, maximum);
   r.nan |= nan;
 }
 
-__device__ __forceinline__ Range warp_range(Range r) {
-  for (int delta = 16; delta > 0; delta /= 2) {
+// The range over a team of `lanes` lanes (a power of two, aligned in the warp); every lane of the
+// warp takes part.
+__device__ __forceinline__ Range team_range(Range r, int lanes) {
+  for (int delta = lanes / 2; delta > 0; delta /= 2) {
     const float minimum = __shfl_xor_sync(0xFFFFFFFFu, r.minimum, delta);
     const float maximum = __shfl_xor_sync(0xFFFFFFFFu, r.maximum, delta);
     const int nan = __shfl_xor_sync(0xFFFFFFFFu, r.nan, delta);
@@ -122,11 +135,19 @@ __device__ __forceinline__ void pack_levels(const uint8_t* levels, int64_t count
   }
 }
 
-// -- Staging: a warp's row of a map copied into shared memory with 16-byte loads ------------------
+// -- Teams and staging ------------------------------------------------------------------------------
 //
-// Read one value per lane at a time, a warp has 64 or 128 bytes in flight, far too few to keep
-// an H100's memory busy. A warp whose row fits copies it first, each lane moving 16 bytes per
-// load, four loads at a time, and the passes over the row then read shared memory. The loads are
+// Lanes per row of `length` values: the calls of its one noise block, or the warp (two blocks at a
+// time) for a row of several.
+int team_lanes(int64_t length) {
+  const int calls = membench::noise_calls(length, kPerCall);
+  return length > kPerCall * membench::kNoiseCalls ? 32 : calls;
+}
+
+// A team's row is copied into shared memory with 16-byte loads. Read one value per lane at a time,
+// a warp has 64 or 128 bytes in flight, far too few to keep an H100's memory busy. A team whose row
+// fits copies it first, each lane moving 16 bytes per load, four loads at a time, and the passes
+// over the row then read shared memory. The loads are
 // aligned: they start at the 16-byte boundary at or below the row and end at the one at or above
 // its end, so the host stages only tensors whose data is 16-byte aligned and whose storage reaches
 // the boundary past their last byte (stageable()); the bytes around a row that it reads are not used.
@@ -136,20 +157,23 @@ __host__ __device__ __forceinline__ int64_t align16(int64_t bytes) { return (byt
 // Shared bytes that hold a staged row of `bytes` bytes wherever it starts.
 __host__ __device__ __forceinline__ int64_t stage_bytes(int64_t bytes) { return align16(bytes) + 16; }
 
-// A row is staged up to this size; longer rows are read from global memory.
-constexpr int64_t kMaxStage = 32 * 1024;
+// A row is staged up to this size; longer rows are read from global memory. Larger stages leave too
+// few warps resident: on an H100, a 112x112 float16 plane (25 KiB) compressed in 1.32 ms per
+// 256x64 map staged and 0.71 ms unstaged, a 56x56 one (6 KiB) in 0.59 and 0.57 ms.
+constexpr int64_t kMaxStage = 8 * 1024;
 
-// Copies bytes [begin, begin + count) into `buffer` (16-byte aligned, stage_bytes(count) long) and
-// returns where `begin` landed; the warp's lanes are synchronised on return.
-__device__ __forceinline__ const unsigned char* warp_stage(const unsigned char* begin, int64_t count,
-                                                           unsigned char* buffer, int lane) {
+// Copies bytes [begin, begin + count) into `buffer` (16-byte aligned, stage_bytes(count) long) by
+// the team's lanes (lane < lanes) and returns where `begin` landed; the warp's lanes are
+// synchronised on return.
+__device__ __forceinline__ const unsigned char* team_stage(const unsigned char* begin, int64_t count,
+                                                           unsigned char* buffer, int lane, int lanes) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(begin) & ~static_cast<uintptr_t>(15);
   const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + count + 15) & ~static_cast<uintptr_t>(15);
   const uint4* from = reinterpret_cast<const uint4*>(first);
   uint4* to = reinterpret_cast<uint4*>(buffer);
   const int words = static_cast<int>((last - first) / 16);
 #pragma unroll 4
-  for (int i = lane; i < words; i += 32) to[i] = __ldg(from + i);
+  for (int i = lane; i < words; i += lanes) to[i] = __ldg(from + i);
   __syncwarp();
   return buffer + (reinterpret_cast<uintptr_t>(begin) - first);
 }
@@ -190,12 +214,43 @@ int warps_that_fit(const at::Tensor& x, int64_t fixed, int64_t per_warp) {
   return best;
 }
 
-// A launch's warps per block, its dynamic shared bytes and whether its rows are staged.
+// A launch: its blocks, warps per block, lanes per team (row), dynamic shared bytes and whether rows
+// are staged. Blocks are persistent: as many as the multiprocessors hold at once, each taking a row
+// per team at a time until none are left, so that a block's set-up is paid once.
 struct Launch {
+  int64_t blocks;
   int warps;
+  int lanes;
   int64_t shared;
   bool staged;
 };
+
+// Blocks of `warps` warps and `shared` bytes that the device holds at once, at most enough for `rows`.
+int64_t resident_blocks(const at::Tensor& x, int warps, int64_t shared, int lanes, int64_t rows) {
+  constexpr int64_t kReservedPerBlock = 1024;
+  const int64_t sm_blocks = min64(
+      min64(device_attribute(x, cudaDevAttrMaxSharedMemoryPerMultiprocessor) / (shared + kReservedPerBlock),
+            device_attribute(x, cudaDevAttrMaxBlocksPerMultiprocessor)),
+      device_attribute(x, cudaDevAttrMaxThreadsPerMultiProcessor) / (32 * warps));
+  const int64_t needed = (rows + warps * (32 / lanes) - 1) / (warps * (32 / lanes));
+  return max64(1, min64(needed, sm_blocks * device_attribute(x, cudaDevAttrMultiProcessorCount)));
+}
+
+// The launch for `rows` rows of `lanes` lanes whose team needs team_bytes(staged) shared bytes
+// besides the block's `fixed` ones: staged when `stage` allows and the staged region fits, else
+// from global memory.
+template <typename TeamBytes>
+Launch team_launch(const at::Tensor& x, int64_t rows, int lanes, int64_t fixed, bool stage, TeamBytes team_bytes) {
+  const int64_t teams = 32 / lanes;
+  for (const bool staged : {true, false}) {
+    if (staged && !stage) continue;
+    const int warps = warps_that_fit(x, fixed, teams * team_bytes(staged));
+    if (warps == 0) continue;
+    const int64_t shared = fixed + warps * teams * team_bytes(staged);
+    return {resident_blocks(x, warps, shared, lanes, rows), warps, lanes, shared, staged};
+  }
+  TORCH_CHECK(false, "rows of this size do not fit the GPU's shared memory");
+}
 
 // Lets `kernel` take `launch.shared` bytes (above 48 KiB a kernel must ask for them).
 template <typename Kernel>
@@ -206,282 +261,319 @@ void allow_shared(Kernel kernel, const Launch& launch) {
   }
 }
 
-// -- DIVISION: one warp per (sample, channel) plane ----------------------------------------------
+// A team's place in its block at one step of the block's rows: its row (clamped to the last: a team
+// past the end computes that row again without writing anything, so that the warp's teams stay in
+// step), its lane, its index.
+struct TeamPlace {
+  int64_t row;
+  bool active;
+  int lane;
+  int index;
+};
+
+__device__ __forceinline__ TeamPlace team_place(int64_t first, int64_t rows, int lanes) {
+  const int index = threadIdx.x / lanes;
+  const int64_t row = first + index;
+  return {row < rows ? row : rows - 1, row < rows, static_cast<int>(threadIdx.x % 32) & (lanes - 1), index};
+}
+
+// Eight values of a map, loaded or stored at once (one or two 16-byte accesses).
+template <typename scalar_t>
+struct alignas(8 * sizeof(scalar_t)) Values8 {
+  scalar_t v[8];
+};
+
+// -- DIVISION: one team per (sample, channel) plane -----------------------------------------------
 //
-// A block holds up to kWarps planes. Its shared memory: the tile row and column of each row and
-// column of a plane (uint16, shared by the block's planes, which have one size), then per warp its
-// region: when staged, the plane; the sums, minima and maxima of a tile row's columns (width floats
-// each); when staged, the plane's LFC as floats; the levels of 256 values. In-plane indices are 32-bit (a plane has fewer than 2^31
-// values; the host checks); a cursor (h, w) follows a value index j = h * width + w as it advances,
-// so that no value needs a division.
+// A block works on several planes at a time. Its shared memory: the tile of each value of a plane
+// (uint8, shared by the block's planes, which have one size; when a plane has at most 256 tiles
+// and 16 Ki values, else the tile is computed), then per team its region: when staged, the plane;
+// the sums, minima and maxima of a tile row's columns (width floats each); the plane's LFC as
+// floats; the levels of the values of one step (16 per lane). In-plane indices are 32-bit (a plane
+// has fewer than 2^31 values; the host checks).
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
 };
 
-__host__ __device__ __forceinline__ int64_t plane_tables_bytes(int height, int width) {
-  return align16(static_cast<int64_t>(height + width) * 2);
+constexpr int64_t kMaxTileTable = 16 * 1024;
+
+__host__ __device__ __forceinline__ bool has_tile_table(const PlaneShape& s) {
+  return s.rows * s.cols <= 256 && s.area <= kMaxTileTable;
+}
+
+__host__ __device__ __forceinline__ int64_t plane_tables_bytes(const PlaneShape& s) {
+  return has_tile_table(s) ? align16(s.area) : 0;
 }
 
 __host__ __device__ __forceinline__ int64_t plane_stage_bytes(const PlaneShape& s, int64_t element, bool staged) {
   return staged ? stage_bytes(static_cast<int64_t>(s.area) * element) : 0;
 }
 
-__host__ __device__ __forceinline__ int64_t plane_lfc_bytes(const PlaneShape& s, bool staged) {
-  return staged ? align16(static_cast<int64_t>(s.rows) * s.cols * 4) : 0;
+__host__ __device__ __forceinline__ int64_t plane_lfc_bytes(const PlaneShape& s) {
+  return align16(static_cast<int64_t>(s.rows) * s.cols * 4);
 }
 
 __host__ __device__ __forceinline__ int64_t plane_column_bytes(const PlaneShape& s) {
   return align16(static_cast<int64_t>(s.width) * 4);
 }
 
-__host__ __device__ __forceinline__ int64_t plane_warp_bytes(const PlaneShape& s, int64_t element, bool staged) {
-  return plane_stage_bytes(s, element, staged) + 3 * plane_column_bytes(s) + plane_lfc_bytes(s, staged) + 256;
+__host__ __device__ __forceinline__ int64_t plane_team_bytes(const PlaneShape& s, int64_t element, bool staged,
+                                                             int lanes) {
+  return plane_stage_bytes(s, element, staged) + 3 * plane_column_bytes(s) + plane_lfc_bytes(s) +
+         align16(kPerCall * lanes);
 }
 
-// Staged when the map allows and a warp's region fits; else every pass reads global memory.
-Launch plane_launch(const at::Tensor& x, const PlaneShape& s) {
-  const int64_t tables = plane_tables_bytes(s.height, s.width), element = x.element_size();
-  if (stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage) {
-    const int warps = warps_that_fit(x, tables, plane_warp_bytes(s, element, true));
-    if (warps > 0) return {warps, tables + warps * plane_warp_bytes(s, element, true), true};
-  }
-  const int warps = warps_that_fit(x, tables, plane_warp_bytes(s, element, false));
-  TORCH_CHECK(warps > 0, "planes of ", s.height, "x", s.width, " values do not fit the GPU's shared memory");
-  return {warps, tables + warps * plane_warp_bytes(s, element, false), false};
-}
-
-// Fills the tile tables (the whole block) and returns this warp's plane, or -1 past the last.
-__device__ __forceinline__ int64_t plane_setup(const PlaneShape& s, int64_t planes, uint16_t* row_tile,
-                                               uint16_t* col_tile) {
-  for (int i = threadIdx.x; i < s.height; i += blockDim.x) row_tile[i] = static_cast<uint16_t>(i / s.tile_h);
-  for (int i = threadIdx.x; i < s.width; i += blockDim.x) col_tile[i] = static_cast<uint16_t>(i / s.tile_w);
-  __syncthreads();  // the only block-wide barrier: warps work on their own planes from here
-  const int64_t p = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  return p < planes ? p : -1;
-}
-
-// (h, w) of value j, advanced by a fixed step (dh rows and dw < width columns).
-struct Cursor {
-  int h, w;
-  __device__ __forceinline__ void advance(int dh, int dw, int width) {
-    h += dh;
-    w += dw;
-    if (w >= width) {
-      w -= width;
-      ++h;
+// Fills the block's tile table (when the plane has one); the only block-wide barrier.
+__device__ __forceinline__ void fill_tile_table(const PlaneShape& s, uint8_t* tile_of) {
+  if (has_tile_table(s)) {
+    for (int j = threadIdx.x; j < s.area; j += blockDim.x) {
+      tile_of[j] = static_cast<uint8_t>((j / s.width / s.tile_h) * s.cols + (j % s.width) / s.tile_w);
     }
   }
-};
+  __syncthreads();
+}
+
+// The LFC tile of value j.
+__device__ __forceinline__ int tile_index(const PlaneShape& s, const uint8_t* tile_of, int j) {
+  if (has_tile_table(s)) return tile_of[j];
+  return (j / s.width / s.tile_h) * s.cols + (j % s.width) / s.tile_w;
+}
 
 template <typename scalar_t, int BITS, bool STAGED>
-__global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, uint64_t seed,
-                                         uint64_t offset, c10::BFloat16* __restrict__ lfc,
+__global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, int lanes,
+                                         uint64_t seed, uint64_t offset, c10::BFloat16* __restrict__ lfc,
                                          uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
                                          c10::BFloat16* __restrict__ scale) {
   extern __shared__ __align__(16) unsigned char shared[];
   constexpr int64_t element = sizeof(scalar_t);
-  uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
-  uint16_t* col_tile = row_tile + s.height;
+  uint8_t* tile_of = shared;
+  fill_tile_table(s, tile_of);
+  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
   unsigned char* own =
-      shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * plane_warp_bytes(s, element, STAGED);
+      shared + plane_tables_bytes(s) + (threadIdx.x / lanes) * plane_team_bytes(s, element, STAGED, lanes);
   float* column_sum = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
   float* column_min = column_sum + plane_column_bytes(s) / 4;
   float* column_max = column_min + plane_column_bytes(s) / 4;
   float* lfc_values = column_max + plane_column_bytes(s) / 4;
-  uint8_t* levels = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s, STAGED);
-  const int64_t p = plane_setup(s, planes, row_tile, col_tile);
-  if (p < 0) return;
-  const int lane = threadIdx.x % 32;
-  const scalar_t* plane = x + p * s.area;
-  if constexpr (STAGED) {
-    plane = reinterpret_cast<const scalar_t*>(
-        warp_stage(reinterpret_cast<const unsigned char*>(plane), s.area * element, own, lane));
-  }
-  c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
-  // The bfloat16 LFC value of tile t, as a float.
-  auto tile_mean = [&](int t) -> float {
-    if constexpr (STAGED) {
-      return lfc_values[t];
-    } else {
-      return static_cast<float>(plane_lfc[t]);
-    }
-  };
-  // Tile means and the HFC's range in one pass: each column of a tile row summed downwards (and its
-  // minimum and maximum kept), then the columns of a tile. Rounding is monotonic, so the least HFC
-  // of a tile, min(x - mean), is its least value minus the mean (likewise the greatest): the range
-  // needs no pass of its own. A NaN anywhere makes the plane's range NaN.
-  Range range{INFINITY, -INFINITY, 0};
-  for (int tr = 0; tr < s.rows; ++tr) {
-    const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
-    for (int w = lane; w < s.width; w += 32) {
-      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
-      for (int h = h0; h < h1; ++h) {
-        const float v = static_cast<float>(plane[h * s.width + w]);
-        sum = __fadd_rn(sum, v);
-        least = v < least ? v : least;
-        greatest = v > greatest ? v : greatest;
-        range.nan |= v != v;
-      }
-      column_sum[w] = sum;
-      column_min[w] = least;
-      column_max[w] = greatest;
-    }
-    __syncwarp();
-    for (int tc = lane; tc < s.cols; tc += 32) {
-      const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
-      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
-      for (int w = w0; w < w1; ++w) {
-        sum = __fadd_rn(sum, column_sum[w]);
-        least = column_min[w] < least ? column_min[w] : least;
-        greatest = column_max[w] > greatest ? column_max[w] : greatest;
-      }
-      const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
-      plane_lfc[tr * s.cols + tc] = mean;
-      const float mean_value = static_cast<float>(mean);
-      if constexpr (STAGED) lfc_values[tr * s.cols + tc] = mean_value;
-      const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
-      range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
-    }
-    __syncwarp();  // the column arrays are reused, the LFC is read by the whole warp
-  }
-  const membench::Grid grid = range_grid(warp_range(range), BITS);  // the same on every lane
-  if (lane == 0) {
-    minimum[p] = grid.low;
-    scale[p] = grid.step;
-  }
-  const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
+  uint8_t* levels = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s);
+  const int calls = membench::noise_calls(s.area, kPerCall);
+  const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
-  uint8_t* row_out = packed + p * packed_row_bytes(s.area, BITS);
-  // Stochastic rounding, 256 values at a time: a Philox call per lane serves values j0 + calls * v,
-  // v < 8 (division_common.h; a plane of at most 64 values is one block of fewer calls).
-  const int calls = membench::noise_calls(s.area);
-  const int noise_h = calls / s.width, noise_w = calls % s.width;
-  for (int begin = 0; begin < s.area; begin += 256) {
-    const int64_t call = begin / 8 + lane;
-    const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), call);
-    const int j0 = static_cast<int>(membench::noise_value(call, 0, calls));
-    Cursor value{j0 / s.width, j0 % s.width};
-    for (int v = 0; v < 8; ++v) {
-      const int j = j0 + calls * v;
-      uint8_t level = 0;
-      if (j < s.area) {
-        const float mean = tile_mean(row_tile[value.h] * s.cols + col_tile[value.w]);
-        const float hfc = __fsub_rn(static_cast<float>(plane[j]), mean);
-        level = static_cast<uint8_t>(membench::quantize_level(hfc, low, step, call_uniform(r, v), top));
-      }
-      levels[j - begin] = level;
-      value.advance(noise_h, noise_w, s.width);
+  const int64_t row_bytes = packed_row_bytes(s.area, BITS);
+  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < planes; first += step_rows) {
+    const TeamPlace team = team_place(first, planes, lanes);
+    const int64_t p = team.row;
+    const scalar_t* plane = x + p * s.area;
+    if constexpr (STAGED) {
+      plane = reinterpret_cast<const scalar_t*>(
+          team_stage(reinterpret_cast<const unsigned char*>(plane), s.area * element, own, lane, lanes));
     }
-    __syncwarp();
-    pack_levels<BITS>(levels, min64(256, s.area - begin), row_out + begin / (8 / BITS), lane, 32);
-    __syncwarp();
+    c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
+    // Tile means and the HFC's range in one pass: each column of a tile row summed downwards (and
+    // its minimum and maximum kept), then the columns of a tile. Rounding is monotonic, so the least
+    // HFC of a tile, min(x - mean), is its least value minus the mean (likewise the greatest): the
+    // range needs no pass of its own. A NaN value makes its tile's mean, so that tile's least and
+    // greatest HFC, NaN, and with them the plane's range: values need no NaN test of their own.
+    Range range{INFINITY, -INFINITY, 0};
+    for (int tr = 0; tr < s.rows; ++tr) {
+      const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
+      for (int w = lane; w < s.width; w += lanes) {
+        float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+        for (int h = h0; h < h1; ++h) {
+          const float v = static_cast<float>(plane[h * s.width + w]);
+          sum = __fadd_rn(sum, v);
+          least = fminf(least, v);
+          greatest = fmaxf(greatest, v);
+        }
+        column_sum[w] = sum;
+        column_min[w] = least;
+        column_max[w] = greatest;
+      }
+      __syncwarp();
+      for (int tc = lane; tc < s.cols; tc += lanes) {
+        const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
+        float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+        for (int w = w0; w < w1; ++w) {
+          sum = __fadd_rn(sum, column_sum[w]);
+          least = fminf(least, column_min[w]);
+          greatest = fmaxf(greatest, column_max[w]);
+        }
+        const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
+        if (team.active) plane_lfc[tr * s.cols + tc] = mean;
+        const float mean_value = static_cast<float>(mean);
+        lfc_values[tr * s.cols + tc] = mean_value;
+        const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
+        range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
+      }
+      __syncwarp();  // the column arrays are reused, the LFC is read by the whole team
+    }
+    const membench::Grid grid = range_grid(team_range(range, lanes), BITS);  // the same on the team's lanes
+    if (lane == 0 && team.active) {
+      minimum[p] = grid.low;
+      scale[p] = grid.step;
+    }
+    const float low = static_cast<float>(grid.low), inverse_step = __frcp_rn(static_cast<float>(grid.step));
+    uint8_t* row_out = packed + p * row_bytes;
+    // Stochastic rounding, 16 values per lane at a time: a Philox call per lane serves values j0 +
+    // calls * v, v < 16 (division_common.h; a plane of at most 256 values is one block of its
+    // calls). Steps that lie wholly inside the plane skip the bounds checks.
+    // The next step's Philox call is computed before this step's values, so that its chain of
+    // dependent multiplications overlaps their independent work.
+    auto step = [&](int begin, const membench::Philox4& r, auto checked) {
+      const int call = begin / kPerCall + lane;
+      const int j0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
+#pragma unroll
+      for (int v = 0; v < kPerCall; ++v) {
+        const int j = j0 + calls * v;
+        uint8_t level = 0;
+        if (!decltype(checked)::value || j < s.area) {
+          const float hfc = __fsub_rn(static_cast<float>(plane[j]), lfc_values[tile_index(s, tile_of, j)]);
+          level = static_cast<uint8_t>(membench::quantize_level(
+              hfc, low, inverse_step, call_uniform<membench::kRoundingBits>(r, v), top));
+        }
+        levels[j - begin] = level;
+      }
+      __syncwarp();
+      if (team.active) pack_levels<BITS>(levels, min64(span, s.area - begin), row_out + begin / (8 / BITS), lane, lanes);
+      __syncwarp();
+    };
+    membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), lane);
+    int begin = 0;
+    for (; begin + span <= s.area; begin += span) {
+      const membench::Philox4 next = philox_call(seed, offset, static_cast<uint32_t>(p), (begin + span) / kPerCall + lane);
+      step(begin, r, std::false_type());
+      r = next;
+    }
+    if (begin < s.area) step(begin, r, std::true_type());
   }
 }
 
-// Decompression's warp region: when staged, the packed row and the LFC as floats.
-__host__ __device__ __forceinline__ int64_t unpack_warp_bytes(const PlaneShape& s, int bits, bool staged) {
-  return staged ? stage_bytes(packed_row_bytes(s.area, bits)) + plane_lfc_bytes(s, true) : 0;
+// Decompression's team region: when staged, the packed row; the LFC as floats.
+__host__ __device__ __forceinline__ int64_t unpack_team_bytes(const PlaneShape& s, int bits, bool staged) {
+  return (staged ? stage_bytes(packed_row_bytes(s.area, bits)) : 0) + plane_lfc_bytes(s);
 }
 
 template <typename scalar_t, int BITS, bool STAGED>
 __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
                                            const c10::BFloat16* __restrict__ minimum,
                                            const c10::BFloat16* __restrict__ scale, int64_t planes, PlaneShape s,
-                                           scalar_t* __restrict__ out) {
+                                           int lanes, scalar_t* __restrict__ out) {
   constexpr int per_byte = 8 / BITS;
   extern __shared__ __align__(16) unsigned char shared[];
-  uint16_t* row_tile = reinterpret_cast<uint16_t*>(shared);
-  uint16_t* col_tile = row_tile + s.height;
-  unsigned char* own =
-      shared + plane_tables_bytes(s.height, s.width) + (threadIdx.x / 32) * unpack_warp_bytes(s, BITS, STAGED);
-  const int64_t p = plane_setup(s, planes, row_tile, col_tile);
-  if (p < 0) return;
-  const int lane = threadIdx.x % 32;
-  const c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
+  uint8_t* tile_of = shared;
+  fill_tile_table(s, tile_of);
+  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
+  unsigned char* own = shared + plane_tables_bytes(s) + (threadIdx.x / lanes) * unpack_team_bytes(s, BITS, STAGED);
   const int64_t row_bytes = packed_row_bytes(s.area, BITS);
-  const uint8_t* row = packed + p * row_bytes;
   float* lfc_values = reinterpret_cast<float*>(own + (STAGED ? stage_bytes(row_bytes) : 0));
-  if constexpr (STAGED) {
-    for (int t = lane; t < s.rows * s.cols; t += 32) lfc_values[t] = static_cast<float>(plane_lfc[t]);
-    row = warp_stage(row, row_bytes, own, lane);  // synchronises the warp: the LFC is written too
-  }
-  auto tile_mean = [&](int t) -> float {
+  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < planes; first += step_rows) {
+    const TeamPlace team = team_place(first, planes, lanes);
+    const int64_t p = team.row;
+    const c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
+    const uint8_t* row = packed + p * row_bytes;
+    for (int t = lane; t < s.rows * s.cols; t += lanes) lfc_values[t] = static_cast<float>(plane_lfc[t]);
     if constexpr (STAGED) {
-      return lfc_values[t];
+      row = team_stage(row, row_bytes, own, lane, lanes);  // synchronises the warp: the LFC is written too
     } else {
-      return static_cast<float>(plane_lfc[t]);
+      __syncwarp();
     }
-  };
-  const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
-  Cursor at{lane / s.width, lane % s.width};
-  const int step_h = 32 / s.width, step_w = 32 % s.width;
-  scalar_t* plane_out = out + p * s.area;
-  for (int j = lane; j < s.area; j += 32) {
-    const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
-    const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
-    const float mean = tile_mean(row_tile[at.h] * s.cols + col_tile[at.w]);
-    plane_out[j] = static_cast<scalar_t>(__fadd_rn(hfc, mean));
-    at.advance(step_h, step_w, s.width);
+    const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
+    scalar_t* plane_out = out + p * s.area;
+    auto value_of = [&](int j) {
+      const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
+      const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
+      return static_cast<scalar_t>(__fadd_rn(hfc, lfc_values[tile_index(s, tile_of, j)]));
+    };
+    if (team.active) {
+      if (s.area % 8 == 0) {
+        // Runs of eight values per lane, stored at once (every plane starts on a multiple of eight).
+        for (int j0 = 8 * lane; j0 < s.area; j0 += 8 * lanes) {
+          Values8<scalar_t> run;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) run.v[i] = value_of(j0 + i);
+          *reinterpret_cast<Values8<scalar_t>*>(plane_out + j0) = run;
+        }
+      } else {
+        for (int j = lane; j < s.area; j += lanes) plane_out[j] = value_of(j);
+      }
+    }
+    __syncwarp();  // the team's region is reused at the next step
   }
 }
 
-// -- ActNN-style: one warp per group --------------------------------------------------------------
+// -- ActNN-style: one team per group --------------------------------------------------------------
 //
-// Per warp in shared memory: when staged, the group; the levels of 256 values.
+// Per team in shared memory: when staged, the group; the levels of one step (16 per lane).
 
-__host__ __device__ __forceinline__ int64_t group_warp_bytes(int64_t group_size, int64_t element, bool staged) {
-  return (staged ? stage_bytes(group_size * element) : 0) + 256;
+__host__ __device__ __forceinline__ int64_t group_team_bytes(int64_t group_size, int64_t element, bool staged,
+                                                             int lanes) {
+  return (staged ? stage_bytes(group_size * element) : 0) + align16(kPerCall * lanes);
 }
 
 template <typename scalar_t, int BITS, bool STAGED>
 __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t numel, int64_t group_size,
-                                      int64_t groups, uint64_t seed, uint64_t offset, uint8_t* __restrict__ packed,
-                                      c10::BFloat16* __restrict__ minimum, c10::BFloat16* __restrict__ scale) {
-  constexpr int kWarpValues = 8 * 32;
+                                      int64_t groups, int lanes, uint64_t seed, uint64_t offset,
+                                      uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
+                                      c10::BFloat16* __restrict__ scale) {
   constexpr int64_t element = sizeof(scalar_t);
   extern __shared__ __align__(16) unsigned char shared[];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
-  if (g >= groups) return;  // a whole warp leaves: no block-wide barrier follows
-  unsigned char* own = shared + warp * group_warp_bytes(group_size, element, STAGED);
+  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
+  unsigned char* own = shared + (threadIdx.x / lanes) * group_team_bytes(group_size, element, STAGED, lanes);
   uint8_t* levels = own + (STAGED ? stage_bytes(group_size * element) : 0);
   // In-group indices are 32-bit (the host checks the group size): 64-bit index arithmetic would
   // double the instructions per value of a kernel that is bound by them.
-  const int64_t base = g * group_size;
-  const int size = static_cast<int>(group_size), count = static_cast<int>(min64(group_size, numel - base));
-  const scalar_t* values = x + base;
-  if constexpr (STAGED) {
-    values = reinterpret_cast<const scalar_t*>(
-        warp_stage(reinterpret_cast<const unsigned char*>(values), count * element, own, lane));
-  }
-  // The range, with the zero padding of the last group.
-  Range range{INFINITY, -INFINITY, 0};
-  for (int k = lane; k < count; k += 32) range_add(range, static_cast<float>(values[k]));
-  if (count < size) range_add(range, 0.0f);
-  range = warp_range(range);
-  const membench::Grid grid = range_grid(range, BITS);
-  if (lane == 0) {
-    minimum[g] = grid.low;
-    scale[g] = grid.step;
-  }
-  const float low = static_cast<float>(grid.low), step = static_cast<float>(grid.step);
+  const int size = static_cast<int>(group_size);
+  const int calls = membench::noise_calls(size, kPerCall);
+  const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
-  uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
-  const int calls = membench::noise_calls(size);
-  for (int begin = 0; begin < size; begin += kWarpValues) {
-    const int call = begin / 8 + lane;
-    const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
-    const int k0 = (call / calls) * 8 * calls + call % calls;
-    for (int v = 0; v < 8; ++v) {
-      const int k = k0 + calls * v;  // membench::noise_value(call, v, calls)
-      const float value = k < count ? static_cast<float>(values[k]) : 0.0f;
-      levels[k - begin] =
-          k < size ? static_cast<uint8_t>(membench::quantize_level(value, low, step, call_uniform(r, v), top)) : 0;
+  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < groups; first += step_rows) {
+    const TeamPlace team = team_place(first, groups, lanes);
+    const int64_t g = team.row;
+    const int64_t base = g * group_size;
+    const int count = static_cast<int>(min64(group_size, numel - base));
+    const scalar_t* values = x + base;
+    if constexpr (STAGED) {
+      values = reinterpret_cast<const scalar_t*>(
+          team_stage(reinterpret_cast<const unsigned char*>(values), count * element, own, lane, lanes));
     }
-    __syncwarp();
-    pack_levels<BITS>(levels, min64(kWarpValues, size - begin), row_out + begin / (8 / BITS), lane, 32);
-    __syncwarp();
+    // The range, with the zero padding of the last group.
+    Range range{INFINITY, -INFINITY, 0};
+    for (int k = lane; k < count; k += lanes) range_add(range, static_cast<float>(values[k]));
+    if (count < size) range_add(range, 0.0f);
+    const membench::Grid grid = range_grid(team_range(range, lanes), BITS);
+    if (lane == 0 && team.active) {
+      minimum[g] = grid.low;
+      scale[g] = grid.step;
+    }
+    const float low = static_cast<float>(grid.low), inverse_step = __frcp_rn(static_cast<float>(grid.step));
+    uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
+    // As DIVISION's: steps wholly inside the group's values skip the bounds checks.
+    auto step = [&](int begin, auto checked) {
+      const int call = begin / kPerCall + lane;
+      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
+      const int k0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
+#pragma unroll
+      for (int v = 0; v < kPerCall; ++v) {
+        const int k = k0 + calls * v;
+        uint8_t level = 0;
+        if (!decltype(checked)::value || k < size) {
+          const float value = !decltype(checked)::value || k < count ? static_cast<float>(values[k]) : 0.0f;
+          level = static_cast<uint8_t>(membench::quantize_level(
+              value, low, inverse_step, call_uniform<membench::kRoundingBits>(r, v), top));
+        }
+        levels[k - begin] = level;
+      }
+      __syncwarp();
+      if (team.active) pack_levels<BITS>(levels, min64(span, size - begin), row_out + begin / (8 / BITS), lane, lanes);
+      __syncwarp();
+    };
+    int begin = 0;
+    for (; begin + span <= count; begin += span) step(begin, std::false_type());
+    for (; begin < size; begin += span) step(begin, std::true_type());
   }
 }
 
@@ -502,12 +594,6 @@ __global__ void group_decompress_kernel(const uint8_t* __restrict__ packed, cons
 }
 
 // -- 1-bit masks ------------------------------------------------------------------------------------
-
-// Eight values of a map, loaded or stored at once (one or two 16-byte accesses).
-template <typename scalar_t>
-struct alignas(8 * sizeof(scalar_t)) Values8 {
-  scalar_t v[8];
-};
 
 // Whether a map's values can be read eight at a time: a whole number of eights, aligned to them.
 bool in_eights(const at::Tensor& x) {
@@ -547,12 +633,12 @@ __global__ void dropout_pack_kernel(const scalar_t* __restrict__ x, int64_t nume
                                     uint8_t* __restrict__ packed) {
   __shared__ uint8_t keep[kBlockValues];
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kBlockValues;
-  const int64_t call = begin / 8 + threadIdx.x;
-  const int calls = membench::noise_calls(numel);
+  const int64_t call = begin / membench::kDropoutPerCall + threadIdx.x;
+  const int calls = membench::noise_calls(numel, membench::kDropoutPerCall);
   const membench::Philox4 r = philox_call(seed, offset, 0, call);
-  for (int v = 0; v < 8; ++v) {
-    const int64_t j = membench::noise_value(call, v, calls);
-    const bool kept = call_uniform(r, v) >= p;
+  for (int v = 0; v < membench::kDropoutPerCall; ++v) {
+    const int64_t j = membench::noise_value(call, v, calls, membench::kDropoutPerCall);
+    const bool kept = call_uniform<membench::kDropoutBits>(r, v) >= p;
     if (j < numel) {
       out[j] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(x[j]), kept ? 1.0f : 0.0f), gain));
     }
@@ -674,17 +760,22 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
   auto minimum = at::empty({planes}, bf16);
   auto scale = at::empty({planes}, bf16);
   if (planes == 0 || s.area == 0) return {lfc, packed, minimum, scale};
-  const Launch launch = plane_launch(x, s);
+  const int64_t element = x.element_size();
+  const int lanes = team_lanes(s.area);
+  const Launch launch =
+      team_launch(x, planes, lanes, plane_tables_bytes(s),
+                  stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage,
+                  [&](bool staged) { return plane_team_bytes(s, element, staged, lanes); });
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? division_compress_kernel<scalar_t, kBits, true>
                                   : division_compress_kernel<scalar_t, kBits, false>;
       allow_shared(kernel, launch);
-      kernel<<<(planes + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
-          x.data_ptr<scalar_t>(), planes, s, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>());
+      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
+               stream()>>>(x.data_ptr<scalar_t>(), planes, s, launch.lanes, static_cast<uint64_t>(seed),
+                           static_cast<uint64_t>(offset), lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(),
+                           minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -698,21 +789,19 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
   const PlaneShape s = plane_shape(height, width, block);
   auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
-  const int64_t tables = plane_tables_bytes(s.height, s.width);
-  Launch launch{kWarps, tables, false};
-  if (stageable(packed) && unpack_warp_bytes(s, static_cast<int>(bits), true) <= kMaxStage) {
-    const int warps = warps_that_fit(packed, tables, unpack_warp_bytes(s, static_cast<int>(bits), true));
-    if (warps > 0) launch = {warps, tables + warps * unpack_warp_bytes(s, static_cast<int>(bits), true), true};
-  }
+  const int b = static_cast<int>(bits);
+  const Launch launch = team_launch(packed, planes, team_lanes(s.area), plane_tables_bytes(s),
+                                    stageable(packed) && unpack_team_bytes(s, b, true) <= kMaxStage,
+                                    [&](bool staged) { return unpack_team_bytes(s, b, staged); });
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? division_decompress_kernel<scalar_t, kBits, true>
                                   : division_decompress_kernel<scalar_t, kBits, false>;
       allow_shared(kernel, launch);
-      kernel<<<(planes + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
-          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>(), planes, s, out.data_ptr<scalar_t>());
+      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
+               stream()>>>(lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+                           scale.data_ptr<c10::BFloat16>(), planes, s, launch.lanes, out.data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -730,21 +819,20 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   auto scale = at::empty({groups}, bf16);
   if (groups == 0) return {packed, minimum, scale};
   const int64_t element = x.element_size();
-  Launch launch{kWarps, kWarps * group_warp_bytes(group_size, element, false), false};
-  if (stageable(x) && stage_bytes(group_size * element) <= kMaxStage) {
-    const int warps = warps_that_fit(x, 0, group_warp_bytes(group_size, element, true));
-    if (warps > 0) launch = {warps, warps * group_warp_bytes(group_size, element, true), true};
-  }
+  const int lanes = team_lanes(group_size);
+  const Launch launch =
+      team_launch(x, groups, lanes, 0, stageable(x) && stage_bytes(group_size * element) <= kMaxStage,
+                  [&](bool staged) { return group_team_bytes(group_size, element, staged, lanes); });
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? group_compress_kernel<scalar_t, kBits, true>
                                   : group_compress_kernel<scalar_t, kBits, false>;
       allow_shared(kernel, launch);
-      kernel<<<(groups + launch.warps - 1) / launch.warps, 32 * launch.warps, launch.shared, stream()>>>(
-          x.data_ptr<scalar_t>(), numel, group_size, groups, static_cast<uint64_t>(seed),
-          static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>());
+      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
+               stream()>>>(x.data_ptr<scalar_t>(), numel, group_size, groups, launch.lanes,
+                           static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(),
+                           minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
