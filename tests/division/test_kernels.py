@@ -14,10 +14,13 @@ from membench.division.kernels import KERNEL_NAMES, TORCH_KERNELS
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 # (N, C, H, W): tiles that divide the plane, edge tiles, planes under a block (one global tile),
-# planes whose values do not fill a byte, a plane of one value, and short planes of every noise
+# planes whose values do not fill a byte, a plane of one value, short planes of every noise
 # block (1, 2, 4 and 8 calls: 16 / calls planes share one vector of Philox calls, here with
-# plane counts that leave the last vector part-used).
+# plane counts that leave the last vector part-used), planes of one noise block (16 calls, one
+# vector), and of three blocks and four (two vectors of calls, then one).
 SHAPES = (
+    (1, 2, 25, 25),
+    (1, 2, 30, 30),
     (2, 3, 16, 16),
     (2, 3, 17, 13),
     (1, 2, 7, 20),
@@ -70,7 +73,8 @@ def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
 def test_group_kernels_are_bit_exact(extension_kernels, dtype, bits):
     for index, shape in enumerate(SHAPES):
         x = _map(shape, dtype, index)
-        for group_size in (256, 33, 8):  # the last group of most maps is padded; 8 is a short row
+        # the last group of most maps is padded; 600 is three noise blocks, 100 and 8 short rows
+        for group_size in (600, 256, 100, 33, 8):
             saved = extension_kernels.group_compress(x, group_size, bits, SEED, OFFSET)
             assert _equal(saved, compress.group_compress(x, group_size, bits, SEED, OFFSET)), shape
             args = (*saved, group_size, bits, list(shape), dtype)

@@ -65,16 +65,18 @@ inline void philox_round8(__m256i (&c)[4], __m256i m0, __m256i m1, __m256i key0,
 }
 #endif
 
-// kLanes Philox calls: lane l has counter (call[l], row[l], offset low, offset high), and words[i][l]
-// is its word i (membench::philox4x32_10, vectorised over the lanes).
+// The first LANES (16 or kLanes) Philox calls: lane l has counter (call[l], row[l], offset low,
+// offset high), and words[i][l] is its word i (membench::philox4x32_10, vectorised over the lanes).
+template <int LANES = kLanes>
 inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[kLanes], const uint32_t (&row)[kLanes],
                          uint32_t (&words)[4][kLanes]) {
+  static_assert(LANES == 16 || LANES == kLanes, "Philox lanes come in vectors of 16");
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t o0 = static_cast<uint32_t>(offset), o1 = static_cast<uint32_t>(offset >> 32);
 #if MEMBENCH_CPU_ISA == 2
   const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  constexpr int vectors = kLanes / 16;
+  constexpr int vectors = LANES / 16;
   __m512i c[vectors][4];
   for (int v = 0; v < vectors; ++v) {
     c[v][0] = _mm512_loadu_si512(call + 16 * v);
@@ -98,7 +100,7 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(0xCD9E8D57u));
   // Two vectors at a time: four 8-lane chains would spill the 16 ymm registers.
-  for (int first = 0; first < kLanes; first += 16) {
+  for (int first = 0; first < LANES; first += 16) {
     __m256i c[2][4];
     for (int v = 0; v < 2; ++v) {
       c[v][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(call + first + 8 * v));
@@ -123,7 +125,7 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
     }
   }
 #else
-  for (int l = 0; l < kLanes; ++l) {
+  for (int l = 0; l < LANES; ++l) {
     const membench::Philox4 r = membench::philox4x32_10(call[l], row[l], o0, o1, k0, k1);
     for (int i = 0; i < 4; ++i) words[i][l] = r.word[i];
   }
@@ -132,7 +134,7 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
 
 // U-bit uniforms of noise blocks first_block .. first_block + blocks - 1 of a long row `row` (16
 // calls per block of 16 * P values, P = 128 / U) into out[0 .. blocks * 16 * P), two blocks per
-// kLanes calls.
+// kLanes calls (a last odd block by 16 calls: a group of 256 values is one block).
 template <int U>
 inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_block, int64_t blocks,
                             float* out) {
@@ -146,7 +148,11 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
       call[l] = first_call + static_cast<uint32_t>(l);
       rows[l] = row;
     }
-    philox_lanes(seed, offset, call, rows, words);
+    if (blocks - b == 1) {
+      philox_lanes<kCalls>(seed, offset, call, rows, words);
+    } else {
+      philox_lanes(seed, offset, call, rows, words);
+    }
     for (int64_t k = 0; k < per_lanes && b + k < blocks; ++k) {
       float* dst = out + (b + k) * block;
       for (int i = 0; i < 4; ++i) {

@@ -39,7 +39,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBlockValues = membench::kDropoutPerCall * kThreads;
 // Values a stochastic-rounding call serves.
 constexpr int kPerCall = membench::kRoundingPerCall;
-constexpr int kMaxWidth = 4096;  // a plane's rows and columns (tables and column sums in shared memory)
+constexpr int kMaxWidth = 4096;  // a plane's rows and columns (column sums in shared memory)
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
@@ -214,51 +214,44 @@ int warps_that_fit(const at::Tensor& x, int64_t fixed, int64_t per_warp) {
   return best;
 }
 
-// A launch: its blocks, warps per block, lanes per team (row), dynamic shared bytes and whether rows
-// are staged. Blocks are persistent: as many as the multiprocessors hold at once, each taking a row
-// per team at a time until none are left, so that a block's set-up is paid once.
+// A launch: warps per block, lanes per team (row), dynamic shared bytes and whether rows are staged.
 struct Launch {
-  int64_t blocks;
   int warps;
   int lanes;
   int64_t shared;
   bool staged;
 };
 
-// Blocks of `warps` warps and `shared` bytes that the device holds at once, at most enough for `rows`.
-int64_t resident_blocks(const at::Tensor& x, int warps, int64_t shared, int lanes, int64_t rows) {
-  constexpr int64_t kReservedPerBlock = 1024;
-  const int64_t sm_blocks = min64(
-      min64(device_attribute(x, cudaDevAttrMaxSharedMemoryPerMultiprocessor) / (shared + kReservedPerBlock),
-            device_attribute(x, cudaDevAttrMaxBlocksPerMultiprocessor)),
-      device_attribute(x, cudaDevAttrMaxThreadsPerMultiProcessor) / (32 * warps));
-  const int64_t needed = (rows + warps * (32 / lanes) - 1) / (warps * (32 / lanes));
-  return max64(1, min64(needed, sm_blocks * device_attribute(x, cudaDevAttrMultiProcessorCount)));
-}
-
-// The launch for `rows` rows of `lanes` lanes whose team needs team_bytes(staged) shared bytes
-// besides the block's `fixed` ones: staged when `stage` allows and the staged region fits, else
-// from global memory.
+// The launch for rows of `lanes` lanes whose team needs team_bytes(staged) shared bytes besides the
+// block's `fixed` ones: staged when `stage` allows and the staged region fits, else from global memory.
 template <typename TeamBytes>
-Launch team_launch(const at::Tensor& x, int64_t rows, int lanes, int64_t fixed, bool stage, TeamBytes team_bytes) {
+Launch team_launch(const at::Tensor& x, int lanes, int64_t fixed, bool stage, TeamBytes team_bytes) {
   const int64_t teams = 32 / lanes;
   for (const bool staged : {true, false}) {
     if (staged && !stage) continue;
     const int warps = warps_that_fit(x, fixed, teams * team_bytes(staged));
-    if (warps == 0) continue;
-    const int64_t shared = fixed + warps * teams * team_bytes(staged);
-    return {resident_blocks(x, warps, shared, lanes, rows), warps, lanes, shared, staged};
+    if (warps > 0) return {warps, lanes, fixed + warps * teams * team_bytes(staged), staged};
   }
   TORCH_CHECK(false, "rows of this size do not fit the GPU's shared memory");
 }
 
-// Lets `kernel` take `launch.shared` bytes (above 48 KiB a kernel must ask for them).
+// Lets `kernel` take `launch.shared` bytes (above 48 KiB a kernel must ask for them) and returns its
+// grid for `rows` rows. Blocks are persistent: as many as the device holds at once (registers, shared
+// memory and threads, as the occupancy calculator counts them), each taking a row per team at a time
+// until none are left, so that a block's set-up is paid once and no second, partial wave of blocks
+// starts late (Nsight Compute found 1.6 waves when the count ignored registers).
 template <typename Kernel>
-void allow_shared(Kernel kernel, const Launch& launch) {
+int64_t prepare_launch(Kernel kernel, const Launch& launch, int64_t rows, const at::Tensor& x) {
   if (launch.shared > 48 * 1024) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(launch.shared)));
   }
+  int per_sm = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * launch.warps,
+                                                               static_cast<size_t>(launch.shared)));
+  const int64_t rows_per_block = launch.warps * (32 / launch.lanes);
+  const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
+  return max64(1, min64(needed, max64(1, per_sm) * device_attribute(x, cudaDevAttrMultiProcessorCount)));
 }
 
 // A team's place in its block at one step of the block's rows: its row (clamped to the last: a team
@@ -436,13 +429,16 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
         levels[j - begin] = level;
       }
       __syncwarp();
-      if (team.active) pack_levels<BITS>(levels, min64(span, s.area - begin), row_out + begin / (8 / BITS), lane, lanes);
+      if (team.active) {
+        pack_levels<BITS>(levels, min64(span, s.area - begin), row_out + begin / (8 / BITS), lane, lanes);
+      }
       __syncwarp();
     };
     membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), lane);
     int begin = 0;
     for (; begin + span <= s.area; begin += span) {
-      const membench::Philox4 next = philox_call(seed, offset, static_cast<uint32_t>(p), (begin + span) / kPerCall + lane);
+      const membench::Philox4 next =
+          philox_call(seed, offset, static_cast<uint32_t>(p), (begin + span) / kPerCall + lane);
       step(begin, r, std::false_type());
       r = next;
     }
@@ -568,7 +564,9 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
         levels[k - begin] = level;
       }
       __syncwarp();
-      if (team.active) pack_levels<BITS>(levels, min64(span, size - begin), row_out + begin / (8 / BITS), lane, lanes);
+      if (team.active) {
+        pack_levels<BITS>(levels, min64(span, size - begin), row_out + begin / (8 / BITS), lane, lanes);
+      }
       __syncwarp();
     };
     int begin = 0;
@@ -763,7 +761,7 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
   const int64_t element = x.element_size();
   const int lanes = team_lanes(s.area);
   const Launch launch =
-      team_launch(x, planes, lanes, plane_tables_bytes(s),
+      team_launch(x, lanes, plane_tables_bytes(s),
                   stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage,
                   [&](bool staged) { return plane_team_bytes(s, element, staged, lanes); });
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
@@ -771,11 +769,11 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? division_compress_kernel<scalar_t, kBits, true>
                                   : division_compress_kernel<scalar_t, kBits, false>;
-      allow_shared(kernel, launch);
-      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
-               stream()>>>(x.data_ptr<scalar_t>(), planes, s, launch.lanes, static_cast<uint64_t>(seed),
-                           static_cast<uint64_t>(offset), lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(),
-                           minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
+      const int64_t blocks = prepare_launch(kernel, launch, planes, x);
+      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
+          x.data_ptr<scalar_t>(), planes, s, launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -790,7 +788,7 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
   auto out = at::empty({lfc.size(0), lfc.size(1), height, width}, packed.options().dtype(dtype));
   if (out.numel() == 0) return out;
   const int b = static_cast<int>(bits);
-  const Launch launch = team_launch(packed, planes, team_lanes(s.area), plane_tables_bytes(s),
+  const Launch launch = team_launch(packed, team_lanes(s.area), plane_tables_bytes(s),
                                     stageable(packed) && unpack_team_bytes(s, b, true) <= kMaxStage,
                                     [&](bool staged) { return unpack_team_bytes(s, b, staged); });
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "division_decompress_cuda", [&] {
@@ -798,10 +796,10 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? division_decompress_kernel<scalar_t, kBits, true>
                                   : division_decompress_kernel<scalar_t, kBits, false>;
-      allow_shared(kernel, launch);
-      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
-               stream()>>>(lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-                           scale.data_ptr<c10::BFloat16>(), planes, s, launch.lanes, out.data_ptr<scalar_t>());
+      const int64_t blocks = prepare_launch(kernel, launch, planes, packed);
+      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
+          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>(), planes, s, launch.lanes, out.data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -821,18 +819,18 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   const int64_t element = x.element_size();
   const int lanes = team_lanes(group_size);
   const Launch launch =
-      team_launch(x, groups, lanes, 0, stageable(x) && stage_bytes(group_size * element) <= kMaxStage,
+      team_launch(x, lanes, 0, stageable(x) && stage_bytes(group_size * element) <= kMaxStage,
                   [&](bool staged) { return group_team_bytes(group_size, element, staged, lanes); });
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
       auto kernel = launch.staged ? group_compress_kernel<scalar_t, kBits, true>
                                   : group_compress_kernel<scalar_t, kBits, false>;
-      allow_shared(kernel, launch);
-      kernel<<<launch.blocks, 32 * launch.warps, launch.shared,
-               stream()>>>(x.data_ptr<scalar_t>(), numel, group_size, groups, launch.lanes,
-                           static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(),
-                           minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
+      const int64_t blocks = prepare_launch(kernel, launch, groups, x);
+      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
+          x.data_ptr<scalar_t>(), numel, group_size, groups, launch.lanes, static_cast<uint64_t>(seed),
+          static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+          scale.data_ptr<c10::BFloat16>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
