@@ -287,16 +287,22 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
                     uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
   const float levels = static_cast<float>((1 << BITS) - 1);
-  // 32-bit levels: the loop then vectorises 16 values at a time (bytes would take 64), short rows too.
-  alignas(64) int32_t level[kChunk];
+  alignas(64) uint8_t level[kChunk];
   for (int64_t k = 0; k < count; ++k) {
-    level[k] = membench::quantize_level(values[k], low, inverse_step, uniforms[k], levels);
+    level[k] = static_cast<uint8_t>(membench::quantize_level(values[k], low, inverse_step, uniforms[k], levels));
   }
   const int64_t bytes = (count + per_byte - 1) / per_byte;
   for (int64_t k = count; k < bytes * per_byte; ++k) level[k] = 0;
+  // An output byte's levels, read as one little-endian word of per_byte bytes, are shifted together
+  // into its low byte (level i from bit 8i to bit i * BITS): a loop over words, which vectorises.
+  using Word = std::conditional_t<per_byte == 1, uint8_t,
+                                  std::conditional_t<per_byte == 2, uint16_t,
+                                                     std::conditional_t<per_byte == 4, uint32_t, uint64_t>>>;
   for (int64_t b = 0; b < bytes; ++b) {
-    int32_t byte = 0;
-    for (int i = 0; i < per_byte; ++i) byte |= level[b * per_byte + i] << (i * BITS);
+    Word word;
+    __builtin_memcpy(&word, level + b * per_byte, per_byte);
+    Word byte = 0;
+    for (int i = 0; i < per_byte; ++i) byte |= word >> (i * (8 - BITS));
     out[b] = static_cast<uint8_t>(byte);
   }
 }

@@ -7,12 +7,13 @@
 // HFC's range, then stochastic rounding and packing) or an ActNN-style group. A team is as many lanes
 // as the row has Philox calls per noise block (division_common.h), or the whole warp for rows of
 // more than one block, so that a warp holds several short rows (eight 7x7 planes) and no lane draws
-// noise for values that do not exist. A team first copies its row into shared memory with 16-byte
-// loads where it fits (32 KiB), so that the passes read memory once, at full width (staging, below);
-// larger rows are read from global memory, which the caches hold between the passes. Every lane
-// that draws noise runs one Philox call for its 16 values (8-bit uniforms, 8 for dropout's 16-bit
-// ones) and multiplies by the row's reciprocal step; the levels go through shared memory to be
-// packed into bytes. The 1-bit masks read and write eight values at once where a map's layout allows.
+// noise for values that do not exist. Blocks are persistent: each takes a row per team at a time
+// until none are left. A team first copies its row into shared memory with 16-byte loads where it
+// fits (8 KiB), so that the passes read memory once, at full width (staging, below); larger rows
+// are read from global memory, which the caches hold between the passes. Every lane that draws
+// noise runs one Philox call for its 16 values (8-bit uniforms; 8 values for dropout's 16-bit ones)
+// and multiplies by the row's reciprocal step; the levels go through shared memory to be packed
+// into bytes. The 1-bit masks read and write eight values at once where a map's layout allows.
 //
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
