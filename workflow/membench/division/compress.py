@@ -157,8 +157,9 @@ def quantize_pack(
 
     ``x``: float32 (rows, length); ``minimum``, ``scale``: float32 (rows,), level ``k`` stands for
     ``minimum + k * scale``; ``noise``: float32 (rows, length) uniform in [0, 1). The level is
-    ``floor((x - minimum) * (1 / scale) + noise)``, the reciprocal rounded once per row. A value whose level
-    is NaN (in a row that holds a NaN, or an infinity the grid cannot place) takes the top level.
+    ``floor((x - minimum) * (1 / scale) + noise)``, the reciprocal rounded once per row. A value
+    whose level is NaN (in a row that holds a NaN, or an infinity the grid cannot place) takes the
+    top level.
     Returns uint8 (rows, ceil(length / (8 // bits))).
     """
     _check_bits(bits)

@@ -76,11 +76,16 @@ C10_HOST_DEVICE inline float uniform_from_part(uint32_t part) {
   return (static_cast<float>(part) + 0.5f) * (1.0f / static_cast<float>(1u << U));
 }
 
-// Part v (0 .. 128 / U - 1) of a call's four words, as an integer.
+// Part q (0 .. 32 / U - 1, from the low bits) of one word, as an integer.
+template <int U>
+C10_HOST_DEVICE inline uint32_t word_part(uint32_t word, int q) {
+  return (word >> (U * q)) & ((1u << U) - 1u);
+}
+
+// Part v (0 .. 128 / U - 1) of a call's four words.
 template <int U>
 C10_HOST_DEVICE inline uint32_t call_part(const Philox4& r, int v) {
-  constexpr int per_word = 32 / U;
-  return (r.word[v / per_word] >> (U * (v % per_word))) & ((1u << U) - 1u);
+  return word_part<U>(r.word[v / (32 / U)], v % (32 / U));
 }
 
 // Calls per block of a long row.

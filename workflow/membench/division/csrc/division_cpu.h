@@ -139,7 +139,6 @@ template <int U>
 inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_block, int64_t blocks,
                             float* out) {
   constexpr int per_word = 32 / U, block = kCalls * 4 * per_word;
-  constexpr uint32_t mask = (1u << U) - 1u;
   constexpr int per_lanes = kLanes / kCalls;
   for (int64_t b = 0; b < blocks; b += per_lanes) {
     alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
@@ -159,7 +158,7 @@ inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32
         for (int q = 0; q < per_word; ++q) {
           for (int l = 0; l < kCalls; ++l) {
             dst[(per_word * i + q) * kCalls + l] =
-                membench::uniform_from_part<U>((words[i][kCalls * k + l] >> (U * q)) & mask);
+                membench::uniform_from_part<U>(membench::word_part<U>(words[i][kCalls * k + l], q));
           }
         }
       }
@@ -182,7 +181,6 @@ inline void short_rows_in_order(const float (&uniforms)[PER_CALL][kLanes], float
 template <int U>
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
   constexpr int per_word = 32 / U, per_call = 4 * per_word;
-  constexpr uint32_t mask = (1u << U) - 1u;
   alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
   for (int k = 0, l = 0; l < kLanes; ++k) {  // lane l = calls * k + c: row k's call c
     for (int c = 0; c < calls; ++c, ++l) {
@@ -195,7 +193,7 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
   alignas(64) float uniforms[per_call][kLanes];
   for (int v = 0; v < per_call; ++v) {
     for (int l = 0; l < kLanes; ++l) {
-      uniforms[v][l] = membench::uniform_from_part<U>((words[v / per_word][l] >> (U * (v % per_word))) & mask);
+      uniforms[v][l] = membench::uniform_from_part<U>(membench::word_part<U>(words[v / per_word][l], v % per_word));
     }
   }
   switch (calls) {

@@ -255,20 +255,21 @@ int64_t prepare_launch(Kernel kernel, const Launch& launch, int64_t rows, const 
   return max64(1, min64(needed, max64(1, per_sm) * device_attribute(x, cudaDevAttrMultiProcessorCount)));
 }
 
-// A team's place in its block at one step of the block's rows: its row (clamped to the last: a team
-// past the end computes that row again without writing anything, so that the warp's teams stay in
-// step), its lane, its index.
-struct TeamPlace {
+// A thread's team in its block, and its lane in the team (teams are aligned groups of `lanes`).
+__device__ __forceinline__ int team_index(int lanes) { return threadIdx.x / lanes; }
+__device__ __forceinline__ int team_lane(int lanes) { return static_cast<int>(threadIdx.x % 32) & (lanes - 1); }
+
+// A team's row at the step of its block's rows that starts at `first`: clamped to the last row (a
+// team past the end computes that row again without writing anything, so that the warp's teams
+// stay in step), and whether it is the team's own.
+struct TeamRow {
   int64_t row;
   bool active;
-  int lane;
-  int index;
 };
 
-__device__ __forceinline__ TeamPlace team_place(int64_t first, int64_t rows, int lanes) {
-  const int index = threadIdx.x / lanes;
-  const int64_t row = first + index;
-  return {row < rows ? row : rows - 1, row < rows, static_cast<int>(threadIdx.x % 32) & (lanes - 1), index};
+__device__ __forceinline__ TeamRow team_row(int64_t first, int64_t rows, int lanes) {
+  const int64_t row = first + team_index(lanes);
+  return {row < rows ? row : rows - 1, row < rows};
 }
 
 // Eight values of a map, loaded or stored at once (one or two 16-byte accesses).
@@ -318,20 +319,22 @@ __host__ __device__ __forceinline__ int64_t plane_team_bytes(const PlaneShape& s
          align16(kPerCall * lanes);
 }
 
+// The LFC tile of value j, computed (two integer divisions).
+__device__ __forceinline__ int computed_tile(const PlaneShape& s, int j) {
+  return (j / s.width / s.tile_h) * s.cols + (j % s.width) / s.tile_w;
+}
+
 // Fills the block's tile table (when the plane has one); the only block-wide barrier.
 __device__ __forceinline__ void fill_tile_table(const PlaneShape& s, uint8_t* tile_of) {
   if (has_tile_table(s)) {
-    for (int j = threadIdx.x; j < s.area; j += blockDim.x) {
-      tile_of[j] = static_cast<uint8_t>((j / s.width / s.tile_h) * s.cols + (j % s.width) / s.tile_w);
-    }
+    for (int j = threadIdx.x; j < s.area; j += blockDim.x) tile_of[j] = static_cast<uint8_t>(computed_tile(s, j));
   }
   __syncthreads();
 }
 
-// The LFC tile of value j.
+// The LFC tile of value j: from the table where the plane has one.
 __device__ __forceinline__ int tile_index(const PlaneShape& s, const uint8_t* tile_of, int j) {
-  if (has_tile_table(s)) return tile_of[j];
-  return (j / s.width / s.tile_h) * s.cols + (j % s.width) / s.tile_w;
+  return has_tile_table(s) ? tile_of[j] : computed_tile(s, j);
 }
 
 template <typename scalar_t, int BITS, bool STAGED>
@@ -343,9 +346,9 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   constexpr int64_t element = sizeof(scalar_t);
   uint8_t* tile_of = shared;
   fill_tile_table(s, tile_of);
-  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
+  const int lane = team_lane(lanes);
   unsigned char* own =
-      shared + plane_tables_bytes(s) + (threadIdx.x / lanes) * plane_team_bytes(s, element, STAGED, lanes);
+      shared + plane_tables_bytes(s) + team_index(lanes) * plane_team_bytes(s, element, STAGED, lanes);
   float* column_sum = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
   float* column_min = column_sum + plane_column_bytes(s) / 4;
   float* column_max = column_min + plane_column_bytes(s) / 4;
@@ -355,9 +358,9 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
   const int64_t row_bytes = packed_row_bytes(s.area, BITS);
-  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < planes; first += step_rows) {
-    const TeamPlace team = team_place(first, planes, lanes);
+  const int64_t teams = blockDim.x / lanes;
+  for (int64_t first = blockIdx.x * teams; first < planes; first += gridDim.x * teams) {
+    const TeamRow team = team_row(first, planes, lanes);
     const int64_t p = team.row;
     const scalar_t* plane = x + p * s.area;
     if constexpr (STAGED) {
@@ -461,13 +464,13 @@ __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc
   extern __shared__ __align__(16) unsigned char shared[];
   uint8_t* tile_of = shared;
   fill_tile_table(s, tile_of);
-  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
-  unsigned char* own = shared + plane_tables_bytes(s) + (threadIdx.x / lanes) * unpack_team_bytes(s, BITS, STAGED);
+  const int lane = team_lane(lanes);
+  unsigned char* own = shared + plane_tables_bytes(s) + team_index(lanes) * unpack_team_bytes(s, BITS, STAGED);
   const int64_t row_bytes = packed_row_bytes(s.area, BITS);
   float* lfc_values = reinterpret_cast<float*>(own + (STAGED ? stage_bytes(row_bytes) : 0));
-  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < planes; first += step_rows) {
-    const TeamPlace team = team_place(first, planes, lanes);
+  const int64_t teams = blockDim.x / lanes;
+  for (int64_t first = blockIdx.x * teams; first < planes; first += gridDim.x * teams) {
+    const TeamRow team = team_row(first, planes, lanes);
     const int64_t p = team.row;
     const c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
     const uint8_t* row = packed + p * row_bytes;
@@ -517,8 +520,8 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
                                       c10::BFloat16* __restrict__ scale) {
   constexpr int64_t element = sizeof(scalar_t);
   extern __shared__ __align__(16) unsigned char shared[];
-  const int lane = static_cast<int>(threadIdx.x % 32) & (lanes - 1);
-  unsigned char* own = shared + (threadIdx.x / lanes) * group_team_bytes(group_size, element, STAGED, lanes);
+  const int lane = team_lane(lanes);
+  unsigned char* own = shared + team_index(lanes) * group_team_bytes(group_size, element, STAGED, lanes);
   uint8_t* levels = own + (STAGED ? stage_bytes(group_size * element) : 0);
   // In-group indices are 32-bit (the host checks the group size): 64-bit index arithmetic would
   // double the instructions per value of a kernel that is bound by them.
@@ -526,9 +529,9 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   const int calls = membench::noise_calls(size, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
-  const int64_t step_rows = static_cast<int64_t>(gridDim.x) * (blockDim.x / lanes);
-  for (int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x / lanes); first < groups; first += step_rows) {
-    const TeamPlace team = team_place(first, groups, lanes);
+  const int64_t teams = blockDim.x / lanes;
+  for (int64_t first = blockIdx.x * teams; first < groups; first += gridDim.x * teams) {
+    const TeamRow team = team_row(first, groups, lanes);
     const int64_t g = team.row;
     const int64_t base = g * group_size;
     const int count = static_cast<int>(min64(group_size, numel - base));
