@@ -102,6 +102,24 @@ def test_mask_kernels_are_bit_exact(extension_kernels, dtype):
         )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_grad_multiplies_non_finite_gradients_as_the_reference(extension_kernels, dtype):
+    """A masked-out infinity becomes NaN (infinity times zero), a masked-out negative value -0."""
+    x = _map((2, 3, 9, 5), dtype)
+    grad = _map(x.shape, dtype, 1)
+    grad.view(-1)[::5] = float("inf")
+    grad.view(-1)[1::9] = float("nan")
+    grad.view(-1)[2::11] = -float("inf")
+    packed = extension_kernels.relu_pack(x)[1]
+    ours = extension_kernels.masked_grad(grad, packed, 1.0)
+    reference = compress.masked_grad(grad, packed, 1.0)
+    torch.testing.assert_close(ours, reference, rtol=0, atol=0, equal_nan=True)
+    numbers = ~reference.isnan()  # a NaN's sign is the conversion's own
+    assert torch.equal(ours.isnan(), reference.isnan())
+    assert torch.equal(ours[numbers].signbit(), reference[numbers].signbit())
+    assert ours.isnan().sum() > grad.isnan().sum()
+
+
 def test_dropout_of_a_map_of_one_short_row_is_bit_exact(extension_kernels):
     x = _map((2, 3, 5), torch.float32)  # 30 values: one block of 4 calls
     expected = compress.dropout_pack(x, 0.5, SEED, OFFSET)

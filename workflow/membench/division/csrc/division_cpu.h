@@ -34,10 +34,11 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
 }
 #endif
 
-// GCC/Clang vector extensions: 16 and 8 floats, 16 int32s.
+// GCC/Clang vector extensions: 16 and 8 floats, 16 and 8 int32s.
 typedef float Floats16 __attribute__((vector_size(64)));
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
+typedef int32_t Ints8 __attribute__((vector_size(32)));
 
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
 constexpr int kLanes = 2 * kCalls;
@@ -596,11 +597,19 @@ void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, u
 template <typename scalar_t>
 void masked_grad_chunk(const scalar_t* grad_out, const uint8_t* packed, int64_t count, float gain,
                        scalar_t* grad_in) {
-  alignas(64) uint8_t keep[kChunk];
-  for (int64_t b = 0; b < (count + 7) / 8; ++b) {
-    for (int i = 0; i < 8; ++i) keep[8 * b + i] = (packed[b] >> i) & 1;
+  // A mask byte's eight bits become eight 0/1 floats by one vector test, not a loop over bits.
+  const Ints8 bit = {1, 2, 4, 8, 16, 32, 64, 128};
+  const Ints8 one = Ints8{} + 0x3F800000;  // the bits of 1.0f
+  const int64_t whole = count / 8;
+  for (int64_t b = 0; b < whole; ++b) {
+    const Floats8 keep = reinterpret_cast<Floats8>((((Ints8{} + packed[b]) & bit) != 0) & one);
+    Floats8 grad;
+    for (int i = 0; i < 8; ++i) grad[i] = static_cast<float>(grad_out[8 * b + i]);
+    const Floats8 result = (grad * keep) * gain;
+    for (int i = 0; i < 8; ++i) grad_in[8 * b + i] = static_cast<scalar_t>(result[i]);
   }
-  for (int64_t k = 0; k < count; ++k) {
-    grad_in[k] = static_cast<scalar_t>((static_cast<float>(grad_out[k]) * (keep[k] ? 1.0f : 0.0f)) * gain);
+  for (int64_t k = 8 * whole; k < count; ++k) {
+    const float keep = (packed[k / 8] >> (k % 8)) & 1 ? 1.0f : 0.0f;
+    grad_in[k] = static_cast<scalar_t>((static_cast<float>(grad_out[k]) * keep) * gain);
   }
 }
