@@ -177,8 +177,9 @@ inline void short_rows_in_order(const float (&uniforms)[PER_CALL][kLanes], float
   }
 }
 
-// U-bit uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls
-// per block, one block each): row k's value t into out[P * calls * k + t], P * kLanes floats in all.
+// U-bit uniforms of the kLanes / calls rows first_row, first_row + 1, ... of one noise block each
+// (calls per block, at most 16): row k's value t into out[P * calls * k + t], P * kLanes floats in all.
+// A row of one block of 16 calls (129 to 256 values) has the calls of a long row's first block.
 template <int U>
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
   constexpr int per_word = 32 / U, per_call = 4 * per_word;
@@ -201,15 +202,17 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
     case 1: short_rows_in_order<1, per_call>(uniforms, out); break;
     case 2: short_rows_in_order<2, per_call>(uniforms, out); break;
     case 4: short_rows_in_order<4, per_call>(uniforms, out); break;
-    default: short_rows_in_order<8, per_call>(uniforms, out); break;
+    case 8: short_rows_in_order<8, per_call>(uniforms, out); break;
+    default: short_rows_in_order<kCalls, per_call>(uniforms, out); break;
   }
 }
 
-// The stochastic-rounding uniforms of a task's short rows, generated kLanes / calls rows at a time as
-// its rows come in increasing order: of(r) is row r's, valid until the next call.
-class ShortRowNoise {
+// The stochastic-rounding uniforms of a task's rows of one noise block, generated kLanes / calls rows
+// at a time as its rows come in increasing order (two rows of 16 calls, so that two Philox chains
+// overlap): of(r) is row r's, valid until the next call.
+class BlockRowNoise {
  public:
-  ShortRowNoise(uint64_t seed, uint64_t offset, int calls) : seed_(seed), offset_(offset), calls_(calls) {}
+  BlockRowNoise(uint64_t seed, uint64_t offset, int calls) : seed_(seed), offset_(offset), calls_(calls) {}
 
   const float* of(int64_t row) {
     const int64_t rows = kLanes / calls_;
@@ -306,16 +309,16 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
   }
 }
 
-// Stochastic rounding of row `row` on its grid, packed into `out` (bytes of the row's layout). A
-// short row (membench::noise_calls(length, 16) < 16) comes with its uniforms (ShortRowNoise); a long
-// row's are generated here, a chunk at a time.
+// Stochastic rounding of row `row` on its grid, packed into `out` (bytes of the row's layout). A row
+// of one noise block (at most 256 values) comes with its uniforms (BlockRowNoise); a longer row's are
+// generated here, a chunk at a time.
 template <int BITS>
 void quantize_row(const float* values, int64_t length, membench::Grid grid, uint64_t seed, uint64_t offset,
-                  uint32_t row, const float* short_uniforms, uint8_t* out) {
+                  uint32_t row, const float* row_uniforms, uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
   const float low = static_cast<float>(grid.low), inverse_step = 1.0f / static_cast<float>(grid.step);
-  if (short_uniforms != nullptr) {
-    quantize_chunk<BITS>(values, length, low, inverse_step, short_uniforms, out);
+  if (row_uniforms != nullptr) {
+    quantize_chunk<BITS>(values, length, low, inverse_step, row_uniforms, out);
     return;
   }
   alignas(64) float uniforms[kChunk];
@@ -360,7 +363,7 @@ inline void column_block_sums(const scalar_t* plane, int64_t width, int64_t h0, 
 // Buffers: column and lfc_row hold `width` floats, hfc height * width.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             uint64_t seed, uint64_t offset, uint32_t row, const float* short_uniforms, float* column,
+                             uint64_t seed, uint64_t offset, uint32_t row, const float* row_uniforms, float* column,
                              float* lfc_row, float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
                              c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
@@ -400,7 +403,7 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, short_uniforms, packed);
+  quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, row_uniforms, packed);
 }
 
 // Short single-tile planes (at most 64 values; the LFC is the plane's mean), 16 at a time, one plane
@@ -414,7 +417,7 @@ constexpr int64_t kShortPlaneValues = 64;
 // dropped) of `area` values, `width` per row; `noise` serves their rows' uniforms.
 template <typename scalar_t, int BITS>
 void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t count, int64_t height, int64_t width,
-                                    ShortRowNoise& noise, c10::BFloat16* lfc, uint8_t* packed, int64_t row_bytes,
+                                    BlockRowNoise& noise, c10::BFloat16* lfc, uint8_t* packed, int64_t row_bytes,
                                     c10::BFloat16* minimum, c10::BFloat16* scale) {
   constexpr int per_byte = 8 / BITS;
   const int64_t area = height * width;
@@ -532,14 +535,14 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 // `count` values of the map (the rest of the group is zero padding); `values` holds group_size floats.
 template <typename scalar_t, int BITS>
 void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, uint64_t seed, uint64_t offset,
-                          uint32_t row, const float* short_uniforms, float* values, uint8_t* packed,
+                          uint32_t row, const float* row_uniforms, float* values, uint8_t* packed,
                           c10::BFloat16* minimum, c10::BFloat16* scale) {
   for (int64_t k = 0; k < count; ++k) values[k] = static_cast<float>(x[k]);
   for (int64_t k = count; k < group_size; ++k) values[k] = 0.0f;
   const membench::Grid grid = grid_of(row_range_of(values, group_size), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(values, group_size, grid, seed, offset, row, short_uniforms, packed);
+  quantize_row<BITS>(values, group_size, grid, seed, offset, row, row_uniforms, packed);
 }
 
 template <typename scalar_t, int BITS>

@@ -96,7 +96,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-        ShortRowNoise noise(seed, offset, calls);
+        BlockRowNoise noise(seed, offset, calls);
         if (layout.lfc_size == 1 && layout.area <= kShortPlaneValues) {
           for (int64_t p = begin; p < end; p += kPlaneLanes) {
             division_compress_short_planes<scalar_t, BITS>(map, p, std::min<int64_t>(kPlaneLanes, end - p), height,
@@ -109,7 +109,7 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, seed, offset, static_cast<uint32_t>(p),
-                                                  calls < kCalls ? noise.of(p) : nullptr, column.data(),
+                                                  layout.area <= kRoundingBlock ? noise.of(p) : nullptr, column.data(),
                                                   lfc_row.data(), hfc.data(),
                                                   lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
@@ -156,12 +156,12 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
         std::vector<float> values(group_size);
-        ShortRowNoise noise(seed, offset, calls);
+        BlockRowNoise noise(seed, offset, calls);
         for (int64_t g = begin; g < end; ++g) {
           const int64_t base = g * group_size;
           group_compress_group<scalar_t, BITS>(map + base, std::min(group_size, numel - base), group_size, seed,
                                                offset, static_cast<uint32_t>(g),
-                                               calls < kCalls ? noise.of(g) : nullptr, values.data(),
+                                               group_size <= kRoundingBlock ? noise.of(g) : nullptr, values.data(),
                                                packed + g * row_bytes, minimum + g, scale + g);
         }
       });
