@@ -34,6 +34,7 @@ QUIRK_GRAPHS = tuple(
 _IMPORT_EVERY_MODULE = """
 import importlib, json, os, pkgutil, random, sys
 import numpy, sklearn, torch  # sklearn sets KMP_* on import: its own choice, not membench's
+import torch._dynamo  # sets TORCHINDUCTOR_CACHE_DIR on import (memnet.predict imports it)
 import membench
 
 def state():

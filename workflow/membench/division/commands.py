@@ -331,6 +331,7 @@ def _measure(args, device, ranks, start: float) -> None:
     import torch
 
     from membench.core.extension import user_cache_dir
+    from membench.core.malloc import keep_freed_memory
     from membench.core.meter import Meter
     from membench.core.metrics import job_record, write_job_outputs
     from membench.division.kernels import TORCH_KERNELS, select_kernels
@@ -362,6 +363,8 @@ def _measure(args, device, ranks, start: float) -> None:
             "stem": args.stem,
             "num_classes": getattr(args, "num_classes", None),
             "pid": os.getpid(),
+            # Timed jobs run on reused memory (membench.core.malloc); memory jobs as they are.
+            "malloc_keeps_freed": args.step != "memory" and keep_freed_memory(),
         }
     )
     trace_live = args.step == "memory" and args.trace_live_tensors
@@ -468,12 +471,14 @@ def _compressors(args) -> None:
 
     from membench.core.device import resolve_device
     from membench.core.extension import user_cache_dir
+    from membench.core.malloc import keep_freed_memory
     from membench.core.metrics import job_record, write_job_outputs
     from membench.division.bench import measure_compressors
     from membench.division.kernels import select_kernels
 
     start = time.perf_counter()
     torch.set_num_threads(args.threads)
+    malloc_keeps_freed = keep_freed_memory()
     device = resolve_device(args.device)
     kernels = select_kernels(
         args.kernels, args.build_manifest, device.type, cache_dir=user_cache_dir(os.environ)
@@ -491,6 +496,7 @@ def _compressors(args) -> None:
             "group_size": spec.group_size,
             "channels": args.channels,
             "image_size": args.image_size,
+            "malloc_keeps_freed": malloc_keeps_freed,
         }
     )
     record.update(

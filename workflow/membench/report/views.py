@@ -128,6 +128,7 @@ TABLE_VIEWS: dict[str, TableView] = {
             "step_ms_max",
             "train_steps",
             "warmup_steps",
+            "malloc_keeps_freed",
             *TIMING,
             *RUN,
         ),
