@@ -34,11 +34,12 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
 }
 #endif
 
-// GCC/Clang vector extensions: 16 and 8 floats, 16 and 8 int32s.
+// GCC/Clang vector extensions: 16 and 8 floats, 16 and 8 int32s, 16 bytes.
 typedef float Floats16 __attribute__((vector_size(64)));
 typedef float Floats8 __attribute__((vector_size(32)));
 typedef int32_t Ints16 __attribute__((vector_size(64)));
 typedef int32_t Ints8 __attribute__((vector_size(32)));
+typedef uint8_t Bytes16 __attribute__((vector_size(16)));
 
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
 constexpr int kLanes = 2 * kCalls;
@@ -330,14 +331,42 @@ void quantize_row(const float* values, int64_t length, membench::Grid grid, uint
   }
 }
 
+// Levels t0 .. t0 + 15 of a packed row (t0 a multiple of 16), from its 2 * BITS bytes at
+// packed + t0 * BITS / 8 (level t at bits BITS * t of the little-endian row): each lane takes the
+// word holding its bits, broadcast from a scalar load, and one vector shift brings 16 levels down.
+template <int BITS>
+inline Ints16 levels16(const uint8_t* packed) {
+  Ints16 lanes, shift;
+  if constexpr (BITS == 8) {  // whole bytes: widened
+    Bytes16 bytes;
+    __builtin_memcpy(&bytes, packed, sizeof(bytes));
+    return __builtin_convertvector(bytes, Ints16);
+  } else if constexpr (BITS == 4) {  // two words, eight lanes each
+    uint32_t word[2];
+    __builtin_memcpy(word, packed, sizeof(word));
+    const Ints16 low = Ints16{} + static_cast<int32_t>(word[0]), high = Ints16{} + static_cast<int32_t>(word[1]);
+    lanes = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
+  } else {  // one word (two bytes of it for BITS 1), in every lane
+    uint32_t word = 0;
+    __builtin_memcpy(&word, packed, 2 * BITS);
+    lanes = Ints16{} + static_cast<int32_t>(word);
+  }
+  for (int i = 0; i < 16; ++i) shift[i] = i * BITS % 32;
+  return (lanes >> shift) & ((1 << BITS) - 1);
+}
+
 // The levels of the first `length` values of a packed row (rounded up to whole bytes), as 32-bit
 // integers: the loops that read them then vectorise 16 values at a time (bytes would take 64).
 template <int BITS>
 void unpack_row(const uint8_t* packed, int64_t length, int32_t* level) {
   constexpr int per_byte = 8 / BITS;
   constexpr int mask = (1 << BITS) - 1;
-  const int64_t bytes = (length + per_byte - 1) / per_byte;
-  for (int64_t b = 0; b < bytes; ++b) {
+  const int64_t whole = length / 16 * 16, bytes = (length + per_byte - 1) / per_byte;
+  for (int64_t t = 0; t < whole; t += 16) {
+    const Ints16 levels = levels16<BITS>(packed + t * BITS / 8);
+    __builtin_memcpy(level + t, &levels, sizeof(levels));
+  }
+  for (int64_t b = whole / per_byte; b < bytes; ++b) {
     for (int i = 0; i < per_byte; ++i) level[b * per_byte + i] = (packed[b] >> (i * BITS)) & mask;
   }
 }
@@ -499,6 +528,33 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
                                float* lfc_row, int32_t* level, scalar_t* out) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
+  if (width % 16 == 0 || (rows == 1 && cols == 1 && (height * width) % 16 == 0)) {
+    // Every row (or the one-tile plane) is whole vectors: levels straight from the packed bytes.
+    for (int64_t tr = 0; tr < rows; ++tr) {
+      const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+      for (int64_t tc = 0; tc < cols; ++tc) {
+        const float mean = static_cast<float>(lfc[tr * cols + tc]);
+        const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
+        for (int64_t w = w0; w < w1; ++w) lfc_row[w] = mean;
+      }
+      const int64_t run = cols == 1 ? (h1 - h0) * width : width;  // values sharing lfc_row's pattern
+      for (int64_t first = h0 * width; first < h1 * width; first += run) {
+        for (int64_t k = 0; k < run; k += 16) {
+          Floats16 v = __builtin_convertvector(levels16<BITS>(packed + (first + k) * BITS / 8), Floats16) * step;
+          v = v + low;
+          Floats16 mean;
+          if (cols == 1) {
+            mean = Floats16{} + lfc_row[0];
+          } else {
+            __builtin_memcpy(&mean, lfc_row + k, sizeof(mean));
+          }
+          v = v + mean;
+          for (int i = 0; i < 16; ++i) out[first + k + i] = static_cast<scalar_t>(v[i]);
+        }
+      }
+    }
+    return;
+  }
   unpack_row<BITS>(packed, height * width, level);
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
@@ -549,9 +605,16 @@ template <typename scalar_t, int BITS>
 void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::BFloat16 scale, int64_t count,
                             int32_t* level, scalar_t* out) {
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
-  unpack_row<BITS>(packed, count, level);
-  for (int64_t k = 0; k < count; ++k) {
-    const float v = static_cast<float>(level[k]) * step;
+  const int64_t whole = count / 16 * 16;
+  for (int64_t k = 0; k < whole; k += 16) {  // levels straight from the packed bytes, 16 at a time
+    Floats16 v = __builtin_convertvector(levels16<BITS>(packed + k * BITS / 8), Floats16) * step;
+    v = v + low;
+    for (int i = 0; i < 16; ++i) out[k + i] = static_cast<scalar_t>(v[i]);
+  }
+  if (whole == count) return;
+  unpack_row<BITS>(packed + whole * BITS / 8, count - whole, level);
+  for (int64_t k = whole; k < count; ++k) {
+    const float v = static_cast<float>(level[k - whole]) * step;
     out[k] = static_cast<scalar_t>(v + low);
   }
 }
