@@ -208,27 +208,53 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
   }
 }
 
-// The stochastic-rounding uniforms of a task's rows of one noise block, generated kLanes / calls rows
-// at a time as its rows come in increasing order (two rows of 16 calls, so that two Philox chains
-// overlap): of(r) is row r's, valid until the next call.
-class BlockRowNoise {
+// The stochastic-rounding noise of a task's rows (all of `length` values), generated as its rows come
+// in increasing order and valid until the next request: a short row's uniforms (fewer than 16 calls,
+// kLanes / calls rows at a time), or the Philox words of a row of one block of 16 calls (two rows at
+// a time, so that two dependency chains overlap). Longer rows draw their own, a chunk at a time.
+class RowNoise {
  public:
-  BlockRowNoise(uint64_t seed, uint64_t offset, int calls) : seed_(seed), offset_(offset), calls_(calls) {}
+  RowNoise(uint64_t seed, uint64_t offset, int64_t length)
+      : seed_(seed), offset_(offset), calls_(membench::noise_calls(length, membench::kRoundingPerCall)) {}
 
-  const float* of(int64_t row) {
-    const int64_t rows = kLanes / calls_;
-    if (row < first_ || row >= first_ + rows) {
-      first_ = row;
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  int calls() const { return calls_; }
+
+  // Short row `row`'s uniforms, value t at [t].
+  const float* uniforms(int64_t row) {
+    if (refill(row)) {
       philox_short_rows<membench::kRoundingBits>(seed_, offset_, static_cast<uint32_t>(row), calls_, uniforms_);
     }
     return uniforms_ + membench::kRoundingPerCall * calls_ * (row - first_);
   }
 
+  // One-block row `row`'s words: word i of call c at [i * kLanes + c].
+  const uint32_t* block_words(int64_t row) {
+    if (refill(row)) {
+      alignas(64) uint32_t call[kLanes], rows[kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        call[l] = static_cast<uint32_t>(l % kCalls);
+        rows[l] = static_cast<uint32_t>(row + l / kCalls);
+      }
+      philox_lanes(seed_, offset_, call, rows, words_);
+    }
+    return &words_[0][kCalls * (row - first_)];
+  }
+
  private:
+  // Whether `row` lies outside the rows generated last (which it then starts).
+  bool refill(int64_t row) {
+    if (row >= first_ && row < first_ + kLanes / calls_) return false;
+    first_ = row;
+    return true;
+  }
+
   uint64_t seed_, offset_;
   int calls_;
   int64_t first_ = -kLanes;  // a window of negative rows: none generated yet
   alignas(64) float uniforms_[membench::kRoundingPerCall * kLanes];
+  alignas(64) uint32_t words_[4][kLanes];
 };
 
 // Range of n floats (grid_of turns it into a row's grid).
@@ -283,6 +309,25 @@ inline membench::Grid grid_of(RowRange range, int bits) {
   return membench::row_grid(minimum, maximum, bits);
 }
 
+// Packs level[0 .. count) (BITS bits each, one per byte; level holds whole output bytes' worth, zero
+// from count on) into `out`: an output byte's levels, read as one little-endian word of per_byte
+// bytes, are shifted together into its low byte (level i from bit 8i to bit i * BITS), a loop over
+// words, which vectorises.
+template <int BITS>
+inline void pack_levels(const uint8_t* level, int64_t count, uint8_t* out) {
+  constexpr int per_byte = 8 / BITS;
+  using Word = std::conditional_t<per_byte == 1, uint8_t,
+                                  std::conditional_t<per_byte == 2, uint16_t,
+                                                     std::conditional_t<per_byte == 4, uint32_t, uint64_t>>>;
+  for (int64_t b = 0; b < (count + per_byte - 1) / per_byte; ++b) {
+    Word word;
+    __builtin_memcpy(&word, level + b * per_byte, per_byte);
+    Word byte = 0;
+    for (int i = 0; i < per_byte; ++i) byte |= word >> (i * (8 - BITS));
+    out[b] = static_cast<uint8_t>(byte);
+  }
+}
+
 // Stochastic rounding of `count` floats (at most kChunk) on a grid (its low and 1 / step) with the
 // given uniforms, packed into `out` (the bytes of the values, the last one zero-padded).
 template <int BITS>
@@ -294,40 +339,75 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
   for (int64_t k = 0; k < count; ++k) {
     level[k] = static_cast<uint8_t>(membench::quantize_level(values[k], low, inverse_step, uniforms[k], levels));
   }
-  const int64_t bytes = (count + per_byte - 1) / per_byte;
-  for (int64_t k = count; k < bytes * per_byte; ++k) level[k] = 0;
-  // An output byte's levels, read as one little-endian word of per_byte bytes, are shifted together
-  // into its low byte (level i from bit 8i to bit i * BITS): a loop over words, which vectorises.
-  using Word = std::conditional_t<per_byte == 1, uint8_t,
-                                  std::conditional_t<per_byte == 2, uint16_t,
-                                                     std::conditional_t<per_byte == 4, uint32_t, uint64_t>>>;
-  for (int64_t b = 0; b < bytes; ++b) {
-    Word word;
-    __builtin_memcpy(&word, level + b * per_byte, per_byte);
-    Word byte = 0;
-    for (int i = 0; i < per_byte; ++i) byte |= word >> (i * (8 - BITS));
-    out[b] = static_cast<uint8_t>(byte);
-  }
+  for (int64_t k = count; k < (count + per_byte - 1) / per_byte * per_byte; ++k) level[k] = 0;
+  pack_levels<BITS>(level, count, out);
 }
 
-// Stochastic rounding of row `row` on its grid, packed into `out` (bytes of the row's layout). A row
-// of one noise block (at most 256 values) comes with its uniforms (BlockRowNoise); a longer row's are
-// generated here, a chunk at a time.
+// The 8-bit uniforms of part q (0 .. 3) of 16 Philox words, membench::uniform_from_part<8> exactly:
+// the float 1 + part / 256 assembled from its bits, less 1 - 1/512 (an exact difference, by
+// Sterbenz's lemma), three vector operations where a conversion takes five.
+inline Floats16 rounding_uniforms16(Ints16 word, int q) {
+  const Ints16 part = (word >> (8 * q)) & 0xFF;
+  const Ints16 one_plus = (part << 15) | 0x3F800000;
+  return reinterpret_cast<Floats16>(one_plus) - (1.0f - 1.0f / 512.0f);
+}
+
+// Stochastic rounding of `count` floats (at most one block, 256; `values` readable to a whole
+// vector) with the Philox words of their block's 16 calls (word i of call c at words[i * stride + c]):
+// value 16 v + c takes part v % 4 of word v / 4 of call c (division_common.h), so a vector of
+// values takes its uniforms from one vector of words. Packed into `out` as quantize_chunk.
 template <int BITS>
-void quantize_row(const float* values, int64_t length, membench::Grid grid, uint64_t seed, uint64_t offset,
-                  uint32_t row, const float* row_uniforms, uint8_t* out) {
+void quantize_block(const float* values, int64_t count, float low, float inverse_step, const uint32_t* words,
+                    int64_t stride, uint8_t* out) {
+  constexpr int per_byte = 8 / BITS;
+  const float levels = static_cast<float>((1 << BITS) - 1);
+  Ints16 word[4];
+  for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[i], words + i * stride, sizeof(word[i]));
+  alignas(64) uint8_t level[kRoundingBlock];
+  for (int64_t v = 0; v < (count + 15) / 16; ++v) {
+    Floats16 x;
+    __builtin_memcpy(&x, values + 16 * v, sizeof(x));
+    x = (x - low) * inverse_step + rounding_uniforms16(word[v / 4], static_cast<int>(v % 4));
+    x = x < levels ? x : levels;
+    const Bytes16 bytes = __builtin_convertvector(__builtin_convertvector(x, Ints16), Bytes16);
+    __builtin_memcpy(level + 16 * v, &bytes, sizeof(bytes));
+  }
+  for (int64_t k = count; k < (count + per_byte - 1) / per_byte * per_byte; ++k) level[k] = 0;
+  pack_levels<BITS>(level, count, out);
+}
+
+// Stochastic rounding of row `row` (`length` values, readable to a whole vector) on its grid, packed
+// into `out` (bytes of the row's layout), with the task's noise.
+template <int BITS>
+void quantize_row(const float* values, int64_t length, membench::Grid grid, RowNoise& noise, uint32_t row,
+                  uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
   const float low = static_cast<float>(grid.low), inverse_step = 1.0f / static_cast<float>(grid.step);
-  if (row_uniforms != nullptr) {
-    quantize_chunk<BITS>(values, length, low, inverse_step, row_uniforms, out);
+  if (noise.calls() < kCalls) {
+    quantize_chunk<BITS>(values, length, low, inverse_step, noise.uniforms(row), out);
     return;
   }
-  alignas(64) float uniforms[kChunk];
+  if (length <= kRoundingBlock) {
+    quantize_block<BITS>(values, length, low, inverse_step, noise.block_words(row), kLanes, out);
+    return;
+  }
+  // Two blocks' calls at a time (a last odd block alone).
+  alignas(64) uint32_t call[kLanes], rows[kLanes], words[4][kLanes];
+  for (int l = 0; l < kLanes; ++l) rows[l] = row;
   for (int64_t begin = 0; begin < length; begin += kChunk) {
     const int64_t count = length - begin < kChunk ? length - begin : kChunk;
-    philox_uniforms<membench::kRoundingBits>(seed, offset, row, static_cast<uint32_t>(begin / kRoundingBlock),
-                                             (count + kRoundingBlock - 1) / kRoundingBlock, uniforms);
-    quantize_chunk<BITS>(values + begin, count, low, inverse_step, uniforms, out + begin / per_byte);
+    const uint32_t first_call = static_cast<uint32_t>(begin / kRoundingBlock) * kCalls;
+    for (int l = 0; l < kLanes; ++l) call[l] = first_call + static_cast<uint32_t>(l);
+    if (count <= kRoundingBlock) {
+      philox_lanes<kCalls>(noise.seed(), noise.offset(), call, rows, words);
+    } else {
+      philox_lanes(noise.seed(), noise.offset(), call, rows, words);
+    }
+    for (int64_t b = 0; b * kRoundingBlock < count; ++b) {
+      const int64_t first = begin + b * kRoundingBlock;
+      quantize_block<BITS>(values + first, std::min(kRoundingBlock, length - first), low, inverse_step,
+                           &words[0][kCalls * b], kLanes, out + first / per_byte);
+    }
   }
 }
 
@@ -389,10 +469,10 @@ inline void column_block_sums(const scalar_t* plane, int64_t width, int64_t h0, 
   __builtin_memcpy(column + w0, &sum, sizeof(sum));
 }
 
-// Buffers: column and lfc_row hold `width` floats, hfc height * width.
+// Buffers: column and lfc_row hold `width` floats, hfc height * width rounded up to a whole vector.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             uint64_t seed, uint64_t offset, uint32_t row, const float* row_uniforms, float* column,
+                             RowNoise& noise, uint32_t row, float* column,
                              float* lfc_row, float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
                              c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
@@ -432,7 +512,7 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(hfc, height * width, grid, seed, offset, row, row_uniforms, packed);
+  quantize_row<BITS>(hfc, height * width, grid, noise, row, packed);
 }
 
 // Short single-tile planes (at most 64 values; the LFC is the plane's mean), 16 at a time, one plane
@@ -443,24 +523,36 @@ constexpr int kPlaneLanes = 16;
 constexpr int64_t kShortPlaneValues = 64;
 
 // Planes first .. first + count - 1 (count <= 16; the other lanes repeat the first plane and are
-// dropped) of `area` values, `width` per row; `noise` serves their rows' uniforms.
+// dropped) of `area` values, `width` per row; `noise` gives the seed, offset and calls per plane.
 template <typename scalar_t, int BITS>
 void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t count, int64_t height, int64_t width,
-                                    BlockRowNoise& noise, c10::BFloat16* lfc, uint8_t* packed, int64_t row_bytes,
+                                    RowNoise& noise, c10::BFloat16* lfc, uint8_t* packed, int64_t row_bytes,
                                     c10::BFloat16* minimum, c10::BFloat16* scale) {
   constexpr int per_byte = 8 / BITS;
   const int64_t area = height * width;
-  // value[j][l]: value j of lane l's plane (and uniform[j][l] its noise), one plane per lane.
-  alignas(64) Floats16 value[kShortPlaneValues], uniform[kShortPlaneValues];
+  // value[j][l]: value j of lane l's plane, one plane per lane.
+  alignas(64) Floats16 value[kShortPlaneValues];
   for (int l = 0; l < kPlaneLanes; ++l) {
-    const int64_t p = first + (l < count ? l : 0);
-    const scalar_t* src = map + p * area;
+    const scalar_t* src = map + (first + (l < count ? l : 0)) * area;
     for (int64_t j = 0; j < area; ++j) value[j][l] = static_cast<float>(src[j]);
-    if (l < count) {
-      const float* u = noise.of(p);
-      for (int64_t j = 0; j < area; ++j) uniform[j][l] = u[j];
+  }
+  // The planes' Philox calls, one plane per lane: word[c][i] is word i of call c of every lane's
+  // plane (row), two calls' lanes at a time. Value j takes part j / calls of call j % calls.
+  const int calls = noise.calls();
+  Ints16 word[kShortPlaneValues / membench::kRoundingPerCall][4];
+  for (int c = 0; c < calls; c += 2) {
+    alignas(64) uint32_t call[kLanes], row[kLanes], words[4][kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      call[l] = static_cast<uint32_t>(c + l / kPlaneLanes);
+      row[l] = static_cast<uint32_t>(first + l % kPlaneLanes);
+    }
+    if (calls - c == 1) {
+      philox_lanes<kPlaneLanes>(noise.seed(), noise.offset(), call, row, words);
     } else {
-      for (int64_t j = 0; j < area; ++j) uniform[j][l] = uniform[j][0];
+      philox_lanes(noise.seed(), noise.offset(), call, row, words);
+    }
+    for (int half = 0; half < 2 && c + half < calls; ++half) {
+      for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[c + half][i], &words[i][kPlaneLanes * half], sizeof(Ints16));
     }
   }
   // The mean: each column summed downwards from 0, then the columns from 0, over the value count.
@@ -508,7 +600,9 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
   const float levels = static_cast<float>((1 << BITS) - 1);
   alignas(64) Ints16 level[kShortPlaneValues + per_byte];
   for (int64_t j = 0; j < area; ++j) {
-    Floats16 x = (value[j] - low) * inverse_step + uniform[j];
+    const int64_t part = j / calls;
+    const Floats16 uniform = rounding_uniforms16(word[j % calls][part / 4], static_cast<int>(part % 4));
+    Floats16 x = (value[j] - low) * inverse_step + uniform;
     x = x < levels ? x : levels;
     level[j] = __builtin_convertvector(x, Ints16);
   }
@@ -588,17 +682,22 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 
 // -- ActNN-style, one group -----------------------------------------------------------------------
 
-// `count` values of the map (the rest of the group is zero padding); `values` holds group_size floats.
+// `count` values of the map (the rest of the group is zero padding); `values` holds group_size floats
+// rounded up to a whole vector. A whole float32 group of whole vectors is read in place.
 template <typename scalar_t, int BITS>
-void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, uint64_t seed, uint64_t offset,
-                          uint32_t row, const float* row_uniforms, float* values, uint8_t* packed,
-                          c10::BFloat16* minimum, c10::BFloat16* scale) {
-  for (int64_t k = 0; k < count; ++k) values[k] = static_cast<float>(x[k]);
-  for (int64_t k = count; k < group_size; ++k) values[k] = 0.0f;
-  const membench::Grid grid = grid_of(row_range_of(values, group_size), BITS);
+void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, RowNoise& noise, uint32_t row,
+                          float* values, uint8_t* packed, c10::BFloat16* minimum, c10::BFloat16* scale) {
+  const float* row_values = values;
+  if (std::is_same_v<scalar_t, float> && count == group_size && group_size % 16 == 0) {
+    row_values = reinterpret_cast<const float*>(x);
+  } else {
+    for (int64_t k = 0; k < count; ++k) values[k] = static_cast<float>(x[k]);
+    for (int64_t k = count; k < group_size; ++k) values[k] = 0.0f;
+  }
+  const membench::Grid grid = grid_of(row_range_of(row_values, group_size), BITS);
   *minimum = grid.low;
   *scale = grid.step;
-  quantize_row<BITS>(values, group_size, grid, seed, offset, row, row_uniforms, packed);
+  quantize_row<BITS>(row_values, group_size, grid, noise, row, packed);
 }
 
 template <typename scalar_t, int BITS>

@@ -69,6 +69,9 @@ void dispatch_bits(int bits, F&& f) {
   }
 }
 
+// Floats in a buffer of n values that the kernels read a whole vector at a time.
+int64_t whole_vectors(int64_t n) { return (n + 15) / 16 * 16; }
+
 // -- DIVISION: one task per (sample, channel) plane ------------------------------------------------
 
 // A plane's LFC tiles, and the values of its LFC, its map and its packed HFC.
@@ -89,14 +92,13 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
                        int64_t block, uint64_t seed, uint64_t offset, c10::BFloat16* lfc, uint8_t* packed,
                        c10::BFloat16* minimum, c10::BFloat16* scale) {
   const PlaneLayout layout = plane_layout(height, width, block, bits);
-  const int calls = membench::noise_calls(layout.area, membench::kRoundingPerCall);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-        BlockRowNoise noise(seed, offset, calls);
+        RowNoise noise(seed, offset, layout.area);
         if (layout.lfc_size == 1 && layout.area <= kShortPlaneValues) {
           for (int64_t p = begin; p < end; p += kPlaneLanes) {
             division_compress_short_planes<scalar_t, BITS>(map, p, std::min<int64_t>(kPlaneLanes, end - p), height,
@@ -105,11 +107,10 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
           }
           return;
         }
-        std::vector<float> column(width), lfc_row(width), hfc(layout.area);
+        std::vector<float> column(width), lfc_row(width), hfc(whole_vectors(layout.area));
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
-                                                  layout.tile_w, seed, offset, static_cast<uint32_t>(p),
-                                                  layout.area <= kRoundingBlock ? noise.of(p) : nullptr, column.data(),
+                                                  layout.tile_w, noise, static_cast<uint32_t>(p), column.data(),
                                                   lfc_row.data(), hfc.data(),
                                                   lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
@@ -148,21 +149,19 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
                     int64_t groups, uint64_t seed, uint64_t offset, uint8_t* packed, c10::BFloat16* minimum,
                     c10::BFloat16* scale) {
   const int64_t row_bytes = packed_row_bytes(group_size, bits);
-  const int calls = membench::noise_calls(group_size, membench::kRoundingPerCall);
   dispatch_map_type(dtype, [&](auto scalar) {
     using scalar_t = decltype(scalar);
     const auto* map = static_cast<const scalar_t*>(x);
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
-        std::vector<float> values(group_size);
-        BlockRowNoise noise(seed, offset, calls);
+        std::vector<float> values(whole_vectors(group_size));
+        RowNoise noise(seed, offset, group_size);
         for (int64_t g = begin; g < end; ++g) {
           const int64_t base = g * group_size;
-          group_compress_group<scalar_t, BITS>(map + base, std::min(group_size, numel - base), group_size, seed,
-                                               offset, static_cast<uint32_t>(g),
-                                               group_size <= kRoundingBlock ? noise.of(g) : nullptr, values.data(),
-                                               packed + g * row_bytes, minimum + g, scale + g);
+          group_compress_group<scalar_t, BITS>(map + base, std::min(group_size, numel - base), group_size, noise,
+                                               static_cast<uint32_t>(g), values.data(), packed + g * row_bytes,
+                                               minimum + g, scale + g);
         }
       });
     });
