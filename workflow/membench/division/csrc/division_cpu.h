@@ -178,9 +178,8 @@ inline void short_rows_in_order(const float (&uniforms)[PER_CALL][kLanes], float
   }
 }
 
-// U-bit uniforms of the kLanes / calls rows first_row, first_row + 1, ... of one noise block each
-// (calls per block, at most 16): row k's value t into out[P * calls * k + t], P * kLanes floats in all.
-// A row of one block of 16 calls (129 to 256 values) has the calls of a long row's first block.
+// U-bit uniforms of the kLanes / calls short rows first_row, first_row + 1, ... (calls < 16 calls
+// per block, one block each): row k's value t into out[P * calls * k + t], P * kLanes floats in all.
 template <int U>
 inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row, int calls, float* out) {
   constexpr int per_word = 32 / U, per_call = 4 * per_word;
@@ -203,8 +202,7 @@ inline void philox_short_rows(uint64_t seed, uint64_t offset, uint32_t first_row
     case 1: short_rows_in_order<1, per_call>(uniforms, out); break;
     case 2: short_rows_in_order<2, per_call>(uniforms, out); break;
     case 4: short_rows_in_order<4, per_call>(uniforms, out); break;
-    case 8: short_rows_in_order<8, per_call>(uniforms, out); break;
-    default: short_rows_in_order<kCalls, per_call>(uniforms, out); break;
+    default: short_rows_in_order<8, per_call>(uniforms, out); break;
   }
 }
 
