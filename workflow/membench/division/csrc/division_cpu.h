@@ -136,7 +136,8 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
 
 // U-bit uniforms of noise blocks first_block .. first_block + blocks - 1 of a long row `row` (16
 // calls per block of 16 * P values, P = 128 / U) into out[0 .. blocks * 16 * P), two blocks per
-// kLanes calls (a last odd block by 16 calls: a group of 256 values is one block).
+// kLanes calls (a last odd block by 16 calls). Dropout's; stochastic rounding takes its words whole
+// (quantize_row).
 template <int U>
 inline void philox_uniforms(uint64_t seed, uint64_t offset, uint32_t row, uint32_t first_block, int64_t blocks,
                             float* out) {
@@ -343,7 +344,7 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
 
 // The 8-bit uniforms of part q (0 .. 3) of 16 Philox words, membench::uniform_from_part<8> exactly:
 // the float 1 + part / 256 assembled from its bits, less 1 - 1/512 (an exact difference, by
-// Sterbenz's lemma), three vector operations where a conversion takes five.
+// Sterbenz's lemma): bit operations and one subtraction, with no integer-to-float conversion.
 inline Floats16 rounding_uniforms16(Ints16 word, int q) {
   const Ints16 part = (word >> (8 * q)) & 0xFF;
   const Ints16 one_plus = (part << 15) | 0x3F800000;
