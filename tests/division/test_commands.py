@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 
 import pytest
 
@@ -38,6 +39,7 @@ def test_memory_job_writes_the_metrics_contract(tmp_path, capsys):
     record = json.loads((outdir / "metrics.json").read_text())
     assert record["system"] == "division" and record["variant"] == "division" and record["batch_size"] == 4
     assert record["activation_mib"] > 0 and record["total_memory_mib"] > 0 and record["kernels"] == "torch"
+    assert record["malloc_keeps_freed"] is False  # memory is measured with the C library's defaults
     assert (outdir / "memlog.csv").is_file()
 
 
@@ -74,6 +76,8 @@ def test_speed_job(tmp_path):
     assert record["images_per_s"] > 0 and record["train_steps"] == 2
     assert set(TIMING_FIELDS) <= set(record) and record["time_unit"] == "step" and record["time_samples"] == 1
     assert record["paired_vanilla"] is False and "vs_paired_vanilla" not in record
+    # A timed job runs on reused memory, where the C library is glibc.
+    assert record["malloc_keeps_freed"] is (platform.libc_ver()[0] == "glibc")
 
 
 @pytest.mark.parametrize("variant,paired", [("division", True), ("vanilla", False)])
@@ -148,3 +152,4 @@ def test_compressors_job_times_both_compressors_against_a_clone(tmp_path):
     )
     assert record["division_ms"] > 0 and record["actnn2bit_vs_clone"] > 0
     assert set(TIMING_FIELDS) <= set(record)
+    assert record["malloc_keeps_freed"] is (platform.libc_ver()[0] == "glibc")
