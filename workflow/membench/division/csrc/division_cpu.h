@@ -308,13 +308,14 @@ inline membench::Grid grid_of(RowRange range, int bits) {
   return membench::row_grid(minimum, maximum, bits);
 }
 
-// Packs level[0 .. count) (BITS bits each, one per byte; level holds whole output bytes' worth, zero
-// from count on) into `out`: an output byte's levels, read as one little-endian word of per_byte
-// bytes, are shifted together into its low byte (level i from bit 8i to bit i * BITS), a loop over
-// words, which vectorises.
+// Packs level[0 .. count) (BITS bits each, one per byte; level holds whole output bytes' worth,
+// zeroed here from count on) into `out`: an output byte's levels, read as one little-endian word of
+// per_byte bytes, are shifted together into its low byte (level i from bit 8i to bit i * BITS), a
+// loop over words, which vectorises.
 template <int BITS>
-inline void pack_levels(const uint8_t* level, int64_t count, uint8_t* out) {
+inline void pack_levels(uint8_t* level, int64_t count, uint8_t* out) {
   constexpr int per_byte = 8 / BITS;
+  for (int64_t k = count; k < (count + per_byte - 1) / per_byte * per_byte; ++k) level[k] = 0;
   using Word = std::conditional_t<per_byte == 1, uint8_t,
                                   std::conditional_t<per_byte == 2, uint16_t,
                                                      std::conditional_t<per_byte == 4, uint32_t, uint64_t>>>;
@@ -332,13 +333,11 @@ inline void pack_levels(const uint8_t* level, int64_t count, uint8_t* out) {
 template <int BITS>
 void quantize_chunk(const float* values, int64_t count, float low, float inverse_step, const float* uniforms,
                     uint8_t* out) {
-  constexpr int per_byte = 8 / BITS;
   const float levels = static_cast<float>((1 << BITS) - 1);
   alignas(64) uint8_t level[kChunk];
   for (int64_t k = 0; k < count; ++k) {
     level[k] = static_cast<uint8_t>(membench::quantize_level(values[k], low, inverse_step, uniforms[k], levels));
   }
-  for (int64_t k = count; k < (count + per_byte - 1) / per_byte * per_byte; ++k) level[k] = 0;
   pack_levels<BITS>(level, count, out);
 }
 
@@ -358,7 +357,6 @@ inline Floats16 rounding_uniforms16(Ints16 word, int q) {
 template <int BITS>
 void quantize_block(const float* values, int64_t count, float low, float inverse_step, const uint32_t* words,
                     int64_t stride, uint8_t* out) {
-  constexpr int per_byte = 8 / BITS;
   const float levels = static_cast<float>((1 << BITS) - 1);
   Ints16 word[4];
   for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[i], words + i * stride, sizeof(word[i]));
@@ -371,7 +369,6 @@ void quantize_block(const float* values, int64_t count, float low, float inverse
     const Bytes16 bytes = __builtin_convertvector(__builtin_convertvector(x, Ints16), Bytes16);
     __builtin_memcpy(level + 16 * v, &bytes, sizeof(bytes));
   }
-  for (int64_t k = count; k < (count + per_byte - 1) / per_byte * per_byte; ++k) level[k] = 0;
   pack_levels<BITS>(level, count, out);
 }
 
@@ -432,6 +429,13 @@ inline Ints16 levels16(const uint8_t* packed) {
   }
   for (int i = 0; i < 16; ++i) shift[i] = i * BITS % 32;
   return (lanes >> shift) & ((1 << BITS) - 1);
+}
+
+// Values t0 .. t0 + 15 of a packed row on its grid: level * step + low (levels16's t0).
+template <int BITS>
+inline Floats16 dequantize16(const uint8_t* packed, float low, float step) {
+  const Floats16 v = __builtin_convertvector(levels16<BITS>(packed), Floats16) * step;
+  return v + low;
 }
 
 // The levels of the first `length` values of a packed row (rounded up to whole bytes), as 32-bit
@@ -621,59 +625,35 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
                                float* lfc_row, int32_t* level, scalar_t* out) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
-  if (width % 16 == 0 || (rows == 1 && cols == 1 && (height * width) % 16 == 0)) {
-    // Every row (or the one-tile plane) is whole vectors: levels straight from the packed bytes.
-    for (int64_t tr = 0; tr < rows; ++tr) {
-      const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
-      for (int64_t tc = 0; tc < cols; ++tc) {
-        const float mean = static_cast<float>(lfc[tr * cols + tc]);
-        const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
-        for (int64_t w = w0; w < w1; ++w) lfc_row[w] = mean;
-      }
-      const int64_t run = cols == 1 ? (h1 - h0) * width : width;  // values sharing lfc_row's pattern
-      for (int64_t first = h0 * width; first < h1 * width; first += run) {
-        for (int64_t k = 0; k < run; k += 16) {
-          Floats16 v = __builtin_convertvector(levels16<BITS>(packed + (first + k) * BITS / 8), Floats16) * step;
-          v = v + low;
-          Floats16 mean;
-          if (cols == 1) {
-            mean = Floats16{} + lfc_row[0];
-          } else {
-            __builtin_memcpy(&mean, lfc_row + k, sizeof(mean));
-          }
-          v = v + mean;
-          for (int i = 0; i < 16; ++i) out[first + k + i] = static_cast<scalar_t>(v[i]);
-        }
-      }
-    }
-    return;
-  }
-  unpack_row<BITS>(packed, height * width, level);
+  // Where every run below is whole vectors, levels come straight from the packed bytes; else unpacked.
+  const bool whole_vectors = width % 16 == 0 || (rows == 1 && cols == 1 && (height * width) % 16 == 0);
+  if (!whole_vectors) unpack_row<BITS>(packed, height * width, level);
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
-    if (cols == 1) {  // one tile across: the tile row's values are contiguous and share one mean
-      const float mean = static_cast<float>(lfc[tr]);
-      const int32_t* src = level + h0 * width;
-      scalar_t* dst = out + h0 * width;
-      for (int64_t k = 0; k < (h1 - h0) * width; ++k) {
-        float v = static_cast<float>(src[k]) * step;
-        v = v + low;
-        dst[k] = static_cast<scalar_t>(v + mean);
-      }
-      continue;
-    }
-    for (int64_t tc = 0; tc < cols; ++tc) {
+    // With one tile across, the tile row is one run of values of one mean; else a run is an image
+    // row, which adds lfc_row.
+    const float one_mean = static_cast<float>(lfc[tr * cols]);
+    for (int64_t tc = 0; cols > 1 && tc < cols; ++tc) {
       const float mean = static_cast<float>(lfc[tr * cols + tc]);
       const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
       for (int64_t w = w0; w < w1; ++w) lfc_row[w] = mean;
     }
-    for (int64_t h = h0; h < h1; ++h) {
-      const int32_t* src = level + h * width;
-      scalar_t* dst = out + h * width;
-      for (int64_t w = 0; w < width; ++w) {
-        float v = static_cast<float>(src[w]) * step;
+    const int64_t run = cols == 1 ? (h1 - h0) * width : width;
+    for (int64_t first = h0 * width; first < h1 * width; first += run) {
+      scalar_t* dst = out + first;
+      if (whole_vectors) {
+        for (int64_t k = 0; k < run; k += 16) {
+          Floats16 mean = Floats16{} + one_mean;
+          if (cols > 1) __builtin_memcpy(&mean, lfc_row + k, sizeof(mean));
+          const Floats16 v = dequantize16<BITS>(packed + (first + k) * BITS / 8, low, step) + mean;
+          for (int i = 0; i < 16; ++i) dst[k + i] = static_cast<scalar_t>(v[i]);
+        }
+        continue;
+      }
+      for (int64_t k = 0; k < run; ++k) {
+        float v = static_cast<float>(level[first + k]) * step;
         v = v + low;
-        dst[w] = static_cast<scalar_t>(v + lfc_row[w]);
+        dst[k] = static_cast<scalar_t>(v + (cols == 1 ? one_mean : lfc_row[k]));
       }
     }
   }
@@ -705,8 +685,7 @@ void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::B
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   const int64_t whole = count / 16 * 16;
   for (int64_t k = 0; k < whole; k += 16) {  // levels straight from the packed bytes, 16 at a time
-    Floats16 v = __builtin_convertvector(levels16<BITS>(packed + k * BITS / 8), Floats16) * step;
-    v = v + low;
+    const Floats16 v = dequantize16<BITS>(packed + k * BITS / 8, low, step);
     for (int i = 0; i < 16; ++i) out[k + i] = static_cast<scalar_t>(v[i]);
   }
   if (whole == count) return;
