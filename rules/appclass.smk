@@ -185,6 +185,7 @@ rule appclass_reference:
         " --out-npy {output.beliefs:q} {params.options:q} > {log:q} 2>&1"
 
 
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule appclass_bench:
     input:
         graphs=lambda wildcards: APPCLASS_PAIR_FILES[wildcards.graph, wildcards.pattern],
@@ -195,8 +196,6 @@ rule appclass_bench:
         memlog="results/appclass/{graph}/{pattern}/{variant}/memlog.csv",
     log:
         log_path("appclass_bench", "{graph}/{pattern}/{variant}"),
-    benchmark:
-        benchmark_path("appclass_bench", "{graph}/{pattern}/{variant}")
     wildcard_constraints:
         graph=alternatives(APPCLASS["graphs"]),
         pattern=alternatives(APPCLASS["patterns"]),

@@ -136,6 +136,7 @@ rule division_memory:
         " {params.trace:q} {params.trace_allocator:q} {params.options:q} > {log:q} 2>&1"
 
 
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule division_speed:
     input:
         manifest=DIVISION_BUILD_INPUT,
@@ -146,10 +147,6 @@ rule division_speed:
         log_path(
             "division_speed", "{division_model}/{division_method}/b{division_batch}"
         ),
-    benchmark:
-        benchmark_path(
-            "division_speed", "{division_model}/{division_method}/b{division_batch}"
-        )
     conda:
         ENV
     threads: 2

@@ -99,15 +99,12 @@ rule hotconv_table:
 # One job per sweep point (variant x batch size x max_len), each its own process: CUDA context,
 # cuBLAS/cuDNN handles and lazily loaded kernels are charged alike whatever the order, an
 # out-of-memory point is a recorded result, and a rerun measures only the missing points.
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule hotconv_sweep_point:
     output:
         metrics="results/hotconv/sweeps/{sweep}/{variant}/b{batch_size}_l{max_len}/metrics.json",
     log:
         log_path("hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"),
-    benchmark:
-        benchmark_path(
-            "hotconv_sweep_point", "{sweep}/{variant}/b{batch_size}_l{max_len}"
-        )
     wildcard_constraints:
         sweep="sweep|bench",
         variant=alternatives(HOTCONV_SWEEP_VARIANTS),

@@ -1,14 +1,13 @@
 # The meter check: what this machine (or cluster node) lets membench measure, and at what cost.
 
 
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule meter_check:
     output:
         metrics="results/meter/check/metrics.json",
         memlog="results/meter/check/memlog.csv",
     log:
         log_path("meter_check"),
-    benchmark:
-        benchmark_path("meter_check")
     conda:
         ENV
     threads: 2

@@ -37,6 +37,7 @@ wildcard_constraints:
     robust_run=alternatives(ROBUST_RUNS),
 
 
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule robust_train:
     output:
         metrics="results/robust/{robust_run}/metrics.json",
@@ -45,8 +46,6 @@ rule robust_train:
         staleness="results/robust/{robust_run}/staleness.csv",
     log:
         log_path("robust_train", "{robust_run}"),
-    benchmark:
-        benchmark_path("robust_train", "{robust_run}")
     wildcard_constraints:
         robust_run=alternatives([r for r in ROBUST_RUNS if r not in ROBUST_NODE_RUNS]),
     conda:
@@ -73,6 +72,7 @@ rule robust_train:
 # A parallel run over several nodes, the way division's multi-node training runs: a multi-task job
 # (`nodes`, `tasks` = P + 1 ranks, `mpi` set so that the executor runs the command in the batch step),
 # whose own srun starts one membench per rank with MASTER_ADDR on the allocation's first node.
+# Timed: no `benchmark:`, whose poller would take CPU from the job it times (docs/DEVELOPING.md).
 rule robust_train_nodes:
     output:
         metrics="results/robust/{robust_run}/metrics.json",
@@ -81,8 +81,6 @@ rule robust_train_nodes:
         staleness="results/robust/{robust_run}/staleness.csv",
     log:
         log_path("robust_train", "{robust_run}"),
-    benchmark:
-        benchmark_path("robust_train", "{robust_run}")
     wildcard_constraints:
         robust_run=alternatives(ROBUST_NODE_RUNS),
     conda:

@@ -166,6 +166,8 @@ def test_cluster_run_gets_the_cluster_profiles_settings():
         effective = getattr(args, key.replace("-", "_"))
         if key == "default-resources":
             assert {k: effective[k].raw for k in value} == value
+        elif key == "max-jobs-per-timespan":
+            assert f"{effective.max_jobs}/{effective.timespan:g}s" == value
         else:
             assert str(effective) == str(value), f"{key}: profile says {value!r}, the run gets {effective!r}"
     assert args.cores is None, "the workflow profile must not give a cluster run the login node's cores"
