@@ -15,6 +15,7 @@ layers.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 
 import torch
@@ -100,8 +101,16 @@ def _autocast_dtype(device_type: str) -> torch.dtype | None:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
+def _autocast_off(device_type: str):
+    """A context with autocast off on ``device_type``; nothing to enter when it is off already
+    (entering ``torch.autocast`` costs microseconds a layer, a step's hundredth on a CPU)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def _cast(tensor: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
-    return tensor if tensor is None or dtype is None else tensor.to(dtype)
+    return tensor if tensor is None or dtype is None or tensor.dtype == dtype else tensor.to(dtype)
 
 
 # A strided convolution's input gradient from this size on is computed half a batch at a time.
@@ -139,7 +148,7 @@ class _Conv2dFunction(Function):
     @staticmethod
     def forward(ctx, x, weight, bias, stride, padding, dilation, groups, context):
         compute = _autocast_dtype(x.device.type)
-        with torch.autocast(x.device.type, enabled=False):
+        with _autocast_off(x.device.type):
             out = F.conv2d(
                 _cast(x, compute),
                 _cast(weight, compute),
@@ -169,11 +178,11 @@ class _Conv2dFunction(Function):
         shape, dtype, compute, bias, stride, padding, dilation, groups, context = ctx.config
         compute = compute or dtype
         x = context.decompress(saved, shape, compute)
-        grad_out, compute_weight = grad_out.to(compute), weight.to(compute)
+        grad_out, compute_weight = _cast(grad_out, compute), _cast(weight, compute)
         need_x, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_bias = bias is not None and ctx.needs_input_grad[2]
         args = (bias.shape if bias is not None else None, stride, padding, dilation, False, [0, 0], groups)
-        with torch.autocast(grad_out.device.type, enabled=False):
+        with _autocast_off(grad_out.device.type):
             if grad_out.device.type == "cpu" and _nbytes(x) >= _SEPARATE_INPUT_GRAD_BYTES:
                 # Two calls on a CPU: oneDNN's backward reorders its input and output gradient into
                 # map-sized buffers, and computing the input gradient apart keeps it from being
