@@ -163,10 +163,12 @@ def test_a_job_run_from_another_directory_records_the_cached_kernels(built_manif
     record = json.loads((elsewhere / "job" / "metrics.json").read_text())
     assert record["kernels"] == f"cpp-{sources_digest(SPEC.source_paths())[:8]}"
     assert record["kernels_fallback_reason"] is None
+    assert record["kernels_cpu_isa"] == select_kernels("extension", built_manifest).cpu_isa
     assert sorted(p.name for p in elsewhere.iterdir()) == ["job"]
     # A method that compresses nothing runs torch's operators and says so.
     assert main(["division", "memory", "--outdir", "vanilla", "--variant", "vanilla", *arguments]) == 0
-    assert json.loads((elsewhere / "vanilla" / "metrics.json").read_text())["kernels"] == "torch"
+    vanilla = json.loads((elsewhere / "vanilla" / "metrics.json").read_text())
+    assert vanilla["kernels"] == "torch" and vanilla["kernels_cpu_isa"] is None
 
 
 def test_a_live_holder_is_waited_for_with_a_timeout_naming_its_pid(tmp_path):

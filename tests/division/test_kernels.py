@@ -4,12 +4,19 @@ bit width, and every thread count."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from membench.division import compress
 from membench.division.compress import DivisionCompressor, GroupCompressor
-from membench.division.kernels import KERNEL_NAMES, TORCH_KERNELS
+from membench.division.kernels import CPU_ISA_VARIABLE, KERNEL_NAMES, TORCH_KERNELS
+
+from .conftest import PARENT_BUILD_VARIABLE
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
@@ -231,3 +238,58 @@ def test_kernels_match_the_reference_on_planes_with_nan_or_infinity(extension_ke
         same(saved, compress.group_compress(x, group_size, 2, SEED, OFFSET))
         args = (*saved, group_size, 2, list(x.shape), dtype)
         same([extension_kernels.group_decompress(*args)], [compress.group_decompress(*args)])
+
+
+# -- instruction sets: the extension runs the best one this CPU has, so a run of this file checks
+# that one; the others this CPU can run are checked each in a run of this file of its own.
+INSTRUCTION_SETS = ("avx512", "avx2", "baseline")
+
+
+def _isa_probe(built_manifest, isa: str) -> subprocess.CompletedProcess:
+    script = (
+        "import sys; from membench.division.kernels import select_kernels; "
+        "print(select_kernels('extension', sys.argv[1], 'cpu').cpu_isa)"
+    )
+    env = {**os.environ, CPU_ISA_VARIABLE: isa}
+    return subprocess.run(
+        [sys.executable, "-c", script, str(built_manifest)], env=env, capture_output=True, text=True
+    )
+
+
+def test_the_kernels_run_the_instruction_set_asked_for(extension_kernels):
+    asked = os.environ.get(CPU_ISA_VARIABLE)
+    assert extension_kernels.cpu_isa == asked if asked else extension_kernels.cpu_isa in INSTRUCTION_SETS
+    assert TORCH_KERNELS.cpu_isa is None
+
+
+@pytest.mark.slow
+def test_an_instruction_set_this_build_lacks_is_a_one_line_error(built_manifest):
+    probe = _isa_probe(built_manifest, "sse9")
+    assert probe.returncode != 0
+    assert (
+        probe.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "InputError: <input>, environment variable MEMBENCH_CPU_ISA: 'sse9' is not an instruction set "
+            "of this build (avx512, avx2, baseline)"
+        )
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", INSTRUCTION_SETS)
+def test_every_instruction_set_this_cpu_has_is_bit_exact(built_manifest, extension_kernels, isa, tmp_path):
+    if os.environ.get(CPU_ISA_VARIABLE):
+        pytest.skip("this run checks one instruction set")
+    if isa == extension_kernels.cpu_isa:
+        pytest.skip(f"{isa} is the set this run checks")
+    probe = _isa_probe(built_manifest, isa)
+    if "this CPU lacks" in probe.stderr:
+        pytest.skip(f"this CPU lacks {isa}")
+    assert probe.stdout.strip() == isa, probe.stderr[-2000:]
+    env = {**os.environ, CPU_ISA_VARIABLE: isa, PARENT_BUILD_VARIABLE: str(built_manifest)}
+    command = [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:xdist", "-p", "no:cacheprovider"]
+    command += ["-o", "addopts=--import-mode=importlib", "--basetemp", str(tmp_path / "run")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, cwd=Path(__file__).parents[2])
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout

@@ -8,11 +8,15 @@ import os
 from types import ModuleType
 
 from membench.core import extension
+from membench.core.errors import InputError
 from membench.division import compress
 from membench.division.extension import DEFAULT_LOCK_TIMEOUT_S, SPEC
 
-__all__ = ["KERNEL_NAMES", "Kernels", "select_kernels", "TORCH_KERNELS"]
+__all__ = ["CPU_ISA_VARIABLE", "KERNEL_NAMES", "Kernels", "select_kernels", "TORCH_KERNELS"]
 
+# Names the instruction set of the extension's CPU kernels (avx512, avx2, baseline); unset: the best
+# this CPU has. Read by the extension once per process.
+CPU_ISA_VARIABLE = "MEMBENCH_CPU_ISA"
 # The ops every implementation provides: the extension's exports (its build spec).
 KERNEL_NAMES = SPEC.kernels
 
@@ -24,7 +28,9 @@ class Kernels:
     ``name`` is ``"torch"`` or ``"extension"``; ``cuda`` says whether they run on CUDA tensors;
     ``value`` is what a job records in its metrics field ``kernels`` (``cpp-<digest8>``,
     ``cuda-<digest8>``, ``torch``); ``fallback_reason`` says why ``auto`` fell back to the
-    pure-torch kernels (``None`` otherwise).
+    pure-torch kernels (``None`` otherwise); ``cpu_isa`` is the instruction set the extension's CPU
+    kernels run with (``avx512``, ``avx2``, ``baseline``: the best this CPU has, or the one the
+    environment variable ``MEMBENCH_CPU_ISA`` names), ``None`` for the pure-torch kernels.
     """
 
     def __init__(
@@ -34,11 +40,20 @@ class Kernels:
         self.cuda = cuda
         self.value = value
         self.fallback_reason = fallback_reason
+        self.cpu_isa = _cpu_isa(module) if name == "extension" else None
         for kernel in KERNEL_NAMES:
             setattr(self, kernel, getattr(module, kernel))
 
     def supports(self, device_type: str) -> bool:
         return device_type == "cpu" or self.name == "torch" or self.cuda
+
+
+def _cpu_isa(module: ModuleType) -> str:
+    try:
+        return module.cpu_isa()
+    except RuntimeError as error:  # MEMBENCH_CPU_ISA names a set this build or CPU lacks
+        problem = str(error).splitlines()[0].removeprefix(f"{CPU_ISA_VARIABLE}: ")
+        raise InputError(None, problem, f"environment variable {CPU_ISA_VARIABLE}") from None
 
 
 TORCH_KERNELS = Kernels("torch", compress, cuda=True, value="torch")

@@ -51,6 +51,7 @@ _DEVICE_FIELDS = (
     "cuda_version",
     "kernels",
     "kernels_fallback_reason",
+    "kernels_cpu_isa",
 )
 
 

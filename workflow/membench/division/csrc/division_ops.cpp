@@ -24,6 +24,8 @@
 #include <c10/util/accumulate.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "division_common.h"
@@ -49,24 +51,59 @@ at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_
 
 namespace {
 
-// The CPU kernels built for this CPU's vector units (division_cpu_kernels.h), picked once.
-const membench::CpuKernels& cpu_kernels() {
-  static const membench::CpuKernels& table = [] () -> const membench::CpuKernels& {
+// The instruction sets the CPU kernels are built for, best first, and whether this CPU has each.
+struct CpuIsa {
+  const char* name;
+  bool supported;
+  const membench::CpuKernels& (*kernels)();
+};
+
+std::vector<CpuIsa> cpu_isas() {
+  std::vector<CpuIsa> isas;
 #ifdef MEMBENCH_X86_DISPATCH
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("bmi2")) {
-      return membench::cpu_avx512::kernels();
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2")) {
-      return membench::cpu_avx2::kernels();
-    }
+  __builtin_cpu_init();
+  const bool fma_bmi2 = __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+  isas.push_back({"avx512",
+                  __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && fma_bmi2,
+                  &membench::cpu_avx512::kernels});
+  isas.push_back({"avx2", __builtin_cpu_supports("avx2") && fma_bmi2, &membench::cpu_avx2::kernels});
 #endif
-    return membench::cpu_baseline::kernels();
-  }();
-  return table;
+  isas.push_back({"baseline", true, &membench::cpu_baseline::kernels});
+  return isas;
 }
+
+// The CPU kernels of the best instruction set this CPU has, picked once; MEMBENCH_CPU_ISA
+// (avx512, avx2, baseline) asks for one, so that tests check every set a machine can run.
+const CpuIsa& cpu_isa_used() {
+  static const CpuIsa used = [] {
+    const std::vector<CpuIsa> isas = cpu_isas();
+    const char* wanted = std::getenv("MEMBENCH_CPU_ISA");
+    if (wanted == nullptr || *wanted == '\0') {
+      for (const CpuIsa& isa : isas) {
+        if (isa.supported) return isa;
+      }
+    }
+    std::string names, supported;
+    for (const CpuIsa& isa : isas) {
+      names += (names.empty() ? "" : ", ") + std::string(isa.name);
+      if (isa.supported) supported += (supported.empty() ? "" : ", ") + std::string(isa.name);
+    }
+    for (const CpuIsa& isa : isas) {
+      if (std::string(isa.name) == wanted) {
+        TORCH_CHECK(isa.supported, "MEMBENCH_CPU_ISA: this CPU lacks ", wanted, " (it has ", supported, ")");
+        return isa;
+      }
+    }
+    TORCH_CHECK(false, "MEMBENCH_CPU_ISA: '", wanted, "' is not an instruction set of this build (", names, ")");
+    return isas.back();
+  }();
+  return used;
+}
+
+const membench::CpuKernels& cpu_kernels() { return cpu_isa_used().kernels(); }
+
+std::string cpu_isa() { return cpu_isa_used().name; }
 
 // The dtypes of maps: float32, float16, bfloat16.
 #define MEMBENCH_DISPATCH_MAP_TYPES(TYPE, NAME, ...)                                    \
@@ -383,4 +420,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("maxpool2d_forward", &maxpool2d_forward, "max pool returning int8 window indices");
   m.def("maxpool2d_backward", &maxpool2d_backward, "max pool gradient from int8 window indices");
   m.def("has_cuda_kernels", &has_cuda_kernels, "whether this build holds CUDA kernels");
+  m.def("cpu_isa", &cpu_isa, "the instruction set of the CPU kernels: avx512, avx2 or baseline");
 }
