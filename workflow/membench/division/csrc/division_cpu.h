@@ -17,15 +17,8 @@ constexpr int64_t kDropoutBlock = kCalls * membench::kDropoutPerCall;
 // Values per step of a row: whole noise blocks of either kind, whole bytes, whole vectors.
 constexpr int64_t kChunk = 2 * kRoundingBlock;
 
-#if MEMBENCH_CPU_ISA == 2
-// Philox's multiply of 16 32-bit lanes by m: the high and low halves of the 64-bit products.
-inline void mulhilo16(__m512i a, __m512i m, __m512i& hi, __m512i& lo) {
-  const __m512i even = _mm512_mul_epu32(a, m);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);
-  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
-#elif MEMBENCH_CPU_ISA == 1
+#if MEMBENCH_CPU_ISA == 1
+// Philox's multiply of 8 32-bit lanes by m: the high and low halves of the 64-bit products.
 inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
   const __m256i even = _mm256_mul_epu32(a, m);
   const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
@@ -45,15 +38,16 @@ typedef uint8_t Bytes16 __attribute__((vector_size(16)));
 constexpr int kLanes = 2 * kCalls;
 
 #if MEMBENCH_CPU_ISA == 2
-// One Philox round of 16 lanes, counter words c[0 .. 3].
-inline void philox_round16(__m512i (&c)[4], __m512i m0, __m512i m1, __m512i key0, __m512i key1) {
-  __m512i hi0, lo0, hi1, lo1;
-  mulhilo16(c[0], m0, hi0, lo0);
-  mulhilo16(c[2], m1, hi1, lo1);
-  c[0] = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), key0);
-  c[2] = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), key1);
-  c[1] = lo1;
-  c[3] = lo0;
+// One Philox round of 8 calls, counter words c[0 .. 3] in the low halves of 64-bit lanes: one
+// multiply gives a lane's whole product (its high word shifted down, its low word in place), so no
+// lanes are blended. The high halves hold garbage, which the multiplies and the XORs never move
+// into a low half and the final narrowing drops.
+inline void philox_round8x64(__m512i (&c)[4], __m512i m0, __m512i m1, __m512i key0, __m512i key1) {
+  const __m512i product0 = _mm512_mul_epu32(c[0], m0), product1 = _mm512_mul_epu32(c[2], m1);
+  c[0] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(product1, 32), c[1], key0, 0x96);  // a ^ b ^ c
+  c[2] = _mm512_ternarylogic_epi64(_mm512_srli_epi64(product0, 32), c[3], key1, 0x96);
+  c[1] = product1;
+  c[3] = product0;
 }
 #elif MEMBENCH_CPU_ISA == 1
 inline void philox_round8(__m256i (&c)[4], __m256i m0, __m256i m1, __m256i key0, __m256i key1) {
@@ -76,15 +70,14 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
   const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   const uint32_t o0 = static_cast<uint32_t>(offset), o1 = static_cast<uint32_t>(offset >> 32);
 #if MEMBENCH_CPU_ISA == 2
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  constexpr int vectors = LANES / 16;
+  const __m512i m0 = _mm512_set1_epi64(0xD2511F53u), m1 = _mm512_set1_epi64(0xCD9E8D57u);
+  constexpr int vectors = LANES / 8;
   __m512i c[vectors][4];
   for (int v = 0; v < vectors; ++v) {
-    c[v][0] = _mm512_loadu_si512(call + 16 * v);
-    c[v][1] = _mm512_loadu_si512(row + 16 * v);
-    c[v][2] = _mm512_set1_epi32(static_cast<int>(o0));
-    c[v][3] = _mm512_set1_epi32(static_cast<int>(o1));
+    c[v][0] = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(call + 8 * v)));
+    c[v][1] = _mm512_cvtepu32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 8 * v)));
+    c[v][2] = _mm512_set1_epi64(o0);
+    c[v][3] = _mm512_set1_epi64(o1);
   }
   uint32_t key0 = k0, key1 = k1;
   for (int round = 0; round < 10; ++round) {
@@ -92,11 +85,13 @@ inline void philox_lanes(uint64_t seed, uint64_t offset, const uint32_t (&call)[
       key0 += 0x9E3779B9u;
       key1 += 0xBB67AE85u;
     }
-    const __m512i key0_v = _mm512_set1_epi32(static_cast<int>(key0)), key1_v = _mm512_set1_epi32(static_cast<int>(key1));
-    for (int v = 0; v < vectors; ++v) philox_round16(c[v], m0, m1, key0_v, key1_v);
+    const __m512i key0_v = _mm512_set1_epi64(key0), key1_v = _mm512_set1_epi64(key1);
+    for (int v = 0; v < vectors; ++v) philox_round8x64(c[v], m0, m1, key0_v, key1_v);
   }
   for (int v = 0; v < vectors; ++v) {
-    for (int i = 0; i < 4; ++i) _mm512_storeu_si512(words[i] + 16 * v, c[v][i]);
+    for (int i = 0; i < 4; ++i) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(words[i] + 8 * v), _mm512_cvtepi64_epi32(c[v][i]));
+    }
   }
 #elif MEMBENCH_CPU_ISA == 1
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(0xD2511F53u));
