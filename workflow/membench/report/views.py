@@ -129,6 +129,7 @@ TABLE_VIEWS: dict[str, TableView] = {
             "train_steps",
             "warmup_steps",
             "malloc_keeps_freed",
+            "kernels_cpu_isa",
             *TIMING,
             *RUN,
         ),
