@@ -30,8 +30,8 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
     clean, killed = tmp_path / "clean", tmp_path / "killed"
     # Snakemake's own 1 s rate window: with the profile's 10 s one a finished Snakemake lives on for
     # up to 10 s with its lock released, and a kill landing there would test nothing.
-    targets = (*TABLES, "--max-jobs-per-timespan", "100/1s")
-    reference = faults.run(snakemake_command(clean, *targets, configfile=configfile), timeout_s=900)
+    arguments = (*TABLES, "--max-jobs-per-timespan", "100/1s")
+    reference = faults.run(snakemake_command(clean, *arguments, configfile=configfile), timeout_s=900)
     # Kill once a job has finished (the lock is held and some outputs exist), at a seeded random time.
     first_output = killed / "results" / "data" / "bodmas" / "tiny" / "metadata.csv"
     delays = faults.kill_delays(21, faults.KILLS_PER_JOB, reference.wall_s, low=0.0, high=0.5)
@@ -46,7 +46,7 @@ def test_killed_workflow_completes_on_rerun_with_the_same_tables(tmp_path):
                 faults.comparable_table(killed / table)  # a table present is a whole one
 
     outcome = faults.kill_and_rerun(
-        snakemake_command(killed, *targets, configfile=configfile),
+        snakemake_command(killed, *arguments, configfile=configfile),
         delays,
         after_kill,
         started=first_output.exists,
