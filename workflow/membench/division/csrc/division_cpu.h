@@ -27,12 +27,25 @@ inline void mulhilo8(__m256i a, __m256i m, __m256i& hi, __m256i& lo) {
 }
 #endif
 
-// GCC/Clang vector extensions: 16 and 8 floats, 16 and 8 int32s, 16 bytes.
-typedef float Floats16 __attribute__((vector_size(64)));
+// GCC/Clang vector extensions of the instruction set's own width, kWidth lanes of 32 bits: 16 on
+// AVX-512, 8 on AVX2, 4 on the baseline (SSE2 on x86-64, NEON on AArch64). Without registers that
+// wide, GCC lowers a vector's comparisons, selects and narrowing conversions element by element (a
+// 16-lane select built for AVX2 is some 50 scalar instructions), so the kernels' loops work on
+// native vectors; a row's steps of 16 values (a noise block's 16 calls) are kParts of them.
+#if MEMBENCH_CPU_ISA == 2
+constexpr int kWidth = 16;
+#elif MEMBENCH_CPU_ISA == 1
+constexpr int kWidth = 8;
+#else
+constexpr int kWidth = 4;
+#endif
+constexpr int kParts = 16 / kWidth;
+typedef float Floats __attribute__((vector_size(4 * kWidth)));
+typedef int32_t Ints __attribute__((vector_size(4 * kWidth)));
+typedef uint8_t Bytes __attribute__((vector_size(kWidth)));
 typedef float Floats8 __attribute__((vector_size(32)));
-typedef int32_t Ints16 __attribute__((vector_size(64)));
 typedef int32_t Ints8 __attribute__((vector_size(32)));
-typedef uint8_t Bytes16 __attribute__((vector_size(16)));
+typedef float Floats4 __attribute__((vector_size(16)));
 
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
 constexpr int kLanes = 2 * kCalls;
@@ -258,37 +271,42 @@ struct RowRange {
   bool nan;
 };
 
-// `combine` of the 16 lanes of v, in lane 0: v combined with itself rotated by 8, 4, 2 and 1 lanes
-// (in registers; reading the lanes one by one would wait on the vector's store).
+// `combine` of the kWidth lanes of v, in lane 0: v combined with itself rotated by half its lanes,
+// then by a quarter, ... down to one lane (in registers; reading the lanes one by one would wait on
+// the vector's store).
 template <typename V, typename F>
 inline V fold_lanes(V v, F combine) {
+#if MEMBENCH_CPU_ISA == 2
   v = combine(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
   v = combine(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
   v = combine(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
   v = combine(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+#elif MEMBENCH_CPU_ISA == 1
+  v = combine(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3));
+  v = combine(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5));
+  v = combine(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6));
+#else
+  v = combine(v, __builtin_shufflevector(v, v, 2, 3, 0, 1));
+  v = combine(v, __builtin_shufflevector(v, v, 1, 0, 3, 2));
+#endif
   return v;
 }
 
 inline RowRange row_range_of(const float* v, int64_t n) {
-  // 16 running minima, maxima and NaN flags as vectors.
-  constexpr int lanes = 16;
-  Floats16 lo, hi, x;
-  Ints16 nan = {};
-  for (int i = 0; i < lanes; ++i) {
-    lo[i] = INFINITY;
-    hi[i] = -INFINITY;
-  }
-  const int64_t whole = n - n % lanes;
+  // kWidth running minima, maxima and NaN flags as vectors.
+  Floats lo = Floats{} + INFINITY, hi = Floats{} - INFINITY, x;
+  Ints nan = {};
+  const int64_t whole = n - n % kWidth;
   int64_t j = 0;
-  for (; j < whole; j += lanes) {
+  for (; j < whole; j += kWidth) {
     __builtin_memcpy(&x, v + j, sizeof(x));
     lo = x < lo ? x : lo;
     hi = x > hi ? x : hi;
     nan |= x != x;
   }
-  lo = fold_lanes(lo, [](Floats16 a, Floats16 b) { return b < a ? b : a; });
-  hi = fold_lanes(hi, [](Floats16 a, Floats16 b) { return b > a ? b : a; });
-  nan = fold_lanes(nan, [](Ints16 a, Ints16 b) { return a | b; });
+  lo = fold_lanes(lo, [](Floats a, Floats b) { return b < a ? b : a; });
+  hi = fold_lanes(hi, [](Floats a, Floats b) { return b > a ? b : a; });
+  nan = fold_lanes(nan, [](Ints a, Ints b) { return a | b; });
   RowRange range{lo[0], hi[0], nan[0] != 0};
   for (; j < n; ++j) {
     range.minimum = v[j] < range.minimum ? v[j] : range.minimum;
@@ -336,33 +354,59 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
   pack_levels<BITS>(level, count, out);
 }
 
-// The 8-bit uniforms of part q (0 .. 3) of 16 Philox words, membench::uniform_from_part<8> exactly:
-// the float 1 + part / 256 assembled from its bits, less 1 - 1/512 (an exact difference, by
+// The 8-bit uniforms of part q (0 .. 3) of kWidth Philox words, membench::uniform_from_part<8>
+// exactly: the float 1 + part / 256 assembled from its bits, less 1 - 1/512 (an exact difference, by
 // Sterbenz's lemma): bit operations and one subtraction, with no integer-to-float conversion.
-inline Floats16 rounding_uniforms16(Ints16 word, int q) {
-  const Ints16 part = (word >> (8 * q)) & 0xFF;
-  const Ints16 one_plus = (part << 15) | 0x3F800000;
-  return reinterpret_cast<Floats16>(one_plus) - (1.0f - 1.0f / 512.0f);
+inline Floats rounding_uniforms(Ints word, int q) {
+  const Ints part = (word >> (8 * q)) & 0xFF;
+  const Ints one_plus = (part << 15) | 0x3F800000;
+  return reinterpret_cast<Floats>(one_plus) - (1.0f - 1.0f / 512.0f);
 }
 
-// Stochastic rounding of `count` floats (at most one block, 256; `values` readable to a whole
-// vector) with the Philox words of their block's 16 calls (word i of call c at words[i * stride + c]):
+// 16 levels (0 .. 255, kParts vectors) as 16 bytes at `out`. AVX2 and SSE2 have no instruction that
+// narrows 32-bit lanes to bytes, which GCC then does a lane at a time: saturating packs (exact on
+// 0 .. 255) do it a vector at a time.
+inline void store_level_bytes(const Ints (&level)[kParts], uint8_t* out) {
+#if MEMBENCH_CPU_ISA == 1
+  // The packs work within 128-bit halves: the bytes' 32-bit words hold levels 0-3, 8-11, 0-3, 8-11 |
+  // 4-7, 12-15, 4-7, 12-15, which one permutation puts in order.
+  const __m256i words = _mm256_packus_epi32(reinterpret_cast<__m256i>(level[0]), reinterpret_cast<__m256i>(level[1]));
+  const __m256i bytes = _mm256_packus_epi16(words, words);
+  const __m256i ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(ordered));
+#elif MEMBENCH_CPU_ISA == 0 && defined(__SSE2__)
+  const __m128i low = _mm_packs_epi32(reinterpret_cast<__m128i>(level[0]), reinterpret_cast<__m128i>(level[1]));
+  const __m128i high = _mm_packs_epi32(reinterpret_cast<__m128i>(level[2]), reinterpret_cast<__m128i>(level[3]));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(low, high));
+#else  // AVX-512's vpmovdb, NEON's narrowing moves
+  for (int s = 0; s < kParts; ++s) {
+    const Bytes bytes = __builtin_convertvector(level[s], Bytes);
+    __builtin_memcpy(out + kWidth * s, &bytes, sizeof(bytes));
+  }
+#endif
+}
+
+// Stochastic rounding of `count` floats (at most one block, 256; `values` readable to a whole step of
+// 16) with the Philox words of their block's 16 calls (word i of call c at words[i * stride + c]):
 // value 16 v + c takes part v % 4 of word v / 4 of call c (division_common.h), so a vector of
 // values takes its uniforms from one vector of words. Packed into `out` as quantize_chunk.
 template <int BITS>
 void quantize_block(const float* values, int64_t count, float low, float inverse_step, const uint32_t* words,
                     int64_t stride, uint8_t* out) {
   const float levels = static_cast<float>((1 << BITS) - 1);
-  Ints16 word[4];
-  for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[i], words + i * stride, sizeof(word[i]));
   alignas(64) uint8_t level[kRoundingBlock];
   for (int64_t v = 0; v < (count + 15) / 16; ++v) {
-    Floats16 x;
-    __builtin_memcpy(&x, values + 16 * v, sizeof(x));
-    x = (x - low) * inverse_step + rounding_uniforms16(word[v / 4], static_cast<int>(v % 4));
-    x = x < levels ? x : levels;
-    const Bytes16 bytes = __builtin_convertvector(__builtin_convertvector(x, Ints16), Bytes16);
-    __builtin_memcpy(level + 16 * v, &bytes, sizeof(bytes));
+    Ints step_level[kParts];
+    for (int s = 0; s < kParts; ++s) {
+      Floats x;
+      Ints word;
+      __builtin_memcpy(&x, values + 16 * v + kWidth * s, sizeof(x));
+      __builtin_memcpy(&word, words + (v / 4) * stride + kWidth * s, sizeof(word));
+      x = (x - low) * inverse_step + rounding_uniforms(word, static_cast<int>(v % 4));
+      x = x < levels ? x : levels;
+      step_level[s] = __builtin_convertvector(x, Ints);
+    }
+    store_level_bytes(step_level, level + 16 * v);
   }
   pack_levels<BITS>(level, count, out);
 }
@@ -403,46 +447,61 @@ void quantize_row(const float* values, int64_t length, membench::Grid grid, RowN
 }
 
 // Levels t0 .. t0 + 15 of a packed row (t0 a multiple of 16), from its 2 * BITS bytes at
-// packed + t0 * BITS / 8 (level t at bits BITS * t of the little-endian row): each lane takes the
-// word holding its bits, broadcast from a scalar load, and one vector shift brings 16 levels down.
+// packed + t0 * BITS / 8 (level t at bits BITS * t of the little-endian row), as kParts vectors:
+// each lane takes the word holding its bits, broadcast from a scalar load, and one vector shift
+// brings a vector of levels down.
 template <int BITS>
-inline Ints16 levels16(const uint8_t* packed) {
-  Ints16 lanes, shift;
+inline void levels16(const uint8_t* packed, Ints (&level)[kParts]) {
   if constexpr (BITS == 8) {  // whole bytes: widened
-    Bytes16 bytes;
-    __builtin_memcpy(&bytes, packed, sizeof(bytes));
-    return __builtin_convertvector(bytes, Ints16);
-  } else if constexpr (BITS == 4) {  // two words, eight lanes each
-    uint32_t word[2];
-    __builtin_memcpy(word, packed, sizeof(word));
-    const Ints16 low = Ints16{} + static_cast<int32_t>(word[0]), high = Ints16{} + static_cast<int32_t>(word[1]);
-    lanes = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
-  } else {  // one word (two bytes of it for BITS 1), in every lane
-    uint32_t word = 0;
-    __builtin_memcpy(&word, packed, 2 * BITS);
-    lanes = Ints16{} + static_cast<int32_t>(word);
+    for (int s = 0; s < kParts; ++s) {
+      Bytes bytes;
+      __builtin_memcpy(&bytes, packed + kWidth * s, sizeof(bytes));
+      level[s] = __builtin_convertvector(bytes, Ints);
+    }
+    return;
   }
-  for (int i = 0; i < 16; ++i) shift[i] = i * BITS % 32;
-  return (lanes >> shift) & ((1 << BITS) - 1);
+  uint32_t word[2] = {0, 0};
+  __builtin_memcpy(word, packed, 2 * BITS);
+  for (int s = 0; s < kParts; ++s) {
+    Ints lanes, shift;
+#if MEMBENCH_CPU_ISA == 2
+    if constexpr (BITS == 4) {  // 64 bits: two words, eight lanes each
+      const Ints low = Ints{} + static_cast<int32_t>(word[0]), high = Ints{} + static_cast<int32_t>(word[1]);
+      lanes = __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31);
+    } else {
+      lanes = Ints{} + static_cast<int32_t>(word[0]);
+    }
+#else
+    // A vector's kWidth * BITS <= 32 bits lie in one word.
+    lanes = Ints{} + static_cast<int32_t>(word[kWidth * s * BITS / 32]);
+#endif
+    for (int i = 0; i < kWidth; ++i) shift[i] = (kWidth * s + i) * BITS % 32;
+    level[s] = (lanes >> shift) & ((1 << BITS) - 1);
+  }
 }
 
 // Values t0 .. t0 + 15 of a packed row on its grid: level * step + low (levels16's t0).
 template <int BITS>
-inline Floats16 dequantize16(const uint8_t* packed, float low, float step) {
-  const Floats16 v = __builtin_convertvector(levels16<BITS>(packed), Floats16) * step;
-  return v + low;
+inline void dequantize16(const uint8_t* packed, float low, float step, Floats (&value)[kParts]) {
+  Ints level[kParts];
+  levels16<BITS>(packed, level);
+  for (int s = 0; s < kParts; ++s) {
+    const Floats v = __builtin_convertvector(level[s], Floats) * step;
+    value[s] = v + low;
+  }
 }
 
 // The levels of the first `length` values of a packed row (rounded up to whole bytes), as 32-bit
-// integers: the loops that read them then vectorise 16 values at a time (bytes would take 64).
+// integers: the loops that read them then vectorise a vector at a time (bytes would take four).
 template <int BITS>
 void unpack_row(const uint8_t* packed, int64_t length, int32_t* level) {
   constexpr int per_byte = 8 / BITS;
   constexpr int mask = (1 << BITS) - 1;
   const int64_t whole = length / 16 * 16, bytes = (length + per_byte - 1) / per_byte;
   for (int64_t t = 0; t < whole; t += 16) {
-    const Ints16 levels = levels16<BITS>(packed + t * BITS / 8);
-    __builtin_memcpy(level + t, &levels, sizeof(levels));
+    Ints levels[kParts];
+    levels16<BITS>(packed + t * BITS / 8, levels);
+    __builtin_memcpy(level + t, levels, sizeof(levels));
   }
   for (int64_t b = whole / per_byte; b < bytes; ++b) {
     for (int i = 0; i < per_byte; ++i) level[b * per_byte + i] = (packed[b] >> (i * BITS)) & mask;
@@ -478,8 +537,8 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     // Tile means: each column of the tile row summed downwards, then the columns of a tile.
     int64_t w = 0;
-    for (; w + 16 <= width; w += 16) column_block_sums<Floats16>(plane, width, h0, h1, w, column);
-    for (; w + 8 <= width; w += 8) column_block_sums<Floats8>(plane, width, h0, h1, w, column);
+    for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(plane, width, h0, h1, w, column);
+    for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(plane, width, h0, h1, w, column);
     for (; w < width; ++w) {
       float sum = 0.0f;
       for (int64_t h = h0; h < h1; ++h) sum += static_cast<float>(plane[h * width + w]);
@@ -513,14 +572,14 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   quantize_row<BITS>(hfc, height * width, grid, noise, row, packed);
 }
 
-// Short single-tile planes (at most 64 values; the LFC is the plane's mean), 16 at a time, one plane
-// per vector lane: each value goes through the same operations in the same order as in
+// Short single-tile planes (at most 64 values; the LFC is the plane's mean), kWidth at a time, one
+// plane per vector lane: each value goes through the same operations in the same order as in
 // division_compress_plane, so the results are the same bits, but a short plane's fixed work (loop
-// set-up, reductions across a vector, latencies one after another) is shared by 16 planes.
-constexpr int kPlaneLanes = 16;
+// set-up, reductions across a vector, latencies one after another) is shared by kWidth planes.
+constexpr int kPlaneLanes = kWidth;
 constexpr int64_t kShortPlaneValues = 64;
 
-// Planes first .. first + count - 1 (count <= 16; the other lanes repeat the first plane and are
+// Planes first .. first + count - 1 (count <= kPlaneLanes; the other lanes repeat the first plane and are
 // dropped) of `area` values, `width` per row; `noise` gives the seed, offset and calls per plane.
 template <typename scalar_t, int BITS>
 void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t count, int64_t height, int64_t width,
@@ -529,61 +588,63 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
   constexpr int per_byte = 8 / BITS;
   const int64_t area = height * width;
   // value[j][l]: value j of lane l's plane, one plane per lane.
-  alignas(64) Floats16 value[kShortPlaneValues];
+  alignas(64) Floats value[kShortPlaneValues];
   for (int l = 0; l < kPlaneLanes; ++l) {
     const scalar_t* src = map + (first + (l < count ? l : 0)) * area;
     for (int64_t j = 0; j < area; ++j) value[j][l] = static_cast<float>(src[j]);
   }
   // The planes' Philox calls, one plane per lane: word[c][i] is word i of call c of every lane's
-  // plane (row), two calls' lanes at a time. Value j takes part j / calls of call j % calls.
+  // plane (row), kLanes / kPlaneLanes calls' lanes at a time. Value j takes part j / calls of call
+  // j % calls.
   const int calls = noise.calls();
-  Ints16 word[kShortPlaneValues / membench::kRoundingPerCall][4];
-  for (int c = 0; c < calls; c += 2) {
+  constexpr int calls_per_batch = kLanes / kPlaneLanes;
+  Ints word[kShortPlaneValues / membench::kRoundingPerCall][4];
+  for (int c = 0; c < calls; c += calls_per_batch) {
     alignas(64) uint32_t call[kLanes], row[kLanes], words[4][kLanes];
     for (int l = 0; l < kLanes; ++l) {
       call[l] = static_cast<uint32_t>(c + l / kPlaneLanes);
       row[l] = static_cast<uint32_t>(first + l % kPlaneLanes);
     }
-    if (calls - c == 1) {
-      philox_lanes<kPlaneLanes>(noise.seed(), noise.offset(), call, row, words);
+    if ((calls - c) * kPlaneLanes <= 16) {
+      philox_lanes<16>(noise.seed(), noise.offset(), call, row, words);
     } else {
       philox_lanes(noise.seed(), noise.offset(), call, row, words);
     }
-    for (int half = 0; half < 2 && c + half < calls; ++half) {
-      for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[c + half][i], &words[i][kPlaneLanes * half], sizeof(Ints16));
+    for (int k = 0; k < calls_per_batch && c + k < calls; ++k) {
+      for (int i = 0; i < 4; ++i) __builtin_memcpy(&word[c + k][i], &words[i][kPlaneLanes * k], sizeof(Ints));
     }
   }
   // The mean: each column summed downwards from 0, then the columns from 0, over the value count.
-  alignas(64) Floats16 column[kShortPlaneValues];
-  const Floats16 zero = {};
+  alignas(64) Floats column[kShortPlaneValues];
+  const Floats zero = {};
   for (int64_t w = 0; w < width; ++w) column[w] = zero + value[w];
   for (int64_t h = 1; h < height; ++h) {
     for (int64_t w = 0; w < width; ++w) column[w] += value[h * width + w];
   }
-  Floats16 sum = {};
+  Floats sum = {};
   for (int64_t w = 0; w < width; ++w) sum += column[w];
-  const Floats16 mean_value = sum / static_cast<float>(area);
-  Floats16 mean;
+  const Floats mean_value = sum / static_cast<float>(area);
+  Floats mean;
   alignas(64) c10::BFloat16 mean_bf16[kPlaneLanes];
   for (int l = 0; l < kPlaneLanes; ++l) {
     mean_bf16[l] = c10::BFloat16(mean_value[l]);
     mean[l] = static_cast<float>(mean_bf16[l]);
   }
   // The HFC and its range.
-  Floats16 lo, hi;
-  Ints16 nan = {};
+  Floats lo, hi;
+  Ints nan = {};
   for (int l = 0; l < kPlaneLanes; ++l) {
     lo[l] = INFINITY;
     hi[l] = -INFINITY;
   }
   for (int64_t j = 0; j < area; ++j) {
-    const Floats16 x = value[j] - mean;
+    const Floats x = value[j] - mean;
     value[j] = x;
     lo = x < lo ? x : lo;
     hi = x > hi ? x : hi;
     nan |= x != x;
   }
-  Floats16 low, inverse_step;
+  Floats low, inverse_step;
   for (int l = 0; l < kPlaneLanes; ++l) {
     const membench::Grid grid = grid_of(RowRange{lo[l], hi[l], nan[l] != 0}, BITS);
     if (l < count) {
@@ -596,18 +657,18 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
   }
   // Stochastic rounding (membench::quantize_level, a lane at a time) and packing.
   const float levels = static_cast<float>((1 << BITS) - 1);
-  alignas(64) Ints16 level[kShortPlaneValues + per_byte];
+  alignas(64) Ints level[kShortPlaneValues + per_byte];
   for (int64_t j = 0; j < area; ++j) {
     const int64_t part = j / calls;
-    const Floats16 uniform = rounding_uniforms16(word[j % calls][part / 4], static_cast<int>(part % 4));
-    Floats16 x = (value[j] - low) * inverse_step + uniform;
+    const Floats uniform = rounding_uniforms(word[j % calls][part / 4], static_cast<int>(part % 4));
+    Floats x = (value[j] - low) * inverse_step + uniform;
     x = x < levels ? x : levels;
-    level[j] = __builtin_convertvector(x, Ints16);
+    level[j] = __builtin_convertvector(x, Ints);
   }
   const int64_t bytes = (area + per_byte - 1) / per_byte;
-  for (int64_t j = area; j < bytes * per_byte; ++j) level[j] = Ints16{};
+  for (int64_t j = area; j < bytes * per_byte; ++j) level[j] = Ints{};
   for (int64_t b = 0; b < bytes; ++b) {
-    Ints16 byte = {};
+    Ints byte = {};
     for (int i = 0; i < per_byte; ++i) byte |= level[b * per_byte + i] << (i * BITS);
     for (int l = 0; l < count; ++l) packed[(first + l) * row_bytes + b] = static_cast<uint8_t>(byte[l]);
   }
@@ -638,10 +699,14 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
       scalar_t* dst = out + first;
       if (whole_vectors) {
         for (int64_t k = 0; k < run; k += 16) {
-          Floats16 mean = Floats16{} + one_mean;
-          if (cols > 1) __builtin_memcpy(&mean, lfc_row + k, sizeof(mean));
-          const Floats16 v = dequantize16<BITS>(packed + (first + k) * BITS / 8, low, step) + mean;
-          for (int i = 0; i < 16; ++i) dst[k + i] = static_cast<scalar_t>(v[i]);
+          Floats v[kParts];
+          dequantize16<BITS>(packed + (first + k) * BITS / 8, low, step, v);
+          for (int s = 0; s < kParts; ++s) {
+            Floats mean = Floats{} + one_mean;
+            if (cols > 1) __builtin_memcpy(&mean, lfc_row + k + kWidth * s, sizeof(mean));
+            v[s] += mean;
+            for (int i = 0; i < kWidth; ++i) dst[k + kWidth * s + i] = static_cast<scalar_t>(v[s][i]);
+          }
         }
         continue;
       }
@@ -680,8 +745,11 @@ void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::B
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   const int64_t whole = count / 16 * 16;
   for (int64_t k = 0; k < whole; k += 16) {  // levels straight from the packed bytes, 16 at a time
-    const Floats16 v = dequantize16<BITS>(packed + k * BITS / 8, low, step);
-    for (int i = 0; i < 16; ++i) out[k + i] = static_cast<scalar_t>(v[i]);
+    Floats v[kParts];
+    dequantize16<BITS>(packed + k * BITS / 8, low, step, v);
+    for (int s = 0; s < kParts; ++s) {
+      for (int i = 0; i < kWidth; ++i) out[k + kWidth * s + i] = static_cast<scalar_t>(v[s][i]);
+    }
   }
   if (whole == count) return;
   unpack_row<BITS>(packed + whole * BITS / 8, count - whole, level);
