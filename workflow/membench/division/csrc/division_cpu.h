@@ -761,43 +761,123 @@ void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::B
 
 // -- 1-bit masks, one chunk of at most kChunk values starting on a multiple of kChunk -------------
 
-// Packs keep[0 .. count) into bytes; keep holds kChunk entries, zero from count on.
-inline void pack_bits(const uint8_t* keep, int64_t count, uint8_t* packed) {
-  for (int64_t b = 0; b < (count + 7) / 8; ++b) {
-    uint8_t byte = 0;
-    for (int i = 0; i < 8; ++i) byte |= static_cast<uint8_t>(keep[8 * b + i] << i);
-    packed[b] = byte;
+// Lane i's bit of `mask` (each lane all ones or zero) at bit i.
+inline uint32_t lane_bits(Ints mask) {
+#if MEMBENCH_CPU_ISA == 2
+  return _mm512_movepi32_mask(reinterpret_cast<__m512i>(mask));
+#elif MEMBENCH_CPU_ISA == 1
+  return static_cast<uint32_t>(_mm256_movemask_ps(reinterpret_cast<__m256>(mask)));
+#elif defined(__SSE2__)
+  return static_cast<uint32_t>(_mm_movemask_ps(reinterpret_cast<__m128>(mask)));
+#else
+  uint32_t bits = 0;
+  for (int i = 0; i < kWidth; ++i) bits |= static_cast<uint32_t>(mask[i] & 1) << i;
+  return bits;
+#endif
+}
+
+// A mask kernel's results and bits, 16 values at a time in native vectors (compilers do not vectorise
+// a loop that writes both a value and a bit of each element on every instruction set: for AVX2, GCC
+// emits a branch per value). `step(first)` writes the results of values first .. first + kWidth - 1
+// and returns the mask of those kept; `value(k)` writes value k's and returns whether it is kept.
+// Bits of the chunk's last byte from `count` on are zero.
+template <typename Step, typename Value>
+inline void mask_chunk(int64_t count, uint8_t* packed, Step&& step, Value&& value) {
+  const int64_t whole = count / 16 * 16;
+  for (int64_t k = 0; k < whole; k += 16) {
+    uint32_t bits = 0;
+    for (int s = 0; s < kParts; ++s) bits |= lane_bits(step(k + kWidth * s)) << (kWidth * s);
+    packed[k / 8] = static_cast<uint8_t>(bits);
+    packed[k / 8 + 1] = static_cast<uint8_t>(bits >> 8);
+  }
+  for (int64_t b = whole / 8; b < (count + 7) / 8; ++b) packed[b] = 0;
+  for (int64_t k = whole; k < count; ++k) packed[k / 8] |= static_cast<uint8_t>(value(k) << (k % 8));
+}
+
+// A chunk's values as floats: the map's own when it holds floats, else converted into `buffer` by a
+// loop of its own, which compilers vectorise (a vector's lanes converted one by one are not).
+template <typename scalar_t>
+inline const float* chunk_floats(const scalar_t* x, int64_t count, float* buffer) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    return x;
+  } else {
+    for (int64_t k = 0; k < count; ++k) buffer[k] = static_cast<float>(x[k]);
+    return buffer;
+  }
+}
+
+// Where a chunk's float results go: the output when it holds floats, else `buffer`, which
+// store_chunk then converts.
+template <typename scalar_t>
+inline float* chunk_results(scalar_t* out, float* buffer) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    return out;
+  } else {
+    return buffer;
   }
 }
 
 template <typename scalar_t>
-void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* packed) {
-  alignas(64) uint8_t keep[kChunk] = {};
-  for (int64_t k = 0; k < count; ++k) {
-    const float v = static_cast<float>(x[k]);
-    keep[k] = v > 0.0f;
-    out[k] = static_cast<scalar_t>(v * (v > 0.0f ? 1.0f : 0.0f));
+inline void store_chunk(const float* results, int64_t count, scalar_t* out) {
+  if constexpr (!std::is_same_v<scalar_t, float>) {
+    for (int64_t k = 0; k < count; ++k) out[k] = static_cast<scalar_t>(results[k]);
   }
-  pack_bits(keep, count, packed);
+}
+
+constexpr int32_t kOneBits = 0x3F800000;  // the bits of 1.0f
+
+template <typename scalar_t>
+void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* packed) {
+  alignas(64) float buffer[kChunk];
+  const float* value = chunk_floats(x, count, buffer);
+  float* result = chunk_results(out, buffer);
+  mask_chunk(
+      count, packed,
+      [&](int64_t first) {
+        Floats v;
+        __builtin_memcpy(&v, value + first, sizeof(v));
+        const Ints keep = v > 0.0f;
+        v *= reinterpret_cast<Floats>(keep & kOneBits);
+        __builtin_memcpy(result + first, &v, sizeof(v));
+        return keep;
+      },
+      [&](int64_t k) {
+        const float v = value[k];
+        result[k] = v * (v > 0.0f ? 1.0f : 0.0f);
+        return v > 0.0f;
+      });
+  store_chunk(result, count, out);
 }
 
 template <typename scalar_t>
 void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, uint64_t seed, uint64_t offset,
                         uint32_t first_block, int calls, scalar_t* out, uint8_t* packed) {
-  alignas(64) float uniforms[kChunk];
-  alignas(64) uint8_t keep[kChunk] = {};
+  alignas(64) float uniforms[kChunk], buffer[kChunk];
   if (calls < kCalls) {  // the map is one short row
     philox_short_rows<membench::kDropoutBits>(seed, offset, 0, calls, uniforms);
   } else {
     philox_uniforms<membench::kDropoutBits>(seed, offset, 0, first_block, (count + kDropoutBlock - 1) / kDropoutBlock,
                                             uniforms);
   }
-  for (int64_t k = 0; k < count; ++k) {
-    const float kept = uniforms[k] >= p ? 1.0f : 0.0f;
-    keep[k] = uniforms[k] >= p;
-    out[k] = static_cast<scalar_t>((static_cast<float>(x[k]) * kept) * gain);
-  }
-  pack_bits(keep, count, packed);
+  const float* value = chunk_floats(x, count, buffer);
+  float* result = chunk_results(out, buffer);
+  mask_chunk(
+      count, packed,
+      [&](int64_t first) {
+        Floats v, uniform;
+        __builtin_memcpy(&v, value + first, sizeof(v));
+        __builtin_memcpy(&uniform, uniforms + first, sizeof(uniform));
+        const Ints keep = uniform >= p;
+        v = (v * reinterpret_cast<Floats>(keep & kOneBits)) * gain;
+        __builtin_memcpy(result + first, &v, sizeof(v));
+        return keep;
+      },
+      [&](int64_t k) {
+        const float kept = uniforms[k] >= p ? 1.0f : 0.0f;
+        result[k] = (value[k] * kept) * gain;
+        return uniforms[k] >= p;
+      });
+  store_chunk(result, count, out);
 }
 
 template <typename scalar_t>
@@ -805,7 +885,7 @@ void masked_grad_chunk(const scalar_t* grad_out, const uint8_t* packed, int64_t 
                        scalar_t* grad_in) {
   // A mask byte's eight bits become eight 0/1 floats by one vector test, not a loop over bits.
   const Ints8 bit = {1, 2, 4, 8, 16, 32, 64, 128};
-  const Ints8 one = Ints8{} + 0x3F800000;  // the bits of 1.0f
+  const Ints8 one = Ints8{} + kOneBits;
   const int64_t whole = count / 8;
   for (int64_t b = 0; b < whole; ++b) {
     const Floats8 keep = reinterpret_cast<Floats8>((((Ints8{} + packed[b]) & bit) != 0) & one);
