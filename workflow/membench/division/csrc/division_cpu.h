@@ -43,8 +43,6 @@ constexpr int kParts = 16 / kWidth;
 typedef float Floats __attribute__((vector_size(4 * kWidth)));
 typedef int32_t Ints __attribute__((vector_size(4 * kWidth)));
 typedef uint8_t Bytes __attribute__((vector_size(kWidth)));
-typedef float Floats8 __attribute__((vector_size(32)));
-typedef int32_t Ints8 __attribute__((vector_size(32)));
 typedef float Floats4 __attribute__((vector_size(16)));
 
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
@@ -883,19 +881,26 @@ void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, u
 template <typename scalar_t>
 void masked_grad_chunk(const scalar_t* grad_out, const uint8_t* packed, int64_t count, float gain,
                        scalar_t* grad_in) {
-  // A mask byte's eight bits become eight 0/1 floats by one vector test, not a loop over bits.
-  const Ints8 bit = {1, 2, 4, 8, 16, 32, 64, 128};
-  const Ints8 one = Ints8{} + kOneBits;
-  const int64_t whole = count / 8;
-  for (int64_t b = 0; b < whole; ++b) {
-    const Floats8 keep = reinterpret_cast<Floats8>((((Ints8{} + packed[b]) & bit) != 0) & one);
-    Floats8 grad;
-    for (int i = 0; i < 8; ++i) grad[i] = static_cast<float>(grad_out[8 * b + i]);
-    const Floats8 result = (grad * keep) * gain;
-    for (int i = 0; i < 8; ++i) grad_in[8 * b + i] = static_cast<scalar_t>(result[i]);
+  alignas(64) float buffer[kChunk];
+  const float* grad = chunk_floats(grad_out, count, buffer);
+  float* result = chunk_results(grad_in, buffer);
+  // A vector's mask bits become 0/1 floats by one vector test, not a loop over bits.
+  Ints lane_bit;
+  for (int i = 0; i < kWidth; ++i) lane_bit[i] = 1 << i;
+  const int64_t whole = count / 16 * 16;
+  for (int64_t k = 0; k < whole; k += 16) {
+    const int32_t bits = packed[k / 8] | packed[k / 8 + 1] << 8;
+    for (int s = 0; s < kParts; ++s) {
+      const Ints kept = (((Ints{} + (bits >> (kWidth * s))) & lane_bit) != 0) & kOneBits;
+      Floats v;
+      __builtin_memcpy(&v, grad + k + kWidth * s, sizeof(v));
+      v = (v * reinterpret_cast<Floats>(kept)) * gain;
+      __builtin_memcpy(result + k + kWidth * s, &v, sizeof(v));
+    }
   }
-  for (int64_t k = 8 * whole; k < count; ++k) {
+  for (int64_t k = whole; k < count; ++k) {
     const float keep = (packed[k / 8] >> (k % 8)) & 1 ? 1.0f : 0.0f;
-    grad_in[k] = static_cast<scalar_t>((static_cast<float>(grad_out[k]) * keep) * gain);
+    result[k] = (grad[k] * keep) * gain;
   }
+  store_chunk(result, count, grad_in);
 }
