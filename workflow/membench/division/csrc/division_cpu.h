@@ -506,19 +506,47 @@ void unpack_row(const uint8_t* packed, int64_t length, int32_t* level) {
   }
 }
 
+// A run of a map's values as floats: the map's own when it holds floats, else converted into
+// `buffer` by a loop of its own, which compilers vectorise (a vector's lanes converted one by one,
+// a float at a time, are not: bfloat16 stores cost 15x float32's).
+template <typename scalar_t>
+inline const float* as_floats(const scalar_t* x, int64_t count, float* buffer) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    return x;
+  } else {
+    for (int64_t k = 0; k < count; ++k) buffer[k] = static_cast<float>(x[k]);
+    return buffer;
+  }
+}
+
+// Where a run's float results go: the output when it holds floats, else `buffer`, which
+// store_results then converts.
+template <typename scalar_t>
+inline float* float_results(scalar_t* out, float* buffer) {
+  if constexpr (std::is_same_v<scalar_t, float>) {
+    return out;
+  } else {
+    return buffer;
+  }
+}
+
+template <typename scalar_t>
+inline void store_results(const float* results, int64_t count, scalar_t* out) {
+  if constexpr (!std::is_same_v<scalar_t, float>) {
+    for (int64_t k = 0; k < count; ++k) out[k] = static_cast<scalar_t>(results[k]);
+  }
+}
+
 // -- DIVISION, one (sample, channel) plane -------------------------------------------------------
 
 // Sums of the columns w0, w0 + 1, ... of rows h0 .. h1 - 1 (row stride `width`), as many as
 // `Floats` holds, each from the top down starting at 0 + x (so a -0 sums to +0, as from a zeroed
 // column), kept in a register.
-template <typename Floats, typename scalar_t>
-inline void column_block_sums(const scalar_t* plane, int64_t width, int64_t h0, int64_t h1, int64_t w0,
-                              float* column) {
-  constexpr int lanes = sizeof(Floats) / sizeof(float);
+template <typename Floats>
+inline void column_block_sums(const float* plane, int64_t width, int64_t h0, int64_t h1, int64_t w0, float* column) {
   Floats sum = {}, x;
   for (int64_t h = h0; h < h1; ++h) {
-    const scalar_t* src = plane + h * width + w0;
-    for (int i = 0; i < lanes; ++i) x[i] = static_cast<float>(src[i]);
+    __builtin_memcpy(&x, plane + h * width + w0, sizeof(x));
     sum += x;
   }
   __builtin_memcpy(column + w0, &sum, sizeof(sum));
@@ -531,15 +559,17 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
                              float* lfc_row, float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
                              c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
+  // A float16 or bfloat16 plane is converted into hfc once, and its HFC computed there in place.
+  const float* values = as_floats(plane, height * width, hfc);
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     // Tile means: each column of the tile row summed downwards, then the columns of a tile.
     int64_t w = 0;
-    for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(plane, width, h0, h1, w, column);
-    for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(plane, width, h0, h1, w, column);
+    for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(values, width, h0, h1, w, column);
+    for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(values, width, h0, h1, w, column);
     for (; w < width; ++w) {
       float sum = 0.0f;
-      for (int64_t h = h0; h < h1; ++h) sum += static_cast<float>(plane[h * width + w]);
+      for (int64_t h = h0; h < h1; ++h) sum += values[h * width + w];
       column[w] = sum;
     }
     for (int64_t tc = 0; tc < cols; ++tc) {
@@ -553,15 +583,15 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
     // The HFC against the bfloat16 LFC; with one tile across, the tile row is one run of values.
     if (cols == 1) {
       const float mean = lfc_row[0];
-      const scalar_t* src = plane + h0 * width;
+      const float* src = values + h0 * width;
       float* dst = hfc + h0 * width;
-      for (int64_t k = 0; k < (h1 - h0) * width; ++k) dst[k] = static_cast<float>(src[k]) - mean;
+      for (int64_t k = 0; k < (h1 - h0) * width; ++k) dst[k] = src[k] - mean;
       continue;
     }
     for (int64_t h = h0; h < h1; ++h) {
-      const scalar_t* src = plane + h * width;
+      const float* src = values + h * width;
       float* dst = hfc + h * width;
-      for (int64_t k = 0; k < width; ++k) dst[k] = static_cast<float>(src[k]) - lfc_row[k];
+      for (int64_t k = 0; k < width; ++k) dst[k] = src[k] - lfc_row[k];
     }
   }
   const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
@@ -672,11 +702,13 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
   }
 }
 
-// Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes.
+// Buffers: lfc_row holds `width` floats, level the plane's values rounded up to whole bytes, staging
+// the plane's values (unused for float32 maps).
 template <typename scalar_t, int BITS>
 void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, c10::BFloat16 minimum,
                                c10::BFloat16 scale, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                               float* lfc_row, int32_t* level, scalar_t* out) {
+                               float* lfc_row, int32_t* level, float* staging, scalar_t* out) {
+  float* result = float_results(out, staging);
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   // Where every run below is whole vectors, levels come straight from the packed bytes; else unpacked.
@@ -694,7 +726,7 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
     }
     const int64_t run = cols == 1 ? (h1 - h0) * width : width;
     for (int64_t first = h0 * width; first < h1 * width; first += run) {
-      scalar_t* dst = out + first;
+      float* dst = result + first;
       if (whole_vectors) {
         for (int64_t k = 0; k < run; k += 16) {
           Floats v[kParts];
@@ -703,7 +735,7 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
             Floats mean = Floats{} + one_mean;
             if (cols > 1) __builtin_memcpy(&mean, lfc_row + k + kWidth * s, sizeof(mean));
             v[s] += mean;
-            for (int i = 0; i < kWidth; ++i) dst[k + kWidth * s + i] = static_cast<scalar_t>(v[s][i]);
+            __builtin_memcpy(dst + k + kWidth * s, &v[s], sizeof(v[s]));
           }
         }
         continue;
@@ -711,10 +743,11 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
       for (int64_t k = 0; k < run; ++k) {
         float v = static_cast<float>(level[first + k]) * step;
         v = v + low;
-        dst[k] = static_cast<scalar_t>(v + (cols == 1 ? one_mean : lfc_row[k]));
+        dst[k] = v + (cols == 1 ? one_mean : lfc_row[k]);
       }
     }
   }
+  store_results(result, height * width, out);
 }
 
 // -- ActNN-style, one group -----------------------------------------------------------------------
@@ -737,24 +770,26 @@ void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, 
   quantize_row<BITS>(row_values, group_size, grid, noise, row, packed);
 }
 
+// Buffers: level and staging (unused for float32 maps) hold the group's values.
 template <typename scalar_t, int BITS>
 void group_decompress_group(const uint8_t* packed, c10::BFloat16 minimum, c10::BFloat16 scale, int64_t count,
-                            int32_t* level, scalar_t* out) {
+                            int32_t* level, float* staging, scalar_t* out) {
+  float* result = float_results(out, staging);
   const float low = static_cast<float>(minimum), step = static_cast<float>(scale);
   const int64_t whole = count / 16 * 16;
   for (int64_t k = 0; k < whole; k += 16) {  // levels straight from the packed bytes, 16 at a time
     Floats v[kParts];
     dequantize16<BITS>(packed + k * BITS / 8, low, step, v);
-    for (int s = 0; s < kParts; ++s) {
-      for (int i = 0; i < kWidth; ++i) out[k + kWidth * s + i] = static_cast<scalar_t>(v[s][i]);
+    for (int s = 0; s < kParts; ++s) __builtin_memcpy(result + k + kWidth * s, &v[s], sizeof(v[s]));
+  }
+  if (whole < count) {
+    unpack_row<BITS>(packed + whole * BITS / 8, count - whole, level);
+    for (int64_t k = whole; k < count; ++k) {
+      const float v = static_cast<float>(level[k - whole]) * step;
+      result[k] = v + low;
     }
   }
-  if (whole == count) return;
-  unpack_row<BITS>(packed + whole * BITS / 8, count - whole, level);
-  for (int64_t k = whole; k < count; ++k) {
-    const float v = static_cast<float>(level[k - whole]) * step;
-    out[k] = static_cast<scalar_t>(v + low);
-  }
+  store_results(result, count, out);
 }
 
 // -- 1-bit masks, one chunk of at most kChunk values starting on a multiple of kChunk -------------
@@ -792,43 +827,13 @@ inline void mask_chunk(int64_t count, uint8_t* packed, Step&& step, Value&& valu
   for (int64_t k = whole; k < count; ++k) packed[k / 8] |= static_cast<uint8_t>(value(k) << (k % 8));
 }
 
-// A chunk's values as floats: the map's own when it holds floats, else converted into `buffer` by a
-// loop of its own, which compilers vectorise (a vector's lanes converted one by one are not).
-template <typename scalar_t>
-inline const float* chunk_floats(const scalar_t* x, int64_t count, float* buffer) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    return x;
-  } else {
-    for (int64_t k = 0; k < count; ++k) buffer[k] = static_cast<float>(x[k]);
-    return buffer;
-  }
-}
-
-// Where a chunk's float results go: the output when it holds floats, else `buffer`, which
-// store_chunk then converts.
-template <typename scalar_t>
-inline float* chunk_results(scalar_t* out, float* buffer) {
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    return out;
-  } else {
-    return buffer;
-  }
-}
-
-template <typename scalar_t>
-inline void store_chunk(const float* results, int64_t count, scalar_t* out) {
-  if constexpr (!std::is_same_v<scalar_t, float>) {
-    for (int64_t k = 0; k < count; ++k) out[k] = static_cast<scalar_t>(results[k]);
-  }
-}
-
 constexpr int32_t kOneBits = 0x3F800000;  // the bits of 1.0f
 
 template <typename scalar_t>
 void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* packed) {
   alignas(64) float buffer[kChunk];
-  const float* value = chunk_floats(x, count, buffer);
-  float* result = chunk_results(out, buffer);
+  const float* value = as_floats(x, count, buffer);
+  float* result = float_results(out, buffer);
   mask_chunk(
       count, packed,
       [&](int64_t first) {
@@ -844,7 +849,7 @@ void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* p
         result[k] = v * (v > 0.0f ? 1.0f : 0.0f);
         return v > 0.0f;
       });
-  store_chunk(result, count, out);
+  store_results(result, count, out);
 }
 
 template <typename scalar_t>
@@ -857,8 +862,8 @@ void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, u
     philox_uniforms<membench::kDropoutBits>(seed, offset, 0, first_block, (count + kDropoutBlock - 1) / kDropoutBlock,
                                             uniforms);
   }
-  const float* value = chunk_floats(x, count, buffer);
-  float* result = chunk_results(out, buffer);
+  const float* value = as_floats(x, count, buffer);
+  float* result = float_results(out, buffer);
   mask_chunk(
       count, packed,
       [&](int64_t first) {
@@ -875,15 +880,15 @@ void dropout_pack_chunk(const scalar_t* x, int64_t count, float p, float gain, u
         result[k] = (value[k] * kept) * gain;
         return uniforms[k] >= p;
       });
-  store_chunk(result, count, out);
+  store_results(result, count, out);
 }
 
 template <typename scalar_t>
 void masked_grad_chunk(const scalar_t* grad_out, const uint8_t* packed, int64_t count, float gain,
                        scalar_t* grad_in) {
   alignas(64) float buffer[kChunk];
-  const float* grad = chunk_floats(grad_out, count, buffer);
-  float* result = chunk_results(grad_in, buffer);
+  const float* grad = as_floats(grad_out, count, buffer);
+  float* result = float_results(grad_in, buffer);
   // A vector's mask bits become 0/1 floats by one vector test, not a loop over bits.
   Ints lane_bit;
   for (int i = 0; i < kWidth; ++i) lane_bit[i] = 1 << i;
@@ -902,5 +907,5 @@ void masked_grad_chunk(const scalar_t* grad_out, const uint8_t* packed, int64_t 
     const float keep = (packed[k / 8] >> (k % 8)) & 1 ? 1.0f : 0.0f;
     result[k] = (grad[k] * keep) * gain;
   }
-  store_chunk(result, count, grad_in);
+  store_results(result, count, grad_in);
 }

@@ -130,12 +130,12 @@ void division_decompress(c10::ScalarType dtype, int bits, const c10::BFloat16* l
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> lfc_row(width);
+        std::vector<float> lfc_row(width), staging(std::is_same_v<scalar_t, float> ? 0 : layout.area);
         std::vector<int32_t> level(layout.row_bytes * (8 / BITS));
         for (int64_t p = begin; p < end; ++p) {
           division_decompress_plane<scalar_t, BITS>(lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                     minimum[p], scale[p], height, width, layout.tile_h,
-                                                    layout.tile_w, lfc_row.data(), level.data(),
+                                                    layout.tile_w, lfc_row.data(), level.data(), staging.data(),
                                                     map + p * layout.area);
         }
       });
@@ -178,10 +178,12 @@ void group_decompress(c10::ScalarType dtype, int bits, const uint8_t* packed, co
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
         std::vector<int32_t> level(row_bytes * (8 / BITS));
+        std::vector<float> staging(std::is_same_v<scalar_t, float> ? 0 : group_size);
         for (int64_t g = begin; g < end; ++g) {
           const int64_t base = g * group_size;
           group_decompress_group<scalar_t, BITS>(packed + g * row_bytes, minimum[g], scale[g],
-                                                 std::min(group_size, numel - base), level.data(), map + base);
+                                                 std::min(group_size, numel - base), level.data(), staging.data(),
+                                                 map + base);
         }
       });
     });
