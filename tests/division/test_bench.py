@@ -143,3 +143,5 @@ def test_compressor_benchmark_fields(extension_kernels):
         total = fields[f"{method}_compress_ms"] + fields[f"{method}_decompress_ms"]
         assert fields[f"{method}_ms"] == pytest.approx(total)
         assert fields[f"{method}_vs_clone"] == pytest.approx(total / fields["clone_ms"])
+    assert fields["relu_mask_ms"] == pytest.approx(fields["relu_pack_ms"] + fields["masked_grad_ms"])
+    assert fields["relu_mask_vs_clone"] == pytest.approx(fields["relu_mask_ms"] / fields["clone_ms"])

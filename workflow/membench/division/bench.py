@@ -304,14 +304,18 @@ def measure_compressors(
     seed: int = 0,
 ) -> dict[str, object]:
     """Time compressing and decompressing one random map of ``shape`` (N, C, H, W) and ``dtype``
-    by DIVISION and by the ActNN-style compressor of ``spec``, against cloning the map.
+    by DIVISION and by the ActNN-style compressor of ``spec``, and the ReLU's 1-bit mask, against
+    cloning the map.
 
     Each of ``repeats`` rounds times, one after the other, a clone, then each compressor's compress
-    and its decompress (so load changes hit all alike). Returns per operation its median in ms over
-    the steady rounds (``clone_ms``, ``division_compress_ms``, ``division_decompress_ms``, ...), per
-    compressor ``<method>_ms`` (compress plus decompress) and ``<method>_vs_clone`` (that over
-    ``clone_ms``), the clone's timing fields (:mod:`membench.core.timing`, unit ``repeat``), and
-    ``timing_reliable`` / ``timing_flag`` over all operations.
+    and its decompress, then the mask's forward (``relu_pack``: the ReLU and its packed mask) and
+    backward (``masked_grad`` of a gradient the map's size), so load changes hit all alike. Returns
+    per operation its median in ms over the steady rounds (``clone_ms``, ``division_compress_ms``,
+    ``division_decompress_ms``, ..., ``relu_pack_ms``, ``masked_grad_ms``), per compressor
+    ``<method>_ms`` (compress plus decompress) and ``<method>_vs_clone`` (that over ``clone_ms``),
+    ``relu_mask_ms`` and ``relu_mask_vs_clone`` alike, the clone's timing fields
+    (:mod:`membench.core.timing`, unit ``repeat``), and ``timing_reliable`` / ``timing_flag`` over
+    all operations.
     """
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
@@ -323,6 +327,8 @@ def measure_compressors(
     for name in compressors:
         timers[f"{name}_compress"] = Timer("repeat", device=device)
         timers[f"{name}_decompress"] = Timer("repeat", device=device)
+    timers["relu_pack"] = Timer("repeat", device=device)
+    timers["masked_grad"] = Timer("repeat", device=device)
     for _ in range(repeats + 1):  # the first round is warm-up (timing_fields leaves it out)
         with timers["clone"].sample():
             x.clone()
@@ -332,6 +338,11 @@ def measure_compressors(
             with timers[f"{name}_decompress"].sample():
                 compressor.decompress(saved, x.shape, dtype, kernels)
             del saved
+        with timers["relu_pack"].sample():
+            _, mask = kernels.relu_pack(x)
+        with timers["masked_grad"].sample():
+            kernels.masked_grad(x, mask, 1.0)
+        del mask
     fields: dict[str, object] = dict(timers["clone"].fields())
     timings = {name: timer.fields() for name, timer in timers.items()}
     for name, timing in timings.items():
@@ -340,6 +351,8 @@ def measure_compressors(
     for name in compressors:
         fields[f"{name}_ms"] = fields[f"{name}_compress_ms"] + fields[f"{name}_decompress_ms"]
         fields[f"{name}_vs_clone"] = fields[f"{name}_ms"] / fields["clone_ms"]
+    fields["relu_mask_ms"] = fields["relu_pack_ms"] + fields["masked_grad_ms"]
+    fields["relu_mask_vs_clone"] = fields["relu_mask_ms"] / fields["clone_ms"]
     flags = [f"{name}: {t['timing_flag']}" for name, t in timings.items() if not t["timing_reliable"]]
     fields.update(timing_reliable=not flags, timing_flag="; ".join(flags))
     fields.update(

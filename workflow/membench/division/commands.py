@@ -236,7 +236,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
 
     compressors = steps.add_parser(
-        "compressors", help="compress + decompress of one map by DIVISION and ActNN-style, against a clone"
+        "compressors",
+        help="compress + decompress of one map by DIVISION, ActNN-style and the ReLU mask, against a clone",
     )
     compressors.add_argument("--outdir", type=OutputDir, required=True, help="job directory for metrics.json")
     compressors.add_argument("--batch-size", type=BATCH_SIZE, default=32, help="the map's N")
