@@ -290,28 +290,65 @@ inline V fold_lanes(V v, F combine) {
   return v;
 }
 
+// The range of values taken a vector (kWidth running minima, maxima and NaN flags) or a value at a
+// time, in any order.
+class RangeOf {
+ public:
+  void add(Floats x) {
+    lo_ = x < lo_ ? x : lo_;
+    hi_ = x > hi_ ? x : hi_;
+    nan_ |= x != x;
+  }
+
+  void add(float x) {
+    tail_.minimum = x < tail_.minimum ? x : tail_.minimum;
+    tail_.maximum = x > tail_.maximum ? x : tail_.maximum;
+    tail_.nan = tail_.nan || x != x;
+  }
+
+  RowRange range() const {
+    const Floats lo = fold_lanes(lo_, [](Floats a, Floats b) { return b < a ? b : a; });
+    const Floats hi = fold_lanes(hi_, [](Floats a, Floats b) { return b > a ? b : a; });
+    const Ints nan = fold_lanes(nan_, [](Ints a, Ints b) { return a | b; });
+    return RowRange{lo[0] < tail_.minimum ? lo[0] : tail_.minimum, hi[0] > tail_.maximum ? hi[0] : tail_.maximum,
+                    nan[0] != 0 || tail_.nan};
+  }
+
+ private:
+  Floats lo_ = Floats{} + INFINITY, hi_ = Floats{} - INFINITY;
+  Ints nan_ = {};
+  RowRange tail_{INFINITY, -INFINITY, false};
+};
+
 inline RowRange row_range_of(const float* v, int64_t n) {
-  // kWidth running minima, maxima and NaN flags as vectors.
-  Floats lo = Floats{} + INFINITY, hi = Floats{} - INFINITY, x;
-  Ints nan = {};
-  const int64_t whole = n - n % kWidth;
+  RangeOf range;
   int64_t j = 0;
-  for (; j < whole; j += kWidth) {
+  for (; j + kWidth <= n; j += kWidth) {
+    Floats x;
     __builtin_memcpy(&x, v + j, sizeof(x));
-    lo = x < lo ? x : lo;
-    hi = x > hi ? x : hi;
-    nan |= x != x;
+    range.add(x);
   }
-  lo = fold_lanes(lo, [](Floats a, Floats b) { return b < a ? b : a; });
-  hi = fold_lanes(hi, [](Floats a, Floats b) { return b > a ? b : a; });
-  nan = fold_lanes(nan, [](Ints a, Ints b) { return a | b; });
-  RowRange range{lo[0], hi[0], nan[0] != 0};
-  for (; j < n; ++j) {
-    range.minimum = v[j] < range.minimum ? v[j] : range.minimum;
-    range.maximum = v[j] > range.maximum ? v[j] : range.maximum;
-    range.nan = range.nan || v[j] != v[j];
+  for (; j < n; ++j) range.add(v[j]);
+  return range.range();
+}
+
+// dst[k] = src[k] - mean[k] (PER_VALUE) or src[k] - mean[0] for k < n, each taken into range.
+template <bool PER_VALUE>
+inline void subtract_into(const float* src, const float* mean, int64_t n, float* dst, RangeOf& range) {
+  int64_t k = 0;
+  for (; k + kWidth <= n; k += kWidth) {
+    Floats x, m = Floats{} + mean[0];
+    __builtin_memcpy(&x, src + k, sizeof(x));
+    if constexpr (PER_VALUE) __builtin_memcpy(&m, mean + k, sizeof(m));
+    x -= m;
+    __builtin_memcpy(dst + k, &x, sizeof(x));
+    range.add(x);
   }
-  return range;
+  for (; k < n; ++k) {
+    const float x = src[k] - mean[PER_VALUE ? k : 0];
+    dst[k] = x;
+    range.add(x);
+  }
 }
 
 inline membench::Grid grid_of(RowRange range, int bits) {
@@ -561,6 +598,7 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   // A float16 or bfloat16 plane is converted into hfc once, and its HFC computed there in place.
   const float* values = as_floats(plane, height * width, hfc);
+  RangeOf range;
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     // Tile means: each column of the tile row summed downwards, then the columns of a tile.
@@ -580,21 +618,15 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
       lfc[tr * cols + tc] = mean;
       for (int64_t k = w0; k < w1; ++k) lfc_row[k] = static_cast<float>(mean);
     }
-    // The HFC against the bfloat16 LFC; with one tile across, the tile row is one run of values.
+    // The HFC against the bfloat16 LFC, and its range; with one tile across, the tile row is one
+    // run of values of one mean.
     if (cols == 1) {
-      const float mean = lfc_row[0];
-      const float* src = values + h0 * width;
-      float* dst = hfc + h0 * width;
-      for (int64_t k = 0; k < (h1 - h0) * width; ++k) dst[k] = src[k] - mean;
+      subtract_into<false>(values + h0 * width, lfc_row, (h1 - h0) * width, hfc + h0 * width, range);
       continue;
     }
-    for (int64_t h = h0; h < h1; ++h) {
-      const float* src = values + h * width;
-      float* dst = hfc + h * width;
-      for (int64_t k = 0; k < width; ++k) dst[k] = src[k] - lfc_row[k];
-    }
+    for (int64_t h = h0; h < h1; ++h) subtract_into<true>(values + h * width, lfc_row, width, hfc + h * width, range);
   }
-  const membench::Grid grid = grid_of(row_range_of(hfc, height * width), BITS);
+  const membench::Grid grid = grid_of(range.range(), BITS);
   *minimum = grid.low;
   *scale = grid.step;
   quantize_row<BITS>(hfc, height * width, grid, noise, row, packed);
