@@ -430,18 +430,22 @@ void quantize_block(const float* values, int64_t count, float low, float inverse
                     int64_t stride, uint8_t* out) {
   const float levels = static_cast<float>((1 << BITS) - 1);
   alignas(64) uint8_t level[kRoundingBlock];
-  for (int64_t v = 0; v < (count + 15) / 16; ++v) {
-    Ints step_level[kParts];
-    for (int s = 0; s < kParts; ++s) {
-      Floats x;
-      Ints word;
-      __builtin_memcpy(&x, values + 16 * v + kWidth * s, sizeof(x));
-      __builtin_memcpy(&word, words + (v / 4) * stride + kWidth * s, sizeof(word));
-      x = (x - low) * inverse_step + rounding_uniforms(word, static_cast<int>(v % 4));
-      x = x < levels ? x : levels;
-      step_level[s] = __builtin_convertvector(x, Ints);
+  const int64_t steps = (count + 15) / 16;
+  for (int64_t i = 0; 4 * i < steps; ++i) {  // word i serves steps 4i .. 4i + 3, part q step 4i + q
+    for (int q = 0; q < 4 && 4 * i + q < steps; ++q) {  // unrolled, so that q shifts by constants
+      const int64_t v = 4 * i + q;
+      Ints step_level[kParts];
+      for (int s = 0; s < kParts; ++s) {
+        Floats x;
+        Ints word;
+        __builtin_memcpy(&x, values + 16 * v + kWidth * s, sizeof(x));
+        __builtin_memcpy(&word, words + i * stride + kWidth * s, sizeof(word));
+        x = (x - low) * inverse_step + rounding_uniforms(word, q);
+        x = x < levels ? x : levels;
+        step_level[s] = __builtin_convertvector(x, Ints);
+      }
+      store_level_bytes(step_level, level + 16 * v);
     }
-    store_level_bytes(step_level, level + 16 * v);
   }
   pack_levels<BITS>(level, count, out);
 }
