@@ -45,6 +45,8 @@ typedef int32_t Ints __attribute__((vector_size(4 * kWidth)));
 typedef uint8_t Bytes __attribute__((vector_size(kWidth)));
 typedef float Floats4 __attribute__((vector_size(16)));
 
+constexpr int32_t kOneBits = 0x3F800000;  // the bits of 1.0f
+
 // Philox calls computed together: two vectors' worth, so that their dependency chains overlap.
 constexpr int kLanes = 2 * kCalls;
 
@@ -306,6 +308,9 @@ class RangeOf {
     tail_.nan = tail_.nan || x != x;
   }
 
+  // Lane l's range, of the vectors taken (one plane per lane, as division_compress_short_planes).
+  RowRange lane(int l) const { return RowRange{lo_[l], hi_[l], nan_[l] != 0}; }
+
   RowRange range() const {
     const Floats lo = fold_lanes(lo_, [](Floats a, Floats b) { return b < a ? b : a; });
     const Floats hi = fold_lanes(hi_, [](Floats a, Floats b) { return b > a ? b : a; });
@@ -394,7 +399,7 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
 // Sterbenz's lemma): bit operations and one subtraction, with no integer-to-float conversion.
 inline Floats rounding_uniforms(Ints word, int q) {
   const Ints part = (word >> (8 * q)) & 0xFF;
-  const Ints one_plus = (part << 15) | 0x3F800000;
+  const Ints one_plus = (part << 15) | kOneBits;
   return reinterpret_cast<Floats>(one_plus) - (1.0f - 1.0f / 512.0f);
 }
 
@@ -694,23 +699,16 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
     mean_bf16[l] = c10::BFloat16(mean_value[l]);
     mean[l] = static_cast<float>(mean_bf16[l]);
   }
-  // The HFC and its range.
-  Floats lo, hi;
-  Ints nan = {};
-  for (int l = 0; l < kPlaneLanes; ++l) {
-    lo[l] = INFINITY;
-    hi[l] = -INFINITY;
-  }
+  // The HFC and each plane's range.
+  RangeOf range;
   for (int64_t j = 0; j < area; ++j) {
     const Floats x = value[j] - mean;
     value[j] = x;
-    lo = x < lo ? x : lo;
-    hi = x > hi ? x : hi;
-    nan |= x != x;
+    range.add(x);
   }
   Floats low, inverse_step;
   for (int l = 0; l < kPlaneLanes; ++l) {
-    const membench::Grid grid = grid_of(RowRange{lo[l], hi[l], nan[l] != 0}, BITS);
+    const membench::Grid grid = grid_of(range.lane(l), BITS);
     if (l < count) {
       lfc[first + l] = mean_bf16[l];
       minimum[first + l] = grid.low;
@@ -862,8 +860,6 @@ inline void mask_chunk(int64_t count, uint8_t* packed, Step&& step, Value&& valu
   for (int64_t b = whole / 8; b < (count + 7) / 8; ++b) packed[b] = 0;
   for (int64_t k = whole; k < count; ++k) packed[k / 8] |= static_cast<uint8_t>(value(k) << (k % 8));
 }
-
-constexpr int32_t kOneBits = 0x3F800000;  // the bits of 1.0f
 
 template <typename scalar_t>
 void relu_pack_chunk(const scalar_t* x, int64_t count, scalar_t* out, uint8_t* packed) {
