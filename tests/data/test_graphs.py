@@ -175,6 +175,28 @@ def test_fast_reader_equals_the_general_reader_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(fast, np.loadtxt(tmp_path / name, skiprows=1, ndmin=2))
 
 
+def test_fast_reader_hands_arrow_a_native_file(pair, monkeypatch):
+    """Arrow's reader threads may drop the source after read_csv returns; a Python file object
+    then takes the GIL from a thread at interpreter exit and aborts the process (exit 134)."""
+    import pyarrow
+    from pyarrow import csv
+
+    from membench.data.graphs import _parse_single_spaced
+
+    sources = []
+    read_csv = csv.read_csv
+
+    def recording_read_csv(source, **options):
+        sources.append(source)
+        return read_csv(source, **options)
+
+    monkeypatch.setattr(csv, "read_csv", recording_read_csv)
+    table = _parse_single_spaced(pair["dv"])
+    np.testing.assert_array_equal(table, [[0, 1, 2], [1, 0.5, 0.25], [2, -1, 300]])
+    assert len(sources) == 1
+    assert isinstance(sources[0], pyarrow.NativeFile) and sources[0].closed
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -167,12 +167,17 @@ def _parse_single_spaced(path: Path) -> np.ndarray | None:
     CSV reader with single spaces as delimiters (the files membench and PNNL write); None when
     pyarrow cannot read the file so (other whitespace, bad values), for the general reader to judge.
     Floats parse correctly rounded, as NumPy parses them."""
-    from pyarrow import ArrowInvalid, csv, default_memory_pool
+    from pyarrow import ArrowInvalid, OSFile, csv, default_memory_pool
 
     try:
-        with open_regular(path) as handle:
+        # Arrow reads a native file, never the Python file object: its reader threads drop their
+        # last reference to the source after read_csv returns, and dropping a Python file object
+        # takes the GIL, which aborts the process when that happens during interpreter exit
+        # (apache/arrow#34314). /dev/fd reopens the very file open_regular checked, so a file
+        # replaced by a named pipe still cannot block the read.
+        with open_regular(path) as handle, OSFile(f"/dev/fd/{handle.fileno()}") as source:
             table = csv.read_csv(
-                handle,
+                source,
                 read_options=csv.ReadOptions(skip_rows=1, autogenerate_column_names=True),
                 parse_options=csv.ParseOptions(delimiter=" ", quote_char=False, ignore_empty_lines=True),
                 convert_options=csv.ConvertOptions(
