@@ -598,19 +598,22 @@ inline void column_block_sums(const float* plane, int64_t width, int64_t h0, int
   __builtin_memcpy(column + w0, &sum, sizeof(sum));
 }
 
-// Buffers: column and lfc_row hold `width` floats, hfc height * width rounded up to a whole vector.
+// Buffers: column holds `width` floats, lfc_rows `width` per tile row, hfc height * width rounded up
+// to a whole vector.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             RowNoise& noise, uint32_t row, float* column,
-                             float* lfc_row, float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
-                             c10::BFloat16* scale) {
+                             RowNoise& noise, uint32_t row, float* column, float* lfc_rows, float* hfc,
+                             c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum, c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
   // A float16 or bfloat16 plane is converted into hfc once, and its HFC computed there in place.
   const float* values = as_floats(plane, height * width, hfc);
-  RangeOf range;
+  // Tile means: each column of a tile row summed downwards, then the columns of a tile; each tile's
+  // mean written across its columns of the tile row's lfc_rows. Every tile row's means are written
+  // before the HFC reads any: a vector load of values that scalar stores have just written cannot
+  // take them from the stores, and waits for them to reach the cache (compression of 32x32 planes
+  // took 5-9% longer on AVX-512).
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
-    // Tile means: each column of the tile row summed downwards, then the columns of a tile.
     int64_t w = 0;
     for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(values, width, h0, h1, w, column);
     for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(values, width, h0, h1, w, column);
@@ -625,15 +628,20 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
       for (int64_t k = w0; k < w1; ++k) sum += column[k];
       const c10::BFloat16 mean(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
       lfc[tr * cols + tc] = mean;
-      for (int64_t k = w0; k < w1; ++k) lfc_row[k] = static_cast<float>(mean);
+      for (int64_t k = w0; k < w1; ++k) lfc_rows[tr * width + k] = static_cast<float>(mean);
     }
-    // The HFC against the bfloat16 LFC, and its range; with one tile across, the tile row is one
-    // run of values of one mean.
+  }
+  // The HFC against the bfloat16 LFC, and its range; with one tile across, a tile row is one run of
+  // values of one mean.
+  RangeOf range;
+  for (int64_t tr = 0; tr < rows; ++tr) {
+    const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+    const float* means = lfc_rows + tr * width;
     if (cols == 1) {
-      subtract_into<false>(values + h0 * width, lfc_row, (h1 - h0) * width, hfc + h0 * width, range);
+      subtract_into<false>(values + h0 * width, means, (h1 - h0) * width, hfc + h0 * width, range);
       continue;
     }
-    for (int64_t h = h0; h < h1; ++h) subtract_into<true>(values + h * width, lfc_row, width, hfc + h * width, range);
+    for (int64_t h = h0; h < h1; ++h) subtract_into<true>(values + h * width, means, width, hfc + h * width, range);
   }
   const membench::Grid grid = grid_of(range.range(), BITS);
   *minimum = grid.low;

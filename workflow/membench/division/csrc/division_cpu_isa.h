@@ -107,11 +107,12 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
           }
           return;
         }
-        std::vector<float> column(width), lfc_row(width), hfc(whole_vectors(layout.area));
+        const int64_t tile_rows = (height + layout.tile_h - 1) / layout.tile_h;
+        std::vector<float> column(width), lfc_rows(tile_rows * width), hfc(whole_vectors(layout.area));
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, noise, static_cast<uint32_t>(p), column.data(),
-                                                  lfc_row.data(), hfc.data(),
+                                                  lfc_rows.data(), hfc.data(),
                                                   lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
         }
