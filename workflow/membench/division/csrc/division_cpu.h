@@ -792,7 +792,7 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
   store_results(result, height * width, out);
 }
 
-// -- ActNN-style, one group -----------------------------------------------------------------------
+// -- ActNN-style, a batch of groups ---------------------------------------------------------------
 
 // Groups first .. first + count - 1 (count <= kGroupBatch) of the map `x` (numel values, the last
 // group zero-padded): all their grids first, then their stochastic rounding. A group's grid ends a
