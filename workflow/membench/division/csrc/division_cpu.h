@@ -798,15 +798,14 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 // group zero-padded): all their grids first, then their stochastic rounding. A group's grid ends a
 // chain of dependent steps (the range's folds, two roundings, a division) that its rounding waits
 // on; found a batch at a time, the chains overlap the next groups' range passes (8% faster at 256
-// values a group). `values` holds kGroupBatch groups of group_size floats, each rounded up to a
-// whole vector; a whole float32 group of whole vectors is read in place.
+// values a group). `values` holds kGroupBatch groups of group_size floats, `stride` apart (a
+// whole number of vectors); a whole float32 group of whole vectors is read in place.
 constexpr int kGroupBatch = 8;
 
 template <typename scalar_t, int BITS>
 void group_compress_groups(const scalar_t* x, int64_t numel, int64_t first, int64_t count, int64_t group_size,
-                           RowNoise& noise, float* values, uint8_t* packed, int64_t row_bytes,
+                           RowNoise& noise, float* values, int64_t stride, uint8_t* packed, int64_t row_bytes,
                            c10::BFloat16* minimum, c10::BFloat16* scale) {
-  const int64_t stride = (group_size + 15) / 16 * 16;
   const float* rows[kGroupBatch];
   membench::Grid grids[kGroupBatch];
   for (int64_t b = 0; b < count; ++b) {

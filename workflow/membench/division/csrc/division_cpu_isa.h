@@ -156,11 +156,12 @@ void group_compress(c10::ScalarType dtype, int bits, const void* x, int64_t nume
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int BITS = decltype(bits_constant)::value;
       at::parallel_for(0, groups, std::max<int64_t>(1, 16384 / group_size), [&](int64_t begin, int64_t end) {
-        std::vector<float> values(kGroupBatch * whole_vectors(group_size));
+        const int64_t stride = whole_vectors(group_size);
+        std::vector<float> values(kGroupBatch * stride);
         RowNoise noise(seed, offset, group_size);
         for (int64_t g = begin; g < end; g += kGroupBatch) {
           group_compress_groups<scalar_t, BITS>(map, numel, g, std::min<int64_t>(kGroupBatch, end - g), group_size,
-                                                noise, values.data(), packed, row_bytes, minimum, scale);
+                                                noise, values.data(), stride, packed, row_bytes, minimum, scale);
         }
       });
     });
