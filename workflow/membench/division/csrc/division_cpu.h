@@ -610,8 +610,8 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   // Tile means: each column of a tile row summed downwards, then the columns of a tile; each tile's
   // mean written across its columns of the tile row's lfc_rows. Every tile row's means are written
   // before the HFC reads any: a vector load of values that scalar stores have just written cannot
-  // take them from the stores, and waits for them to reach the cache (compression of 32x32 planes
-  // took 5-9% longer on AVX-512).
+  // take them from the stores, and waits for them to reach the cache (`division compressors`,
+  // 32x32 planes on AVX-512: 5% of the compression's time; docs/benchmarks/division.md).
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     int64_t w = 0;
@@ -794,12 +794,13 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 
 // -- ActNN-style, a batch of groups ---------------------------------------------------------------
 
-// Groups first .. first + count - 1 (count <= kGroupBatch) of the map `x` (numel values, the last
-// group zero-padded): all their grids first, then their stochastic rounding. A group's grid ends a
-// chain of dependent steps (the range's folds, two roundings, a division) that its rounding waits
-// on; found a batch at a time, the chains overlap the next groups' range passes (8% faster at 256
-// values a group). `values` holds kGroupBatch groups of group_size floats, `stride` apart (a
-// whole number of vectors); a whole float32 group of whole vectors is read in place.
+// Groups first .. first + count - 1 (count <= kGroupBatch) of the map `x` (numel values, the
+// last group zero-padded): all their grids first, then their stochastic rounding. A group's grid
+// ends a chain of dependent steps (the range's folds, two roundings, a division) that its
+// rounding waits on; found a batch at a time, the chains overlap the next groups' range passes
+// (9% faster at 256 values a group on AVX-512, docs/benchmarks/division.md). `values` holds
+// kGroupBatch groups of group_size floats, `stride` apart (a whole number of vectors); a whole
+// float32 group of whole vectors is read in place.
 constexpr int kGroupBatch = 8;
 
 template <typename scalar_t, int BITS>
