@@ -76,6 +76,23 @@ def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
                 assert _equal([restored], [compress.division_decompress(*args)]), (shape, block, out_dtype)
 
 
+@pytest.mark.parametrize("block", [1, 2, 3, 12, 16, 32])
+def test_division_kernels_are_bit_exact_for_every_tile_width(extension_kernels, block):
+    """Tiles narrower than a vector, of one vector and of several (vectors of 4, 8 and 16 floats,
+    one per instruction set), tiles that fit no vector, and edge tiles: a last tile row of one row,
+    a last tile of fewer columns, and one tile mean that is NaN."""
+    for index, width in enumerate((3 * block, 3 * block - 1, 5 * block + 2)):
+        x = _map((2, 3, block + 1, width), torch.float32, index)
+        x[1, 2, 0, width - 1] = float("nan")
+        saved = extension_kernels.division_compress(x, block, 2, SEED, OFFSET)
+        expected = compress.division_compress(x, block, 2, SEED, OFFSET)
+        args = (*expected, block, 2, block + 1, width, torch.float32)
+        saved += (extension_kernels.division_decompress(*args),)
+        expected += (compress.division_decompress(*args),)
+        for ours, reference in zip(saved, expected, strict=True):
+            torch.testing.assert_close(ours, reference, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_group_kernels_are_bit_exact(extension_kernels, dtype, bits):

@@ -598,37 +598,139 @@ inline void column_block_sums(const float* plane, int64_t width, int64_t h0, int
   __builtin_memcpy(column + w0, &sum, sizeof(sum));
 }
 
-// Buffers: column holds `width` floats, lfc_rows `width` per tile row, hfc height * width rounded up
-// to a whole vector.
+// v with its lanes moved down by R: lane l takes lane (l + R) % kWidth.
+template <int R, int... L>
+inline Floats lanes_down(Floats v, std::integer_sequence<int, L...>) {
+  return __builtin_shufflevector(v, v, ((L + R) % kWidth)...);
+}
+
+// sum + v[l] + v[l + 1] + ... + v[l + G - 1], added in that order, in each lane l that starts a group of
+// G lanes (the other lanes take sums across groups, unused).
+template <int G, int... R>
+inline Floats add_group_in_order(Floats sum, Floats v, std::integer_sequence<int, R...>) {
+  ((sum += lanes_down<R>(v, std::make_integer_sequence<int, kWidth>())), ...);
+  return sum;
+}
+
+// Each group of G lanes filled with its first lane.
+template <int G, int... L>
+inline Floats spread_group_starts(Floats v, std::integer_sequence<int, L...>) {
+  return __builtin_shufflevector(v, v, (L / G * G)...);
+}
+
+// c10::BFloat16(float) of each lane (nearest, ties to even; a NaN to 0x7FC0), as the float it is.
+inline Floats round_to_bfloat16(Floats v) {
+  typedef uint32_t Words __attribute__((vector_size(4 * kWidth)));
+  const Words bits = reinterpret_cast<Words>(v);
+  const Words rounded = (bits + (((bits >> 16) & 1u) + 0x7FFFu)) & 0xFFFF0000u;
+  return reinterpret_cast<Floats>(v != v ? Ints{} + 0x7FC00000 : reinterpret_cast<Ints>(rounded));
+}
+
+// Floats per tile row of the tile means' buffers: the tiles' columns, rounded up to whole vectors
+// of every instruction set (the columns past `width` stay zero).
+inline int64_t tile_row_stride(int64_t width, int64_t tile_w) {
+  return ((width + tile_w - 1) / tile_w * tile_w + 15) / 16 * 16;
+}
+
+// Whether tile_means takes tiles of tile_w columns: a tile within one vector, or whole vectors.
+inline bool vector_tiles(int64_t tile_w) { return kWidth % tile_w == 0 || tile_w % kWidth == 0; }
+
+// A plane's tile means, G = min(tile_w, kWidth) lanes a group (vector_tiles): tile row tr's column
+// sums at column + tr * stride, zero past the last column, and tile_cols[w] the number of columns
+// of the tile that starts at column w (1 where no tile starts). Each tile's columns are added in
+// order from 0, a vector of tiles at a time, divided by its value count, rounded to bfloat16 into
+// `lfc`, and written across the tile's columns of its row of lfc_rows: the scalar loop of
+// division_compress_plane, whose chain of additions, division and rounding per tile took a quarter
+// of the compression's time (docs/benchmarks/division.md). All tile rows in one loop, so that the
+// vectors' chains overlap.
+template <int G>
+void tile_means(const float* column, const float* tile_cols, int64_t height, int64_t tile_h, int64_t tile_w,
+                int64_t rows, int64_t cols, int64_t stride, float* lfc_rows, c10::BFloat16* lfc) {
+  const int64_t vectors_per_tile = tile_w > kWidth ? tile_w / kWidth : 1;
+  constexpr int tiles_per_vector = kWidth / G;
+  for (int64_t tr = 0; tr < rows; ++tr) {
+    const float rows_in_tile = static_cast<float>(std::min(tile_h, height - tr * tile_h));
+    for (int64_t t = 0, first = 0; t < cols; t += tiles_per_vector, first += vectors_per_tile * kWidth) {
+      Floats sum = {}, count, v;
+      for (int64_t q = 0; q < vectors_per_tile; ++q) {
+        __builtin_memcpy(&v, column + tr * stride + first + kWidth * q, sizeof(v));
+        sum = add_group_in_order<G>(sum, v, std::make_integer_sequence<int, G>());
+      }
+      __builtin_memcpy(&count, tile_cols + first, sizeof(count));
+      const Floats mean = spread_group_starts<G>(round_to_bfloat16(sum / (count * rows_in_tile)),
+                                                 std::make_integer_sequence<int, kWidth>());
+      for (int64_t q = 0; q < vectors_per_tile; ++q) {
+        __builtin_memcpy(lfc_rows + tr * stride + first + kWidth * q, &mean, sizeof(mean));
+      }
+      const Ints mean_bits = reinterpret_cast<const Ints&>(mean);
+      for (int m = 0; m < tiles_per_vector && t + m < cols; ++m) {
+        lfc[tr * cols + t + m] =
+            c10::BFloat16(static_cast<uint16_t>(mean_bits[m * G] >> 16 & 0xFFFF), c10::BFloat16::from_bits());
+      }
+    }
+  }
+}
+
+// tile_means for the group width of tile_w (vector_tiles).
+inline void tile_means_for(const float* column, const float* tile_cols, int64_t height, int64_t tile_h,
+                           int64_t tile_w, int64_t rows, int64_t cols, int64_t stride, float* lfc_rows,
+                           c10::BFloat16* lfc) {
+  switch (tile_w < kWidth ? tile_w : kWidth) {
+    case 1: tile_means<1>(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc); break;
+    case 2: tile_means<2>(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc); break;
+    case 4: tile_means<4>(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc); break;
+#if MEMBENCH_CPU_ISA > 0
+    case 8: tile_means<8>(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc); break;
+#endif
+#if MEMBENCH_CPU_ISA == 2
+    case 16: tile_means<16>(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc); break;
+#endif
+  }
+}
+
+// Buffers: column and lfc_rows hold tile_row_stride floats per tile row, column zero past `width`;
+// tile_cols as tile_means's (division_compress fills it); hfc height * width rounded up to a whole
+// vector.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             RowNoise& noise, uint32_t row, float* column, float* lfc_rows, float* hfc,
-                             c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum, c10::BFloat16* scale) {
+                             RowNoise& noise, uint32_t row, float* column, const float* tile_cols, float* lfc_rows,
+                             float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
+                             c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
+  const int64_t stride = tile_row_stride(width, tile_w);
   // A float16 or bfloat16 plane is converted into hfc once, and its HFC computed there in place.
   const float* values = as_floats(plane, height * width, hfc);
-  // Tile means: each column of a tile row summed downwards, then the columns of a tile; each tile's
-  // mean written across its columns of the tile row's lfc_rows. Every tile row's means are written
-  // before the HFC reads any: a vector load of values that scalar stores have just written cannot
-  // take them from the stores, and waits for them to reach the cache (`division compressors`,
-  // 32x32 planes on AVX-512: 5% of the compression's time; docs/benchmarks/division.md).
+  // Tile means: each column of a tile row summed downwards, every tile row's first, then the columns
+  // of a tile (tile_means, or a tile at a time where tiles fit no vector); each tile's mean written
+  // across its columns of its tile row of lfc_rows. Every tile row's means are written before the
+  // HFC reads any: a vector load of values that scalar stores have just written cannot take them
+  // from the stores, and waits for them to reach the cache (`division compressors`, 32x32 planes on
+  // AVX-512: 5% of the compression's time; docs/benchmarks/division.md).
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+    float* sums = column + tr * stride;
     int64_t w = 0;
-    for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(values, width, h0, h1, w, column);
-    for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(values, width, h0, h1, w, column);
+    for (; w + kWidth <= width; w += kWidth) column_block_sums<Floats>(values, width, h0, h1, w, sums);
+    for (; w + 4 <= width; w += 4) column_block_sums<Floats4>(values, width, h0, h1, w, sums);
     for (; w < width; ++w) {
       float sum = 0.0f;
       for (int64_t h = h0; h < h1; ++h) sum += values[h * width + w];
-      column[w] = sum;
+      sums[w] = sum;
     }
-    for (int64_t tc = 0; tc < cols; ++tc) {
-      const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
-      float sum = 0.0f;
-      for (int64_t k = w0; k < w1; ++k) sum += column[k];
-      const c10::BFloat16 mean(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
-      lfc[tr * cols + tc] = mean;
-      for (int64_t k = w0; k < w1; ++k) lfc_rows[tr * width + k] = static_cast<float>(mean);
+  }
+  if (vector_tiles(tile_w)) {
+    tile_means_for(column, tile_cols, height, tile_h, tile_w, rows, cols, stride, lfc_rows, lfc);
+  } else {
+    for (int64_t tr = 0; tr < rows; ++tr) {
+      const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
+      for (int64_t tc = 0; tc < cols; ++tc) {
+        const int64_t w0 = tc * tile_w, w1 = w0 + tile_w < width ? w0 + tile_w : width;
+        float sum = 0.0f;
+        for (int64_t k = w0; k < w1; ++k) sum += column[tr * stride + k];
+        const c10::BFloat16 mean(sum / static_cast<float>((h1 - h0) * (w1 - w0)));
+        lfc[tr * cols + tc] = mean;
+        for (int64_t k = w0; k < w1; ++k) lfc_rows[tr * stride + k] = static_cast<float>(mean);
+      }
     }
   }
   // The HFC against the bfloat16 LFC, and its range; with one tile across, a tile row is one run of
@@ -636,7 +738,7 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   RangeOf range;
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
-    const float* means = lfc_rows + tr * width;
+    const float* means = lfc_rows + tr * stride;
     if (cols == 1) {
       subtract_into<false>(values + h0 * width, means, (h1 - h0) * width, hfc + h0 * width, range);
       continue;
