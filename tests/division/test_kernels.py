@@ -224,6 +224,22 @@ def test_bad_arguments_raise_from_the_extension(extension_kernels):
         extension_kernels.masked_grad(x, torch.zeros(1, dtype=torch.uint8), 1.0)
 
 
+def test_grids_match_the_reference_at_the_edges_of_bfloat16(extension_kernels):
+    """Each row's grid (its minimum rounded down and its scale rounded up to bfloat16), for rows
+    of two values drawn from zeros of both signs, subnormals, values that bfloat16 holds, values
+    halfway between two bfloat16 (ties to even) or just past one, the largest floats, infinities and
+    NaN: every pair, in groups of two values."""
+    tiny, above_one = 2.0**-149, torch.nextafter(torch.tensor(1.0), torch.tensor(2.0)).item()
+    edges = [0.0, -0.0, tiny, -tiny, 2.0**-133, -(2.0**-134), 1.17549435e-38, 1.0, above_one, -above_one]
+    edges += [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.0, -2.5, 0.1, 1e30, -1e30, 3.3895314e38, 3.4028235e38]
+    edges += [-3.4028235e38, float("inf"), float("-inf"), float("nan")]
+    pairs = torch.tensor([[a, b] for a in edges for b in edges], dtype=torch.float32)
+    for bits in (1, 2, 4, 8):
+        ours = extension_kernels.group_compress(pairs, 2, bits, SEED, OFFSET)
+        for mine, reference in zip(ours, compress.group_compress(pairs, 2, bits, SEED, OFFSET), strict=True):
+            torch.testing.assert_close(mine, reference, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernels_match_the_reference_on_planes_with_nan_or_infinity(extension_kernels, dtype):
     """A plane or group that holds a NaN or an infinity (a diverging run; float16 overflows) gets a NaN

@@ -107,7 +107,8 @@ C10_HOST_DEVICE inline int64_t noise_value(int64_t call, int v, int calls, int p
 // A row's quantisation grid from its minimum and maximum (NaN when the row holds a NaN): the minimum
 // rounded down and the scale (max - min) / (2^bits - 1) rounded up to bfloat16, so that the grid
 // low + k * step, k = 0 .. 2^bits - 1, covers the row; a zero minimum is +0, a scale that is not
-// positive is 1.
+// positive is 1. The CPU kernels compute the same grid a vector of rows at a time, without branches
+// (division_cpu.h, grids_of).
 struct Grid {
   c10::BFloat16 low;
   c10::BFloat16 step;

@@ -264,7 +264,7 @@ class RowNoise {
   alignas(64) uint32_t words_[4][kLanes];
 };
 
-// Range of n floats (grid_of turns it into a row's grid).
+// Range of n floats (grids_of turns ranges into their rows' grids).
 struct RowRange {
   float minimum;
   float maximum;
@@ -356,9 +356,58 @@ inline void subtract_into(const float* src, const float* mean, int64_t n, float*
   }
 }
 
+// c10::BFloat16(float) of each lane (nearest, ties to even; a NaN to 0x7FC0), as the float it is.
+inline Floats round_to_bfloat16(Floats v) {
+  typedef uint32_t Words __attribute__((vector_size(4 * kWidth)));
+  const Words bits = reinterpret_cast<Words>(v);
+  const Words rounded = (bits + (((bits >> 16) & 1u) + 0x7FFFu)) & 0xFFFF0000u;
+  return reinterpret_cast<Floats>(v != v ? Ints{} + 0x7FC00000 : reinterpret_cast<Ints>(rounded));
+}
+
+// The bfloat16 next to each lane's (a bfloat16 as a float, not NaN) toward -infinity (DOWN) or
+// +infinity, as c10's nextafter: one step of its bits away from or toward zero, or from a zero the
+// least subnormal of the direction's sign.
+template <bool DOWN>
+inline Floats next_bfloat16(Floats v) {
+  const Ints bits = reinterpret_cast<Ints>(v);
+  const Ints away_from_zero = DOWN ? bits < 0 : bits >= 0;
+  const Ints next = away_from_zero ? bits + 0x10000 : bits - 0x10000;
+  const Ints zero = (bits & 0x7FFFFFFF) == 0;
+  return reinterpret_cast<Floats>(zero ? Ints{} + (DOWN ? static_cast<int32_t>(0x80010000u) : 0x10000) : next);
+}
+
+// membench::row_grid of ranges[0 .. count) into grids[0 .. count), exactly, kWidth rows at a time
+// and without branches: the scalar function's two roundings outward are data-dependent branches,
+// mispredicted about one row in two, at the end of a chain that the row's rounding waits on.
+inline void grids_of(const RowRange* ranges, int64_t count, int bits, membench::Grid* grids) {
+  const float levels = static_cast<float>((1 << bits) - 1);
+  for (int64_t first = 0; first < count; first += kWidth) {
+    Floats minimum = {}, maximum = {};
+    for (int l = 0; l < kWidth && first + l < count; ++l) {
+      const RowRange& range = ranges[first + l];
+      minimum[l] = range.nan ? NAN : range.minimum;
+      maximum[l] = range.nan ? NAN : range.maximum;
+    }
+    minimum = minimum + 0.0f;  // -0 -> +0, as row_grid
+    Floats low = round_to_bfloat16(minimum);
+    low = low > minimum ? next_bfloat16<true>(low) : low;
+    const Floats scale = (maximum - low) / levels;
+    Floats step = round_to_bfloat16(scale);
+    step = step < scale ? next_bfloat16<false>(step) : step;
+    step = step > 0.0f ? step : Floats{} + 1.0f;
+    const Ints low_bits = reinterpret_cast<Ints>(low), step_bits = reinterpret_cast<Ints>(step);
+    for (int l = 0; l < kWidth && first + l < count; ++l) {
+      grids[first + l] = membench::Grid{
+          c10::BFloat16(static_cast<uint16_t>(low_bits[l] >> 16 & 0xFFFF), c10::BFloat16::from_bits()),
+          c10::BFloat16(static_cast<uint16_t>(step_bits[l] >> 16 & 0xFFFF), c10::BFloat16::from_bits())};
+    }
+  }
+}
+
 inline membench::Grid grid_of(RowRange range, int bits) {
-  const float minimum = range.nan ? NAN : range.minimum, maximum = range.nan ? NAN : range.maximum;
-  return membench::row_grid(minimum, maximum, bits);
+  membench::Grid grid;
+  grids_of(&range, 1, bits, &grid);
+  return grid;
 }
 
 // Packs level[0 .. count) (BITS bits each, one per byte; level holds whole output bytes' worth,
@@ -633,14 +682,6 @@ inline Floats spread_group_starts(Floats v, std::integer_sequence<int, L...>) {
   return __builtin_shufflevector(v, v, (L / G * G)...);
 }
 
-// c10::BFloat16(float) of each lane (nearest, ties to even; a NaN to 0x7FC0), as the float it is.
-inline Floats round_to_bfloat16(Floats v) {
-  typedef uint32_t Words __attribute__((vector_size(4 * kWidth)));
-  const Words bits = reinterpret_cast<Words>(v);
-  const Words rounded = (bits + (((bits >> 16) & 1u) + 0x7FFFu)) & 0xFFFF0000u;
-  return reinterpret_cast<Floats>(v != v ? Ints{} + 0x7FC00000 : reinterpret_cast<Ints>(rounded));
-}
-
 // Floats per tile row of the tile means' buffers: the tiles' columns, rounded up to whole vectors
 // of every instruction set (the columns past `width` stay zero).
 inline int64_t tile_row_stride(int64_t width, int64_t tile_w) {
@@ -831,9 +872,13 @@ void division_compress_short_planes(const scalar_t* map, int64_t first, int64_t 
     value[j] = x;
     range.add(x);
   }
+  RowRange ranges[kPlaneLanes];
+  membench::Grid grids[kPlaneLanes];
+  for (int l = 0; l < kPlaneLanes; ++l) ranges[l] = range.lane(l);
+  grids_of(ranges, kPlaneLanes, BITS, grids);
   Floats low, inverse_step;
   for (int l = 0; l < kPlaneLanes; ++l) {
-    const membench::Grid grid = grid_of(range.lane(l), BITS);
+    const membench::Grid& grid = grids[l];
     if (l < count) {
       lfc[first + l] = mean_bf16[l];
       minimum[first + l] = grid.low;
@@ -925,6 +970,7 @@ void group_compress_groups(const scalar_t* x, int64_t numel, int64_t first, int6
                            RowNoise& noise, float* values, int64_t stride, uint8_t* packed, int64_t row_bytes,
                            c10::BFloat16* minimum, c10::BFloat16* scale) {
   const float* rows[kGroupBatch];
+  RowRange ranges[kGroupBatch];
   membench::Grid grids[kGroupBatch];
   for (int64_t b = 0; b < count; ++b) {
     const int64_t g = first + b, base = g * group_size, in_map = std::min(group_size, numel - base);
@@ -936,9 +982,12 @@ void group_compress_groups(const scalar_t* x, int64_t numel, int64_t first, int6
       for (int64_t k = in_map; k < group_size; ++k) row[k] = 0.0f;
       rows[b] = row;
     }
-    grids[b] = grid_of(row_range_of(rows[b], group_size), BITS);
-    minimum[g] = grids[b].low;
-    scale[g] = grids[b].step;
+    ranges[b] = row_range_of(rows[b], group_size);
+  }
+  grids_of(ranges, count, BITS, grids);
+  for (int64_t b = 0; b < count; ++b) {
+    minimum[first + b] = grids[b].low;
+    scale[first + b] = grids[b].step;
   }
   for (int64_t b = 0; b < count; ++b) {
     const int64_t g = first + b;
