@@ -695,10 +695,9 @@ inline bool vector_tiles(int64_t tile_w) { return kWidth % tile_w == 0 || tile_w
 // sums at column + tr * stride, zero past the last column, and tile_cols[w] the number of columns
 // of the tile that starts at column w (1 where no tile starts). Each tile's columns are added in
 // order from 0, a vector of tiles at a time, divided by its value count, rounded to bfloat16 into
-// `lfc`, and written across the tile's columns of its row of lfc_rows: the scalar loop of
-// division_compress_plane, whose chain of additions, division and rounding per tile took a quarter
-// of the compression's time (docs/benchmarks/division.md). All tile rows in one loop, so that the
-// vectors' chains overlap.
+// `lfc`, and written across the tile's columns of its row of lfc_rows: what the scalar loop of
+// division_compress_plane does with a chain of additions, a division and a rounding per tile. All
+// tile rows in one loop, so that the vectors' chains overlap.
 template <int G>
 void tile_means(const float* column, const float* tile_cols, int64_t height, int64_t tile_h, int64_t tile_w,
                 int64_t rows, int64_t cols, int64_t stride, float* lfc_rows, c10::BFloat16* lfc) {
@@ -760,8 +759,8 @@ void division_compress_plane(const scalar_t* plane, int64_t height, int64_t widt
   // of a tile (tile_means, or a tile at a time where tiles fit no vector); each tile's mean written
   // across its columns of its tile row of lfc_rows. Every tile row's means are written before the
   // HFC reads any: a vector load of values that scalar stores have just written cannot take them
-  // from the stores, and waits for them to reach the cache (`division compressors`, 32x32 planes on
-  // AVX-512: 5% of the compression's time; docs/benchmarks/division.md).
+  // from the stores, and waits for them to reach the cache (5b93b0b: 5% of the compression's time
+  // on AVX-512, 32x32 planes).
   for (int64_t tr = 0; tr < rows; ++tr) {
     const int64_t h0 = tr * tile_h, h1 = h0 + tile_h < height ? h0 + tile_h : height;
     float* sums = column + tr * stride;
@@ -957,10 +956,10 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
 // -- ActNN-style, a batch of groups ---------------------------------------------------------------
 
 // Groups first .. first + count - 1 (count <= kGroupBatch) of the map `x` (numel values, the
-// last group zero-padded): all their grids first, then their stochastic rounding. A group's grid
-// ends a chain of dependent steps (the range's folds, two roundings, a division) that its
-// rounding waits on; found a batch at a time, the chains overlap the next groups' range passes
-// (9% faster at 256 values a group on AVX-512, docs/benchmarks/division.md). `values` holds
+// last group zero-padded): all their ranges, then their grids (grids_of, in vector lanes), then
+// their stochastic rounding. A group's grid ends a chain of dependent steps (the range's folds, two
+// roundings, a division) that its rounding waits on; found a batch at a time, the chains overlap
+// the next groups' range passes (10d727e: 9% faster at 256 values a group on AVX-512). `values` holds
 // kGroupBatch groups of group_size floats, `stride` apart (a whole number of vectors); a whole
 // float32 group of whole vectors is read in place.
 constexpr int kGroupBatch = 8;
