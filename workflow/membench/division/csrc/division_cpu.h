@@ -42,6 +42,7 @@ constexpr int kWidth = 4;
 constexpr int kParts = 16 / kWidth;
 typedef float Floats __attribute__((vector_size(4 * kWidth)));
 typedef int32_t Ints __attribute__((vector_size(4 * kWidth)));
+typedef uint32_t Words __attribute__((vector_size(4 * kWidth)));  // for bit arithmetic that wraps
 typedef uint8_t Bytes __attribute__((vector_size(kWidth)));
 typedef float Floats4 __attribute__((vector_size(16)));
 
@@ -358,7 +359,6 @@ inline void subtract_into(const float* src, const float* mean, int64_t n, float*
 
 // c10::BFloat16(float) of each lane (nearest, ties to even; a NaN to 0x7FC0), as the float it is.
 inline Floats round_to_bfloat16(Floats v) {
-  typedef uint32_t Words __attribute__((vector_size(4 * kWidth)));
   const Words bits = reinterpret_cast<Words>(v);
   const Words rounded = (bits + (((bits >> 16) & 1u) + 0x7FFFu)) & 0xFFFF0000u;
   return reinterpret_cast<Floats>(v != v ? Ints{} + 0x7FC00000 : reinterpret_cast<Ints>(rounded));
@@ -369,11 +369,11 @@ inline Floats round_to_bfloat16(Floats v) {
 // least subnormal of the direction's sign.
 template <bool DOWN>
 inline Floats next_bfloat16(Floats v) {
-  const Ints bits = reinterpret_cast<Ints>(v);
-  const Ints away_from_zero = DOWN ? bits < 0 : bits >= 0;
-  const Ints next = away_from_zero ? bits + 0x10000 : bits - 0x10000;
-  const Ints zero = (bits & 0x7FFFFFFF) == 0;
-  return reinterpret_cast<Floats>(zero ? Ints{} + (DOWN ? static_cast<int32_t>(0x80010000u) : 0x10000) : next);
+  const Words bits = reinterpret_cast<Words>(v);
+  const Ints negative = reinterpret_cast<Ints>(bits) < 0;
+  const Words next = (DOWN ? negative : ~negative) ? bits + 0x10000u : bits - 0x10000u;
+  const Ints zero = (bits & 0x7FFFFFFFu) == 0;
+  return reinterpret_cast<Floats>(zero ? Words{} + (DOWN ? 0x80010000u : 0x10000u) : next);
 }
 
 // membench::row_grid of ranges[0 .. count) into grids[0 .. count), exactly, kWidth rows at a time
@@ -449,8 +449,9 @@ void quantize_chunk(const float* values, int64_t count, float low, float inverse
 // The part is shifted straight to the mantissa's bits 15-22 and masked there: with AVX-512, a shift
 // and one three-way logic instruction.
 inline Floats rounding_uniforms(Ints word, int q) {
-  const Ints shifted = q < 2 ? word << (15 - 8 * q) : word >> (8 * q - 15);
-  const Ints one_plus = (shifted & (0xFF << 15)) | kOneBits;
+  const Words bits = reinterpret_cast<Words>(word);
+  const Words shifted = q < 2 ? bits << (15 - 8 * q) : bits >> (8 * q - 15);
+  const Words one_plus = (shifted & (0xFFu << 15)) | static_cast<uint32_t>(kOneBits);
   return reinterpret_cast<Floats>(one_plus) - (1.0f - 1.0f / 512.0f);
 }
 
