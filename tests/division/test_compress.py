@@ -252,6 +252,13 @@ def test_relu_and_dropout_keep_their_masks():
     assert torch.equal(compress.masked_grad(grad, packed, 1 / 0.75), (grad * keep) * (1 / 0.75))
 
 
+def test_degenerate_planes_are_refused():
+    with pytest.raises(ValueError, match="positive height and width, got 4x0"):
+        compress.division_compress(torch.zeros(1, 1, 4, 0), 8, 2, 0, 0)
+    with pytest.raises(ValueError, match="block must be positive, got 0"):
+        compress.division_compress(torch.zeros(1, 1, 4, 4), 0, 2, 0, 0)
+
+
 def test_bad_bits_are_refused():
     with pytest.raises(ValueError, match="bits"):
         compress.quantize_pack(torch.zeros(1, 4), torch.zeros(1), torch.ones(1), torch.zeros(1, 4), 3)

@@ -224,6 +224,30 @@ def test_bad_arguments_raise_from_the_extension(extension_kernels):
         extension_kernels.masked_grad(x, torch.zeros(1, dtype=torch.uint8), 1.0)
 
 
+def test_degenerate_planes_and_windows_raise_from_the_extension(extension_kernels):
+    """Arguments that would divide by zero or write outside a map: one-line errors, not a crash."""
+    x = torch.zeros(1, 1, 4, 4)
+    lfc, packed, minimum, scale = extension_kernels.division_compress(x, 8, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="positive height and width, got 4x0"):
+        extension_kernels.division_compress(x[..., :0], 8, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="block must be positive, got 0"):
+        extension_kernels.division_compress(x, 0, 2, 0, 0)
+    with pytest.raises(RuntimeError, match="block must be positive, got 0"):
+        extension_kernels.division_decompress(lfc, packed, minimum, scale, 0, 2, 4, 4, torch.float32)
+    with pytest.raises(RuntimeError, match="positive height and width, got 0x4"):
+        extension_kernels.division_decompress(lfc, packed, minimum, scale, 8, 2, 0, 4, torch.float32)
+    for kernel, stride, padding in [(2, 0, 0), (0, 1, 0), (2, 2, -1)]:
+        with pytest.raises(RuntimeError, match="kernel and stride must be positive"):
+            extension_kernels.maxpool2d_forward(x, kernel, stride, padding)
+    with pytest.raises(RuntimeError, match="4x4 map is smaller than the window"):
+        extension_kernels.maxpool2d_forward(x, 5, 1, 0)
+    out, index = extension_kernels.maxpool2d_forward(x, 2, 2, 0)
+    with pytest.raises(RuntimeError, match="not the pooled size of a 2x2 map"):
+        extension_kernels.maxpool2d_backward(out, index, 2, 2, 2, 2, 0)
+    with pytest.raises(RuntimeError, match="index names positions outside"):
+        extension_kernels.maxpool2d_backward(out, index - 1, 4, 4, 2, 2, 0)
+
+
 def test_grids_match_the_reference_at_the_edges_of_bfloat16(extension_kernels):
     """Each row's grid (its minimum rounded down and its scale rounded up to bfloat16), for rows
     of two values drawn from zeros of both signs, subnormals, values that bfloat16 holds, values

@@ -284,6 +284,10 @@ def maxpool2d_backward(
 def _tile(height: int, width: int, block: int) -> tuple[int, int]:
     """LFC tile of a ``height`` x ``width`` plane: ``block`` x ``block``, or the whole plane when it
     is smaller than a block either way."""
+    if block < 1:
+        raise ValueError(f"block must be positive, got {block}")
+    if height < 1 or width < 1:
+        raise ValueError(f"maps must have a positive height and width, got {height}x{width}")
     return (height, width) if height < block or width < block else (block, block)
 
 

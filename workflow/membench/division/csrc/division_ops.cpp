@@ -23,6 +23,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/accumulate.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -159,19 +160,26 @@ void maxpool2d_forward_cpu_kernel(const scalar_t* x, int64_t planes, int64_t hei
   });
 }
 
+// Returns whether every index names a value of the plane (else those gradients are left out).
 template <typename scalar_t>
-void maxpool2d_backward_cpu_kernel(const scalar_t* grad_out, const int8_t* index, int64_t planes, int64_t height,
+bool maxpool2d_backward_cpu_kernel(const scalar_t* grad_out, const int8_t* index, int64_t planes, int64_t height,
                                    int64_t width, int64_t out_h, int64_t out_w, int64_t kernel, int64_t stride,
                                    int64_t padding, scalar_t* grad_in) {
+  std::atomic<bool> outside{false};
   at::parallel_for(0, planes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       for (int64_t o = 0; o < out_h * out_w; ++o) {
         const int64_t oh = o / out_w, ow = o % out_w, k = index[p * out_h * out_w + o];
         const int64_t ih = oh * stride - padding + k / kernel, iw = ow * stride - padding + k % kernel;
+        if (k < 0 || k >= kernel * kernel || ih < 0 || ih >= height || iw < 0 || iw >= width) {
+          outside = true;
+          continue;
+        }
         grad_in[(p * height + ih) * width + iw] += grad_out[p * out_h * out_w + o];
       }
     }
   });
+  return !outside;
 }
 
 // -- argument checks shared by both devices -------------------------------------------------------
@@ -196,6 +204,23 @@ void check_rows(int64_t rows, int64_t length) {
               "the noise counter holds at most 2^32 rows of 2^35 values");
 }
 
+// DIVISION's block and a map's plane: the tiles of membench::lfc_tile divide by them.
+void check_plane(int64_t block, int64_t height, int64_t width) {
+  TORCH_CHECK(block >= 1, "block must be positive, got ", block);
+  TORCH_CHECK(height >= 1 && width >= 1, "maps must have a positive height and width, got ", height, "x", width);
+}
+
+// A max-pool window whose int8 index holds every position, over `height` x `width` planes it fits.
+void check_window(int64_t height, int64_t width, int64_t kernel, int64_t stride, int64_t padding) {
+  TORCH_CHECK(kernel >= 1 && stride >= 1 && padding >= 0,
+              "kernel and stride must be positive and padding not negative, got kernel ", kernel, ", stride ",
+              stride, ", padding ", padding);
+  TORCH_CHECK(kernel <= 11, "window too large for an int8 index, got kernel ", kernel);
+  TORCH_CHECK(padding * 2 <= kernel, "padding must be at most half the kernel");
+  TORCH_CHECK(height >= 1 && width >= 1 && height + 2 * padding >= kernel && width + 2 * padding >= kernel,
+              "a ", height, "x", width, " map is smaller than the window (kernel ", kernel, ", padding ", padding, ")");
+}
+
 void check_same_device(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.device() == b.device(), "tensors must be on one device, got ", a.device(), " and ", b.device());
 }
@@ -207,9 +232,9 @@ std::vector<at::Tensor> division_compress(at::Tensor x, int64_t block, int64_t b
   check_bits(bits);
   check_floating(x, "x");
   TORCH_CHECK(x.dim() == 4, "x must be a 4-D map (N, C, H, W)");
-  TORCH_CHECK(block >= 1, "block must be positive");
   x = x.contiguous();
   const int64_t planes = x.size(0) * x.size(1), height = x.size(2), width = x.size(3);
+  check_plane(block, height, width);
   check_rows(planes, height * width);
 #ifdef WITH_CUDA
   if (x.is_cuda()) return division_compress_cuda(x, block, bits, seed, offset);
@@ -235,6 +260,7 @@ at::Tensor division_decompress(at::Tensor lfc, at::Tensor packed, at::Tensor min
   check_bits(bits);
   TORCH_CHECK(map_type(dtype), "dtype must be float32, float16 or bfloat16, got ", dtype);
   TORCH_CHECK(lfc.dim() == 4 && lfc.scalar_type() == at::kBFloat16, "lfc must be a 4-D bfloat16 tensor");
+  check_plane(block, height, width);
   int64_t tile_h, tile_w;
   membench::lfc_tile(height, width, block, tile_h, tile_w);
   TORCH_CHECK(lfc.size(2) == (height + tile_h - 1) / tile_h && lfc.size(3) == (width + tile_w - 1) / tile_w,
@@ -358,8 +384,7 @@ at::Tensor masked_grad(at::Tensor grad_out, at::Tensor packed, double gain) {
 std::vector<at::Tensor> maxpool2d_forward(at::Tensor x, int64_t kernel, int64_t stride, int64_t padding) {
   check_floating(x, "x");
   TORCH_CHECK(x.dim() == 4, "x must be a 4-D map (N, C, H, W)");
-  TORCH_CHECK(kernel * kernel <= 127, "window too large for an int8 index");
-  TORCH_CHECK(padding * 2 <= kernel, "padding must be at most half the kernel");
+  check_window(x.size(2), x.size(3), kernel, stride, padding);
   x = x.contiguous();
 #ifdef WITH_CUDA
   if (x.is_cuda()) return maxpool2d_forward_cuda(x, kernel, stride, padding);
@@ -382,6 +407,11 @@ at::Tensor maxpool2d_backward(at::Tensor grad_out, at::Tensor index, int64_t hei
   check_floating(grad_out, "grad_out");
   TORCH_CHECK(grad_out.dim() == 4, "grad_out must be 4-D (N, C, Ho, Wo)");
   TORCH_CHECK(grad_out.sizes() == index.sizes() && index.scalar_type() == at::kChar, "index must match grad_out");
+  check_window(height, width, kernel, stride, padding);
+  TORCH_CHECK(grad_out.size(2) == pooled_size(height, kernel, stride, padding) &&
+                  grad_out.size(3) == pooled_size(width, kernel, stride, padding),
+              "grad_out (", grad_out.size(2), "x", grad_out.size(3), ") is not the pooled size of a ", height, "x",
+              width, " map");
   check_same_device(grad_out, index);
   grad_out = grad_out.contiguous(); index = index.contiguous();
 #ifdef WITH_CUDA
@@ -391,11 +421,13 @@ at::Tensor maxpool2d_backward(at::Tensor grad_out, at::Tensor index, int64_t hei
   const int64_t planes = grad_out.size(0) * grad_out.size(1), out_h = grad_out.size(2), out_w = grad_out.size(3);
   auto grad_in = at::zeros({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
   if (grad_out.numel() == 0) return grad_in;
+  bool inside = true;
   MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward", [&] {
-    maxpool2d_backward_cpu_kernel<scalar_t>(grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes, height,
-                                            width, out_h, out_w, kernel, stride, padding,
-                                            grad_in.data_ptr<scalar_t>());
+    inside = maxpool2d_backward_cpu_kernel<scalar_t>(grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes,
+                                                     height, width, out_h, out_w, kernel, stride, padding,
+                                                     grad_in.data_ptr<scalar_t>());
   });
+  TORCH_CHECK(inside, "index names positions outside the window or the map (not maxpool2d_forward's)");
   return grad_in;
 }
 
