@@ -683,12 +683,6 @@ inline Floats spread_group_starts(Floats v, std::integer_sequence<int, L...>) {
   return __builtin_shufflevector(v, v, (L / G * G)...);
 }
 
-// Floats per tile row of the tile means' buffers: the tiles' columns, rounded up to whole vectors
-// of every instruction set (the columns past `width` stay zero).
-inline int64_t tile_row_stride(int64_t width, int64_t tile_w) {
-  return ((width + tile_w - 1) / tile_w * tile_w + 15) / 16 * 16;
-}
-
 // Whether tile_means takes tiles of tile_w columns: a tile within one vector, or whole vectors.
 inline bool vector_tiles(int64_t tile_w) { return kWidth % tile_w == 0 || tile_w % kWidth == 0; }
 
@@ -744,16 +738,15 @@ inline void tile_means_for(const float* column, const float* tile_cols, int64_t 
   }
 }
 
-// Buffers: column and lfc_rows hold tile_row_stride floats per tile row, column zero past `width`;
-// tile_cols as tile_means's (division_compress fills it); hfc height * width rounded up to a whole
-// vector.
+// Buffers: column and lfc_rows hold `stride` floats per tile row (the tiles' columns rounded up to
+// whole vectors), column zero past `width`; tile_cols as tile_means's (division_compress fills
+// both); hfc height * width rounded up to a whole vector.
 template <typename scalar_t, int BITS>
 void division_compress_plane(const scalar_t* plane, int64_t height, int64_t width, int64_t tile_h, int64_t tile_w,
-                             RowNoise& noise, uint32_t row, float* column, const float* tile_cols, float* lfc_rows,
-                             float* hfc, c10::BFloat16* lfc, uint8_t* packed, c10::BFloat16* minimum,
-                             c10::BFloat16* scale) {
+                             RowNoise& noise, uint32_t row, float* column, const float* tile_cols, int64_t stride,
+                             float* lfc_rows, float* hfc, c10::BFloat16* lfc, uint8_t* packed,
+                             c10::BFloat16* minimum, c10::BFloat16* scale) {
   const int64_t rows = (height + tile_h - 1) / tile_h, cols = (width + tile_w - 1) / tile_w;
-  const int64_t stride = tile_row_stride(width, tile_w);
   // A float16 or bfloat16 plane is converted into hfc once, and its HFC computed there in place.
   const float* values = as_floats(plane, height * width, hfc);
   // Tile means: each column of a tile row summed downwards, every tile row's first, then the columns

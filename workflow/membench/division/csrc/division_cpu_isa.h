@@ -109,14 +109,14 @@ void division_compress(c10::ScalarType dtype, int bits, const void* x, int64_t p
           return;
         }
         const int64_t tile_rows = (height + layout.tile_h - 1) / layout.tile_h;
-        const int64_t stride = tile_row_stride(width, layout.tile_w);
+        const int64_t stride = whole_vectors((width + layout.tile_w - 1) / layout.tile_w * layout.tile_w);
         std::vector<float> column(tile_rows * stride), tile_cols(stride, 1.0f), lfc_rows(tile_rows * stride),
             hfc(whole_vectors(layout.area));
         for (int64_t w0 = 0; w0 < width; w0 += layout.tile_w) tile_cols[w0] = std::min(layout.tile_w, width - w0);
         for (int64_t p = begin; p < end; ++p) {
           division_compress_plane<scalar_t, BITS>(map + p * layout.area, height, width, layout.tile_h,
                                                   layout.tile_w, noise, static_cast<uint32_t>(p), column.data(),
-                                                  tile_cols.data(), lfc_rows.data(), hfc.data(),
+                                                  tile_cols.data(), stride, lfc_rows.data(), hfc.data(),
                                                   lfc + p * layout.lfc_size, packed + p * layout.row_bytes,
                                                   minimum + p, scale + p);
         }
