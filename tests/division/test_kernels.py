@@ -241,6 +241,10 @@ def test_degenerate_planes_and_windows_raise_from_the_extension(extension_kernel
             extension_kernels.maxpool2d_forward(x, kernel, stride, padding)
     with pytest.raises(RuntimeError, match="4x4 map is smaller than the window"):
         extension_kernels.maxpool2d_forward(x, 5, 1, 0)
+    with pytest.raises(RuntimeError, match="window too large for an int8 index, got kernel 12"):
+        extension_kernels.maxpool2d_forward(torch.zeros(1, 1, 16, 16), 12, 1, 0)
+    with pytest.raises(RuntimeError, match="padding must be at most half the kernel"):
+        extension_kernels.maxpool2d_forward(x, 2, 1, 2)
     out, index = extension_kernels.maxpool2d_forward(x, 2, 2, 0)
     with pytest.raises(RuntimeError, match="not the pooled size of a 2x2 map"):
         extension_kernels.maxpool2d_backward(out, index, 2, 2, 2, 2, 0)
