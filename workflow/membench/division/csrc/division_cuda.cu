@@ -24,9 +24,11 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#ifndef MEMBENCH_CUDA_EMULATION
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <vector>
 
@@ -47,7 +49,16 @@ int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ __forceinline__ int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+#ifndef MEMBENCH_CUDA_EMULATION
+// Runs `kernel` on the current stream and checks the launch. The tests' CUDA emulation
+// (tests/division/cuda_emulation) defines MEMBENCH_CUDA_EMULATION and its own launch_kernel, which
+// runs the same kernels on the CPU, a fiber per thread.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), int64_t blocks, int threads, int64_t shared, Args... args) {
+  kernel<<<blocks, threads, shared, c10::cuda::getCurrentCUDAStream().stream()>>>(args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+#endif
 
 #define MEMBENCH_DISPATCH_MAP_TYPES(TYPE, NAME, ...)                                    \
   AT_DISPATCH_SWITCH(TYPE, NAME, AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)             \
@@ -633,7 +644,8 @@ template <typename scalar_t>
 __global__ void dropout_pack_kernel(const scalar_t* __restrict__ x, int64_t numel, float p, float gain,
                                     uint64_t seed, uint64_t offset, scalar_t* __restrict__ out,
                                     uint8_t* __restrict__ packed) {
-  __shared__ uint8_t keep[kBlockValues];
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint8_t* keep = shared;  // kBlockValues bytes
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kBlockValues;
   const int64_t call = begin / membench::kDropoutPerCall + threadIdx.x;
   const int calls = membench::noise_calls(numel, membench::kDropoutPerCall);
@@ -774,11 +786,10 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
       auto kernel = launch.staged ? division_compress_kernel<scalar_t, kBits, true>
                                   : division_compress_kernel<scalar_t, kBits, false>;
       const int64_t blocks = prepare_launch(kernel, launch, planes, x);
-      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
-          x.data_ptr<scalar_t>(), planes, s, launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
-          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, x.data_ptr<scalar_t>(), planes, s,
+                    launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+                    lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+                    scale.data_ptr<c10::BFloat16>());
     });
   });
   return {lfc, packed, minimum, scale};
@@ -801,10 +812,9 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
       auto kernel = launch.staged ? division_decompress_kernel<scalar_t, kBits, true>
                                   : division_decompress_kernel<scalar_t, kBits, false>;
       const int64_t blocks = prepare_launch(kernel, launch, planes, packed);
-      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
-          lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>(), planes, s, launch.lanes, out.data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, lfc.data_ptr<c10::BFloat16>(),
+                    packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(),
+                    planes, s, launch.lanes, out.data_ptr<scalar_t>());
     });
   });
   return out;
@@ -831,11 +841,9 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
       auto kernel = launch.staged ? group_compress_kernel<scalar_t, kBits, true>
                                   : group_compress_kernel<scalar_t, kBits, false>;
       const int64_t blocks = prepare_launch(kernel, launch, groups, x);
-      kernel<<<blocks, 32 * launch.warps, launch.shared, stream()>>>(
-          x.data_ptr<scalar_t>(), numel, group_size, groups, launch.lanes, static_cast<uint64_t>(seed),
-          static_cast<uint64_t>(offset), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-          scale.data_ptr<c10::BFloat16>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, x.data_ptr<scalar_t>(), numel, group_size,
+                    groups, launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+                    packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>());
     });
   });
   return {packed, minimum, scale};
@@ -849,11 +857,9 @@ at::Tensor group_decompress_cuda(at::Tensor packed, at::Tensor minimum, at::Tens
   if (numel == 0) return out;
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "group_decompress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
-      group_decompress_kernel<scalar_t, decltype(bits_constant)::value>
-          <<<(groups + kWarps - 1) / kWarps, kThreads, 0, stream()>>>(
-              packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(), numel,
-              group_size, groups, out.data_ptr<scalar_t>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      launch_kernel(group_decompress_kernel<scalar_t, decltype(bits_constant)::value>, (groups + kWarps - 1) / kWarps,
+                    kThreads, 0, packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
+                    scale.data_ptr<c10::BFloat16>(), numel, group_size, groups, out.data_ptr<scalar_t>());
     });
   });
   return out;
@@ -867,9 +873,8 @@ std::vector<at::Tensor> relu_pack_cuda(at::Tensor x) {
   if (numel == 0) return {out, packed};
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "relu_pack_cuda", [&] {
     auto kernel = in_eights(x) ? relu_pack_kernel<scalar_t, true> : relu_pack_kernel<scalar_t, false>;
-    kernel<<<blocks_for(bytes), kThreads, 0, stream()>>>(x.data_ptr<scalar_t>(), numel, out.data_ptr<scalar_t>(),
-                                                          packed.data_ptr<uint8_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(kernel, blocks_for(bytes), kThreads, 0, x.data_ptr<scalar_t>(), numel, out.data_ptr<scalar_t>(),
+                  packed.data_ptr<uint8_t>());
   });
   return {out, packed};
 }
@@ -881,11 +886,10 @@ std::vector<at::Tensor> dropout_pack_cuda(at::Tensor x, double p, int64_t seed, 
   auto packed = at::empty({(numel + 7) / 8}, x.options().dtype(at::kByte));
   if (numel == 0) return {out, packed};
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "dropout_pack_cuda", [&] {
-    dropout_pack_kernel<scalar_t><<<(numel + kBlockValues - 1) / kBlockValues, kThreads, 0, stream()>>>(
-        x.data_ptr<scalar_t>(), numel, static_cast<float>(p), static_cast<float>(1.0 / (1.0 - p)),
-        static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), out.data_ptr<scalar_t>(),
-        packed.data_ptr<uint8_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(dropout_pack_kernel<scalar_t>, (numel + kBlockValues - 1) / kBlockValues, kThreads, kBlockValues,
+                  x.data_ptr<scalar_t>(), numel, static_cast<float>(p), static_cast<float>(1.0 / (1.0 - p)),
+                  static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), out.data_ptr<scalar_t>(),
+                  packed.data_ptr<uint8_t>());
   });
   return {out, packed};
 }
@@ -898,10 +902,8 @@ at::Tensor masked_grad_cuda(at::Tensor grad_out, at::Tensor packed, double gain)
   MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "masked_grad_cuda", [&] {
     const bool eights = in_eights(grad_out);
     auto kernel = eights ? masked_grad_kernel<scalar_t, true> : masked_grad_kernel<scalar_t, false>;
-    kernel<<<blocks_for(eights ? numel / 8 : numel), kThreads, 0, stream()>>>(
-        grad_out.data_ptr<scalar_t>(), packed.data_ptr<uint8_t>(), numel, static_cast<float>(gain),
-        grad_in.data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(kernel, blocks_for(eights ? numel / 8 : numel), kThreads, 0, grad_out.data_ptr<scalar_t>(),
+                  packed.data_ptr<uint8_t>(), numel, static_cast<float>(gain), grad_in.data_ptr<scalar_t>());
   });
   return grad_in;
 }
@@ -915,10 +917,9 @@ std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int
   const int64_t n = planes * out_h * out_w;
   if (n == 0) return {out, index};
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "maxpool2d_forward_cuda", [&] {
-    maxpool_forward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream()>>>(
-        x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes, height, width, out_h,
-        out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(maxpool_forward_kernel<scalar_t>, blocks_for(n), kThreads, 0, x.data_ptr<scalar_t>(),
+                  out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes, height, width, out_h, out_w,
+                  static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
   });
   return {out, index};
 }
@@ -931,10 +932,9 @@ at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_
   const int64_t n = planes * height * width;
   if (n == 0) return grad_in;
   MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward_cuda", [&] {
-    maxpool_backward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream()>>>(
-        grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(), planes, height, width,
-        out_h, out_w, static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_kernel(maxpool_backward_kernel<scalar_t>, blocks_for(n), kThreads, 0, grad_out.data_ptr<scalar_t>(),
+                  index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(), planes, height, width, out_h, out_w,
+                  static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
   });
   return grad_in;
 }
