@@ -12,8 +12,9 @@
 // fits (8 KiB), so that the passes read memory once, at full width (staging, below); larger rows
 // are read from global memory, which the caches hold between the passes. Every lane that draws
 // noise runs one Philox call for its 16 values (8-bit uniforms; 8 values for dropout's 16-bit ones)
-// and multiplies by the row's reciprocal step; the levels go through shared memory to be packed
-// into bytes. The 1-bit masks read and write eight values at once where a map's layout allows.
+// and multiplies by the row's reciprocal step; a row's levels are packed into bytes by a transpose
+// in registers across the lanes (store_levels), or through shared memory in teams of fewer than 16
+// lanes. The 1-bit masks read and write eight values at once where a map's layout allows.
 //
 // Only ATen's tensor, dispatch and per-operator headers and c10/cuda's stream, guard and exception
 // headers are used: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE headers that a bare CUDA
@@ -147,6 +148,107 @@ __device__ __forceinline__ void pack_levels(const uint8_t* levels, int64_t count
   }
 }
 
+// -- A step's levels into the packed row ----------------------------------------------------------
+//
+// A lane's 16 levels (part v of its Philox call) are the values j0 + calls * v, not 16 neighbours:
+// in a row of whole noise blocks (16 calls) the 16 lanes of a block hold a 16 x 16 matrix of
+// levels, lane l's part v being value l + 16 v of the block. Its transpose gives lane m the levels of
+// values 16 m .. 16 m + 15, which are its 2 * BITS bytes of the packed row: four rounds of shuffles,
+// with the levels in registers, packed as they are computed (LaneLevels). Shorter rows (teams of
+// fewer than 16 lanes) go through shared memory; 8-bit levels need no packing (store_levels).
+
+// A lane's 16 levels, level v at bits v * BITS of one word (four for 8-bit levels).
+template <int BITS>
+struct LaneLevels {
+  using Word = std::conditional_t<BITS == 4, unsigned long long, uint32_t>;
+  static constexpr int kWordBits = 8 * sizeof(Word);
+  Word word[BITS == 8 ? 4 : 1] = {};
+
+  __device__ __forceinline__ void set(int v, uint32_t level) {
+    word[v * BITS / kWordBits] |= static_cast<Word>(level) << (v * BITS % kWordBits);
+  }
+  __device__ __forceinline__ uint8_t get(int v) const {
+    return static_cast<uint8_t>((word[v * BITS / kWordBits] >> (v * BITS % kWordBits)) & ((1u << BITS) - 1));
+  }
+};
+
+// The levels v of a word with v & half == 0.
+template <int BITS>
+__host__ __device__ constexpr typename LaneLevels<BITS>::Word low_levels(int half) {
+  typename LaneLevels<BITS>::Word mask = 0;
+  for (int v = 0; v < kPerCall; ++v) {
+    if ((v & half) == 0) mask |= ((typename LaneLevels<BITS>::Word{1} << BITS) - 1) << (v * BITS);
+  }
+  return mask;
+}
+
+// A round of the transpose: lanes HALF apart swap the blocks of the matrix that lie off its
+// diagonal at that scale (every lane of the warp takes part).
+template <int BITS, int HALF, typename Word>
+__device__ __forceinline__ Word transpose_round(Word word, int lane) {
+  constexpr Word kLow = low_levels<BITS>(HALF);
+  const Word partner = __shfl_xor_sync(0xFFFFFFFFu, word, HALF);
+  return (lane & HALF) ? (word & ~kLow) | ((partner >> (HALF * BITS)) & kLow)
+                       : (word & kLow) | ((partner & kLow) << (HALF * BITS));
+}
+
+// The transpose over the 16 lanes of a noise block (aligned in the warp), for BITS < 8.
+template <int BITS, typename Word>
+__device__ __forceinline__ Word transpose_levels(Word word, int lane) {
+  word = transpose_round<BITS, 8>(word, lane);
+  word = transpose_round<BITS, 4>(word, lane);
+  word = transpose_round<BITS, 2>(word, lane);
+  return transpose_round<BITS, 1>(word, lane);
+}
+
+// Writes the `bytes` low bytes of `word` at `out`, at once where `aligned`.
+template <int BYTES, typename Word>
+__device__ __forceinline__ void store_bytes(uint8_t* out, Word word, int bytes, bool aligned) {
+  using Whole = std::conditional_t<BYTES == 2, uint16_t, std::conditional_t<BYTES == 4, uint32_t, uint64_t>>;
+  if (aligned && bytes == BYTES) {
+    *reinterpret_cast<Whole*>(out) = static_cast<Whole>(word);
+  } else {
+    for (int i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(word >> (8 * i));
+  }
+}
+
+// Writes a step's levels (level v of value j0 + calls * v; values from `length` on are not the
+// row's) into the row's packed bytes `row_out` (`row_bytes` long) when the team is `active`; a
+// step starts at value `begin`. Every lane of the warp calls it at once. Teams of fewer than 16
+// lanes pack through `staging` (16 bytes a lane, in shared memory).
+template <int BITS>
+__device__ __forceinline__ void store_levels(const LaneLevels<BITS>& levels, int begin, int j0, int calls,
+                                             int length, int lane, int lanes, bool active, uint8_t* staging,
+                                             uint8_t* row_out, int64_t row_bytes) {
+  if (calls == membench::kNoiseCalls) {
+    if constexpr (BITS == 8) {
+      if (active) {
+#pragma unroll
+        for (int v = 0; v < kPerCall; ++v) {
+          if (j0 + calls * v < length) row_out[j0 + calls * v] = levels.get(v);
+        }
+      }
+    } else {
+      const auto word = transpose_levels<BITS>(levels.word[0], lane);
+      constexpr int kBytes = kPerCall * BITS / 8;
+      const int64_t first = static_cast<int64_t>(begin / kPerCall + lane) * kBytes;
+      if (active && first < row_bytes) {
+        // Rows of whole words start on a word: the packed tensor is allocated aligned.
+        store_bytes<kBytes>(row_out + first, word, static_cast<int>(min64(kBytes, row_bytes - first)),
+                            row_bytes % kBytes == 0);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < kPerCall; ++v) staging[j0 + calls * v - begin] = levels.get(v);
+    __syncwarp();
+    if (active) {
+      pack_levels<BITS>(staging, min64(kPerCall * lanes, length - begin), row_out + begin / (8 / BITS), lane, lanes);
+    }
+    __syncwarp();
+  }
+}
+
 // -- Teams and staging ------------------------------------------------------------------------------
 //
 // Lanes per row of `length` values: the calls of its one noise block, or the warp (two blocks at a
@@ -168,6 +270,11 @@ __host__ __device__ __forceinline__ int64_t align16(int64_t bytes) { return (byt
 
 // Shared bytes that hold a staged row of `bytes` bytes wherever it starts.
 __host__ __device__ __forceinline__ int64_t stage_bytes(int64_t bytes) { return align16(bytes) + 16; }
+
+// Shared bytes through which a team of `lanes` lanes packs its levels (store_levels).
+__host__ __device__ __forceinline__ int64_t level_staging_bytes(int lanes) {
+  return lanes < membench::kNoiseCalls ? align16(kPerCall * lanes) : 0;
+}
 
 // A row is staged up to this size; longer rows are read from global memory. Larger stages leave too
 // few warps resident: on an H100, a 112x112 float16 plane (25 KiB) compressed in 1.32 ms per
@@ -295,8 +402,8 @@ struct alignas(8 * sizeof(scalar_t)) Values8 {
 // (uint8, shared by the block's planes, which have one size; when a plane has at most 256 tiles
 // and 16 Ki values, else the tile is computed), then per team its region: when staged, the plane;
 // the sums, minima and maxima of a tile row's columns (width floats each); the plane's LFC as
-// floats; the levels of the values of one step (16 per lane). In-plane indices are 32-bit (a plane
-// has fewer than 2^31 values; the host checks).
+// floats; in teams of fewer than 16 lanes, the levels of one step (16 per lane). In-plane indices
+// are 32-bit (a plane has fewer than 2^31 values; the host checks).
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
@@ -327,7 +434,7 @@ __host__ __device__ __forceinline__ int64_t plane_column_bytes(const PlaneShape&
 __host__ __device__ __forceinline__ int64_t plane_team_bytes(const PlaneShape& s, int64_t element, bool staged,
                                                              int lanes) {
   return plane_stage_bytes(s, element, staged) + 3 * plane_column_bytes(s) + plane_lfc_bytes(s) +
-         align16(kPerCall * lanes);
+         level_staging_bytes(lanes);
 }
 
 // The LFC tile of value j, computed (two integer divisions).
@@ -364,7 +471,7 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   float* column_min = column_sum + plane_column_bytes(s) / 4;
   float* column_max = column_min + plane_column_bytes(s) / 4;
   float* lfc_values = column_max + plane_column_bytes(s) / 4;
-  uint8_t* levels = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s);
+  uint8_t* staging = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s);
   const int calls = membench::noise_calls(s.area, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
@@ -432,22 +539,17 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
     auto step = [&](int begin, const membench::Philox4& r, auto checked) {
       const int call = begin / kPerCall + lane;
       const int j0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
+      LaneLevels<BITS> levels;
 #pragma unroll
       for (int v = 0; v < kPerCall; ++v) {
         const int j = j0 + calls * v;
-        uint8_t level = 0;
         if (!decltype(checked)::value || j < s.area) {
           const float hfc = __fsub_rn(static_cast<float>(plane[j]), lfc_values[tile_index(s, tile_of, j)]);
-          level = static_cast<uint8_t>(membench::quantize_level(
-              hfc, low, inverse_step, call_uniform<membench::kRoundingBits>(r, v), top));
+          levels.set(v, membench::quantize_level(hfc, low, inverse_step,
+                                                 call_uniform<membench::kRoundingBits>(r, v), top));
         }
-        levels[j - begin] = level;
       }
-      __syncwarp();
-      if (team.active) {
-        pack_levels<BITS>(levels, min64(span, s.area - begin), row_out + begin / (8 / BITS), lane, lanes);
-      }
-      __syncwarp();
+      store_levels<BITS>(levels, begin, j0, calls, s.area, lane, lanes, team.active, staging, row_out, row_bytes);
     };
     membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), lane);
     int begin = 0;
@@ -458,6 +560,7 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
       r = next;
     }
     if (begin < s.area) step(begin, r, std::true_type());
+    __syncwarp();  // the next plane is staged where this one's values are read
   }
 }
 
@@ -517,11 +620,12 @@ __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc
 
 // -- ActNN-style: one team per group --------------------------------------------------------------
 //
-// Per team in shared memory: when staged, the group; the levels of one step (16 per lane).
+// Per team in shared memory: when staged, the group; in teams of fewer than 16 lanes, the levels of
+// one step (16 per lane).
 
 __host__ __device__ __forceinline__ int64_t group_team_bytes(int64_t group_size, int64_t element, bool staged,
                                                              int lanes) {
-  return (staged ? stage_bytes(group_size * element) : 0) + align16(kPerCall * lanes);
+  return (staged ? stage_bytes(group_size * element) : 0) + level_staging_bytes(lanes);
 }
 
 template <typename scalar_t, int BITS, bool STAGED>
@@ -533,13 +637,14 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   extern __shared__ __align__(16) unsigned char shared[];
   const int lane = team_lane(lanes);
   unsigned char* own = shared + team_index(lanes) * group_team_bytes(group_size, element, STAGED, lanes);
-  uint8_t* levels = own + (STAGED ? stage_bytes(group_size * element) : 0);
+  uint8_t* staging = own + (STAGED ? stage_bytes(group_size * element) : 0);
   // In-group indices are 32-bit (the host checks the group size): 64-bit index arithmetic would
   // double the instructions per value of a kernel that is bound by them.
   const int size = static_cast<int>(group_size);
   const int calls = membench::noise_calls(size, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
+  const int64_t row_bytes = packed_row_bytes(group_size, BITS);
   const int64_t teams = blockDim.x / lanes;
   for (int64_t first = blockIdx.x * teams; first < groups; first += gridDim.x * teams) {
     const TeamRow team = team_row(first, groups, lanes);
@@ -561,32 +666,31 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
       scale[g] = grid.step;
     }
     const float low = static_cast<float>(grid.low), inverse_step = __frcp_rn(static_cast<float>(grid.step));
-    uint8_t* row_out = packed + g * packed_row_bytes(group_size, BITS);
-    // As DIVISION's: steps wholly inside the group's values skip the bounds checks.
-    auto step = [&](int begin, auto checked) {
-      const int call = begin / kPerCall + lane;
-      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
-      const int k0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
+    uint8_t* row_out = packed + g * row_bytes;
+    // As DIVISION's: steps wholly inside the group's values skip the bounds checks. The last group
+    // of a map may be short, so the teams of a warp may differ in which steps they check: the levels
+    // are stored from one place, where the whole warp meets (store_levels' shuffles).
+    auto levels_of = [&](int begin, int k0, auto checked) {
+      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), begin / kPerCall + lane);
+      LaneLevels<BITS> levels;
 #pragma unroll
       for (int v = 0; v < kPerCall; ++v) {
         const int k = k0 + calls * v;
-        uint8_t level = 0;
         if (!decltype(checked)::value || k < size) {
           const float value = !decltype(checked)::value || k < count ? static_cast<float>(values[k]) : 0.0f;
-          level = static_cast<uint8_t>(membench::quantize_level(
-              value, low, inverse_step, call_uniform<membench::kRoundingBits>(r, v), top));
+          levels.set(v, membench::quantize_level(value, low, inverse_step,
+                                                 call_uniform<membench::kRoundingBits>(r, v), top));
         }
-        levels[k - begin] = level;
       }
-      __syncwarp();
-      if (team.active) {
-        pack_levels<BITS>(levels, min64(span, size - begin), row_out + begin / (8 / BITS), lane, lanes);
-      }
-      __syncwarp();
+      return levels;
     };
-    int begin = 0;
-    for (; begin + span <= count; begin += span) step(begin, std::false_type());
-    for (; begin < size; begin += span) step(begin, std::true_type());
+    for (int begin = 0; begin < size; begin += span) {
+      const int k0 = static_cast<int>(membench::noise_value(begin / kPerCall + lane, 0, calls, kPerCall));
+      const LaneLevels<BITS> levels =
+          begin + span <= count ? levels_of(begin, k0, std::false_type()) : levels_of(begin, k0, std::true_type());
+      store_levels<BITS>(levels, begin, k0, calls, size, lane, lanes, team.active, staging, row_out, row_bytes);
+    }
+    __syncwarp();  // the next group is staged where this one's values are read
   }
 }
 
