@@ -153,6 +153,43 @@ def _division(results: Path) -> list[str]:
     ]
 
 
+def _division_profile(results: Path) -> list[str]:
+    """Device milliseconds per step by kind of kernel (.ci/gpu_profile.py), where it ran."""
+    profiles = {
+        method: record
+        for method in DIVISION_METHODS
+        if (record := _metrics(results / "division" / "profile" / f"{method}.json")) is not None
+    }
+    if not profiles:
+        return []
+    kinds = list(next(iter(profiles.values()))["kinds_ms_per_step"])
+    rows = [
+        [method, _fmt(record["device_ms_per_step"]), *(_fmt(record["kinds_ms_per_step"][k]) for k in kinds)]
+        for method, record in profiles.items()
+    ]
+    lines = [
+        "Device time of a step by kind of kernel, ms (`.ci/gpu_profile.py`: the same setting, fp16, the",
+        "kernels' self time over 3 steps under the PyTorch profiler, which slows the step: shares, not",
+        "speed):",
+        "",
+        *_table(["method", "device ms / step", *kinds], rows),
+    ]
+    for method, record in profiles.items():
+        if method == "vanilla":
+            continue
+        top = [
+            [f"`{r['name'][:90]}`", r["kind"], _fmt(r["ms_per_step"], 2), _fmt(r["calls_per_step"], 0)]
+            for r in record["top"]
+        ]
+        lines += [
+            "",
+            f"Longest kernels of {method}'s step:",
+            "",
+            *_table(["kernel", "kind", "ms / step", "calls / step"], top),
+        ]
+    return lines
+
+
 def _appclass(results: Path) -> list[str]:
     record = _metrics(results / "appclass" / "rmat18" / "metrics.json")
     lines = ["## appclass: RMAT-18 data graph, georgiy-sized pattern (10 nodes), float64 on CUDA", ""]
@@ -209,6 +246,8 @@ def main() -> None:
         *_hotconv(results),
         "",
         *_division(results),
+        "",
+        *_division_profile(results),
         "",
         *_appclass(results),
     ]
