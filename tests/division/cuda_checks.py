@@ -17,6 +17,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # large in float32, read from global memory. A map whose bytes end off a 16-byte boundary is not staged.
 # Short planes of every noise block (1, 2, 4, 8 and 16 Philox calls: teams of as many lanes, several
 # planes a warp), and a plane of more than 256 tiles (no tile table: tiles computed per value).
+# ResNet-50's 28 x 28 and 14 x 14 planes: packed rows of whole words, and of 49 bytes at 2 bits.
 SHAPES = (
     (4, 8, 16, 16),
     (2, 3, 17, 13),
@@ -31,6 +32,8 @@ SHAPES = (
     (5, 3, 4, 4),
     (2, 9, 4, 8),
     (1, 2, 136, 136),
+    (2, 3, 28, 28),
+    (3, 5, 14, 14),
 )
 GROUP_SIZES = (600, 256, 100, 33, 8)  # teams of 32, 16, 8, 4 and 1 lanes
 
