@@ -63,6 +63,11 @@ def test_the_emulation_fills_shared_memory_with_nan_bytes(emulated):
     assert torch.isnan(emulated.unwritten_shared()).all()
 
 
+def test_the_emulation_refuses_a_write_past_the_shared_memory_asked_for(emulated):
+    with pytest.raises(RuntimeError, match="block 0 wrote shared memory past the 128 bytes its launch asked"):
+        emulated.past_shared()
+
+
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_emulated_compress_kernels_are_bit_exact_with_the_cpu_reference(emulated, dtype, bits):

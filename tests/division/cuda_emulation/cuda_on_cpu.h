@@ -7,8 +7,9 @@
 //
 // What it checks beyond the values: a collective that not every thread of its warp (or block)
 // reaches is a deadlock on a GPU, here an error naming it; shared memory starts filled with 0xFF
-// bytes (NaN as floats), so a kernel that reads what it did not write fails; a launch asks for no
-// more threads or shared memory than an H100 allows. What it cannot check: timing, memory ordering
+// bytes (NaN as floats), so a kernel that reads what it did not write fails, and a block that
+// writes past the shared memory its launch asked for is an error; a launch asks for no more
+// threads or shared memory than an H100 allows. What it cannot check: timing, memory ordering
 // between warps without a barrier, and the GPU's own conversions (it uses c10's, which round the
 // same way).
 //
@@ -363,5 +364,11 @@ void launch_kernel(void (*kernel)(Params...), int64_t blocks, int threads, int64
   for (int64_t block = 0; block < blocks; ++block) {
     std::memset(shared, 0xFF, sizeof shared);
     run_block(b, static_cast<unsigned>(block));
+    const unsigned char* past = shared + shared_bytes;
+    const unsigned char* end = shared + sizeof shared;
+    if (std::any_of(past, end, [](unsigned char byte) { return byte != 0xFF; })) {
+      throw std::runtime_error("block " + std::to_string(block) + " wrote shared memory past the " +
+                               std::to_string(shared_bytes) + " bytes its launch asked for");
+    }
   }
 }

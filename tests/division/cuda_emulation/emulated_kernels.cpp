@@ -70,6 +70,14 @@ __global__ void divergent_kernel() {
 
 void divergent() { launch_kernel(divergent_kernel, 1, 32, 0); }
 
+// Writes one byte past the 128 shared bytes its launch asks for.
+__global__ void past_shared_kernel() {
+  extern __shared__ __align__(16) unsigned char shared[];
+  if (threadIdx.x == 0) shared[128] = 0;
+}
+
+void past_shared() { launch_kernel(past_shared_kernel, 1, 32, 128); }
+
 // What shared memory holds before a block writes it.
 __global__ void unwritten_shared_kernel(float* out) {
   extern __shared__ __align__(16) unsigned char shared[];
@@ -97,4 +105,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("collectives", &collectives);
   m.def("divergent", &divergent);
   m.def("unwritten_shared", &unwritten_shared);
+  m.def("past_shared", &past_shared);
 }
