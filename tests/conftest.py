@@ -37,6 +37,7 @@ LONGEST_FILES = (
     "reliability/test_adversarial.py",  # 55-100
     "appclass/test_native.py",  # 40: the appclass kernels' build, unless already built
     "division/test_cuda_source.py",  # 37-56: nvcc
+    "division/test_cuda_emulated.py",  # 25-40: g++ builds the CUDA kernels for their CPU emulation
     "workflow/test_cluster.py",  # 37-98
     "division/test_train.py",  # 35-200
     "robust/test_distributed.py",  # 30
