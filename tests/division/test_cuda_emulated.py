@@ -15,6 +15,8 @@ import pytest
 import torch
 from division.cuda_checks import (
     DTYPES,
+    OFFSET,
+    SEED,
     check_compressors,
     check_masks_and_maxpool,
     check_nan_and_infinity,
@@ -66,6 +68,16 @@ def test_the_emulation_fills_shared_memory_with_nan_bytes(emulated):
 def test_the_emulation_refuses_a_write_past_the_shared_memory_asked_for(emulated):
     with pytest.raises(RuntimeError, match="block 0 wrote shared memory past the 128 bytes its launch asked"):
         emulated.past_shared()
+
+
+def test_the_cuda_host_code_refuses_in_one_line_what_the_kernels_cannot_run(emulated):
+    with pytest.raises(RuntimeError, match="groups of 2\\^30 values or more are not supported on CUDA"):
+        emulated.group_compress(torch.zeros(8), 1 << 30, 2, SEED, OFFSET)
+    with pytest.raises(RuntimeError, match="planes of more than 4096 rows or columns are not supported"):
+        emulated.division_compress(torch.zeros(1, 1, 1, 4097), 8, 2, SEED, OFFSET)
+    # Blocks of 1 value: a 300 x 300 plane's LFC alone (352 KiB as floats) is more than a block's memory.
+    with pytest.raises(RuntimeError, match="rows of this size do not fit the GPU's shared memory"):
+        emulated.division_compress(torch.zeros(1, 1, 300, 300), 1, 2, SEED, OFFSET)
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
