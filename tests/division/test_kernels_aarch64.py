@@ -19,15 +19,20 @@ from torch.utils import cpp_extension
 from membench.division import compress
 from membench.division.extension import CSRC_DIR
 
+DRIVER = Path(__file__).with_name("cross_isa") / "kernel_digests.cpp"
+AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")  # Debian's cross toolchain: qemu's library root
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not (shutil.which("aarch64-linux-gnu-g++") and shutil.which("qemu-aarch64") and shutil.which("g++")),
-        reason="needs g++, aarch64-linux-gnu-g++ and qemu-aarch64",
+        not (
+            shutil.which("g++")
+            and shutil.which("aarch64-linux-gnu-g++")
+            and shutil.which("qemu-aarch64")
+            and (AARCH64_SYSROOT / "lib").is_dir()
+        ),
+        reason="needs g++, aarch64-linux-gnu-g++, qemu-aarch64 and /usr/aarch64-linux-gnu/lib",
     ),
 ]
-DRIVER = Path(__file__).with_name("cross_isa") / "kernel_digests.cpp"
-AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
 MASK64 = (1 << 64) - 1
 
@@ -55,7 +60,7 @@ def digests(tmp_path_factory):
     build = tmp_path_factory.mktemp("cross_isa")
     x86 = _build("g++", build / "digests_x86")
     aarch64 = _build("aarch64-linux-gnu-g++", build / "digests_aarch64")
-    return _digests([str(x86)]), _digests(["qemu-aarch64", "-L", AARCH64_SYSROOT, str(aarch64)])
+    return _digests([str(x86)]), _digests(["qemu-aarch64", "-L", str(AARCH64_SYSROOT), str(aarch64)])
 
 
 def test_neon_kernels_give_the_x86_baseline_bits(digests):
