@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 
+#include "division_common.h"
 #include "division_cpu_kernels.h"
 
 namespace at {
@@ -108,8 +109,8 @@ void run(c10::ScalarType dtype, const char* type_name) {
       for (const int bits : {1, 2, 4, 8}) {
         const std::string name = base + "/bits" + std::to_string(bits);
         const int64_t block = 8;
-        const int64_t tile_h = height < block || width < block ? height : block;
-        const int64_t tile_w = height < block || width < block ? width : block;
+        int64_t tile_h, tile_w;
+        membench::lfc_tile(height, width, block, tile_h, tile_w);
         const int64_t tiles = ((height + tile_h - 1) / tile_h) * ((width + tile_w - 1) / tile_w);
         std::vector<c10::BFloat16> lfc(planes * tiles), minimum(planes), scale(planes);
         std::vector<uint8_t> packed(planes * membench::packed_row_bytes(area, bits));

@@ -670,8 +670,8 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
     // As DIVISION's: steps wholly inside the group's values skip the bounds checks. The last group
     // of a map may be short, so the teams of a warp may differ in which steps they check: the levels
     // are stored from one place, where the whole warp meets (store_levels' shuffles).
-    auto levels_of = [&](int begin, int k0, auto checked) {
-      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), begin / kPerCall + lane);
+    auto levels_of = [&](int call, int k0, auto checked) {
+      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
       LaneLevels<BITS> levels;
 #pragma unroll
       for (int v = 0; v < kPerCall; ++v) {
@@ -685,9 +685,10 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
       return levels;
     };
     for (int begin = 0; begin < size; begin += span) {
-      const int k0 = static_cast<int>(membench::noise_value(begin / kPerCall + lane, 0, calls, kPerCall));
+      const int call = begin / kPerCall + lane;
+      const int k0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
       const LaneLevels<BITS> levels =
-          begin + span <= count ? levels_of(begin, k0, std::false_type()) : levels_of(begin, k0, std::true_type());
+          begin + span <= count ? levels_of(call, k0, std::false_type()) : levels_of(call, k0, std::true_type());
       store_levels<BITS>(levels, begin, k0, calls, size, lane, lanes, team.active, staging, row_out, row_bytes);
     }
     __syncwarp();  // the next group is staged where this one's values are read
