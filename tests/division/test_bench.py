@@ -58,6 +58,27 @@ def test_step_memory_reports_activation_and_total(extension_kernels):
     assert results["division"][1] < results["vanilla"][1]
 
 
+def test_step_memory_counts_gradients_once_and_the_batch(extension_kernels):
+    """The measured step starts without the warm-up step's gradients, so they are neither in the
+    state nor freed by the step: the state is parameters, buffers and momentum, and the total is
+    the state, the batch and the step's own allocator peak, which holds every saved activation."""
+    model, optimizer, inputs, targets = _job("vanilla", extension_kernels)
+    with Meter(torch.device("cpu"), sample_interval_s=0, trace_allocator=True) as meter:
+        fields = measure_step_memory(model, optimizer, inputs, targets, meter)
+    summary = meter.summary()
+    tensors = [*model.parameters(), *model.buffers()]
+    tensors += [
+        v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+    ]
+    state_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    batch_bytes = inputs.numel() * 4 + targets.numel() * 8
+    assert fields["state_mib"] == state_bytes / 2**20
+    assert fields["total_memory_mib"] == pytest.approx(
+        (state_bytes + batch_bytes) / 2**20 + summary["step_alloc_peak_mib"]
+    )
+    assert summary["step_alloc_peak_mib"] >= summary["step_activation_mib"]
+
+
 def test_throughput_fields():
     model, optimizer, inputs, targets = _job("division")
     fields = measure_throughput(model, optimizer, inputs, targets, iterations=3, warmup=1)

@@ -24,8 +24,15 @@ from division.cuda_checks import (
     random_map,
 )
 
+from membench.core.meter import Meter
 from membench.division import compress
-from membench.division.bench import make_optimizer, prepare_model, random_batch, training_step
+from membench.division.bench import (
+    make_optimizer,
+    measure_step_memory,
+    prepare_model,
+    random_batch,
+    training_step,
+)
 from membench.division.extension import build_extension
 from membench.division.kernels import TORCH_KERNELS, select_kernels
 from membench.division.options import METHODS, MethodSpec
@@ -92,6 +99,18 @@ def test_every_method_trains_on_cuda(cuda_kernels, method, amp):
     precision = Precision(amp, CUDA)
     losses = [training_step(model, optimizer, inputs, targets, precision=precision) for _ in range(5)]
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+def test_the_step_peak_holds_every_saved_activation_on_cuda():
+    """The step's allocator peak above its start is what the step allocated and held, as on a CPU:
+    at least the saved activations (it once lacked the bytes of the gradients the step freed)."""
+    model, _ = prepare_model("resnet18", "vanilla", 10, CUDA, MethodSpec(), TORCH_KERNELS, seed=0, width=16)
+    inputs, targets = random_batch(4, 32, 10, CUDA, seed=0)
+    with Meter(CUDA, sample_interval_s=0) as meter:
+        fields = measure_step_memory(model, make_optimizer(model), inputs, targets, meter)
+    summary = meter.summary()
+    assert fields["status"] == "ok"
+    assert summary["step_alloc_peak_mib"] >= summary["step_activation_mib"] > 0
 
 
 def test_memory_and_speed_jobs_run_on_cuda_with_amp(cuda_manifest, tmp_path):

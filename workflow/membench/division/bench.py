@@ -93,7 +93,7 @@ def random_batch(batch_size: int, image_size: int, num_classes: int, device: tor
 
 
 def state_bytes(model: nn.Module, optimizer) -> int:
-    """Bytes of parameters, buffers, gradients and optimizer state (what lives between steps)."""
+    """Bytes of parameters, buffers, gradients (where set) and optimizer state."""
     tensors = list(model.parameters()) + list(model.buffers())
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
     for state in optimizer.state.values():
@@ -106,14 +106,21 @@ def measure_step_memory(
 ) -> dict[str, object]:
     """Memory of one training step after a warm-up step, measured by ``meter`` as phase ``step``.
 
-    Returns ``status`` (``ok`` or ``oom``) and ``total_memory_mib``: the CUDA allocator peak on a
-    GPU; on a CPU the state held between steps plus the step's allocator peak (``alloc_peak_mib``,
-    with the meter's ``trace_allocator``) or else its live-tensor peak (``peak_tensor_mib``). Out of
+    The warm-up step's gradients are dropped before the measured step, so that the step frees
+    nothing it did not allocate: its peak (``alloc_peak_mib``) is then what it allocated and held,
+    new gradients included, on every device. (A GPU's peak above the phase's start would otherwise
+    lack the old gradients' bytes, which the step's ``zero_grad`` frees.)
+
+    Returns ``status`` (``ok`` or ``oom``), ``state_mib`` (parameters, buffers and optimizer state,
+    what the step starts from) and ``total_memory_mib``: the CUDA allocator peak on a GPU; on a CPU
+    the same sum, the state and the batch plus the step's allocator peak (``alloc_peak_mib``, with
+    the meter's ``trace_allocator``) or else its live-tensor peak (``peak_tensor_mib``). Out of
     memory, whatever raised it (:func:`~membench.core.oom.is_out_of_memory`), is a result:
     ``status`` ``oom`` with ``status_message``, memory fields empty.
     """
     try:
         training_step(model, optimizer, inputs, targets, precision=precision)
+        optimizer.zero_grad(set_to_none=True)
         held_bytes = state_bytes(model, optimizer)
         synchronize(inputs.device)
         with meter.phase("step") as phase:
@@ -123,12 +130,13 @@ def measure_step_memory(
             raise
         _release(optimizer, inputs.device)
         return {**oom_fields(exc), "total_memory_mib": None, "state_mib": None}
+    before_step = held_bytes + _nbytes(inputs) + _nbytes(targets)
     if phase.cuda_peak_allocated_bytes is not None:
         total = phase.cuda_peak_allocated_bytes
     elif phase.alloc_peak_bytes is not None:
-        total = held_bytes + phase.alloc_peak_bytes
+        total = before_step + phase.alloc_peak_bytes
     elif phase.peak_tensor_bytes is not None:
-        total = held_bytes + phase.peak_tensor_bytes
+        total = before_step + phase.peak_tensor_bytes
     else:
         total = None
     return {
