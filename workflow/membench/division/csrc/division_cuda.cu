@@ -396,6 +396,13 @@ struct alignas(8 * sizeof(scalar_t)) Values8 {
   scalar_t v[8];
 };
 
+// An int known at compile time, where a count is the same for a whole launch (device code cannot
+// call std::integral_constant's conversion, which is host code).
+template <int N>
+struct Constant {
+  __host__ __device__ constexpr operator int() const { return N; }
+};
+
 // -- DIVISION: one team per (sample, channel) plane -----------------------------------------------
 //
 // A block works on several planes at a time. Its shared memory: the tile of each value of a plane
@@ -455,7 +462,7 @@ __device__ __forceinline__ int tile_index(const PlaneShape& s, const uint8_t* ti
   return has_tile_table(s) ? tile_of[j] : computed_tile(s, j);
 }
 
-template <typename scalar_t, int BITS, bool STAGED>
+template <typename scalar_t, int BITS, bool STAGED, bool WHOLE_BLOCKS>
 __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, int lanes,
                                          uint64_t seed, uint64_t offset, c10::BFloat16* __restrict__ lfc,
                                          uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
@@ -533,33 +540,43 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
     uint8_t* row_out = packed + p * row_bytes;
     // Stochastic rounding, 16 values per lane at a time: a Philox call per lane serves values j0 +
     // calls * v, v < 16 (division_common.h; a plane of at most 256 values is one block of its
-    // calls). Steps that lie wholly inside the plane skip the bounds checks.
+    // calls). Steps that lie wholly inside the plane skip the bounds checks. In planes of whole
+    // noise blocks (WHOLE_BLOCKS: 16 calls, every plane above 128 values) `calls` is a constant, so
+    // that a lane's values lie at constant offsets from its first and need no address arithmetic.
     // The next step's Philox call is computed before this step's values, so that its chain of
     // dependent multiplications overlaps their independent work.
-    auto step = [&](int begin, const membench::Philox4& r, auto checked) {
-      const int call = begin / kPerCall + lane;
-      const int j0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
-      LaneLevels<BITS> levels;
+    auto round_row = [&](auto row_calls) {
+      auto step = [&](int begin, const membench::Philox4& r, auto checked) {
+        const int call = begin / kPerCall + lane;
+        const int j0 = static_cast<int>(membench::noise_value(call, 0, row_calls, kPerCall));
+        LaneLevels<BITS> levels;
 #pragma unroll
-      for (int v = 0; v < kPerCall; ++v) {
-        const int j = j0 + calls * v;
-        if (!decltype(checked)::value || j < s.area) {
-          const float hfc = __fsub_rn(static_cast<float>(plane[j]), lfc_values[tile_index(s, tile_of, j)]);
-          levels.set(v, membench::quantize_level(hfc, low, inverse_step,
-                                                 call_uniform<membench::kRoundingBits>(r, v), top));
+        for (int v = 0; v < kPerCall; ++v) {
+          const int j = j0 + row_calls * v;
+          if (!decltype(checked)::value || j < s.area) {
+            const float hfc = __fsub_rn(static_cast<float>(plane[j]), lfc_values[tile_index(s, tile_of, j)]);
+            levels.set(v, membench::quantize_level(hfc, low, inverse_step,
+                                                   call_uniform<membench::kRoundingBits>(r, v), top));
+          }
         }
+        store_levels<BITS>(levels, begin, j0, row_calls, s.area, lane, lanes, team.active, staging, row_out,
+                           row_bytes);
+      };
+      membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), lane);
+      int begin = 0;
+      for (; begin + span <= s.area; begin += span) {
+        const membench::Philox4 next =
+            philox_call(seed, offset, static_cast<uint32_t>(p), (begin + span) / kPerCall + lane);
+        step(begin, r, std::false_type());
+        r = next;
       }
-      store_levels<BITS>(levels, begin, j0, calls, s.area, lane, lanes, team.active, staging, row_out, row_bytes);
+      if (begin < s.area) step(begin, r, std::true_type());
     };
-    membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(p), lane);
-    int begin = 0;
-    for (; begin + span <= s.area; begin += span) {
-      const membench::Philox4 next =
-          philox_call(seed, offset, static_cast<uint32_t>(p), (begin + span) / kPerCall + lane);
-      step(begin, r, std::false_type());
-      r = next;
+    if constexpr (WHOLE_BLOCKS) {
+      round_row(Constant<membench::kNoiseCalls>());
+    } else {
+      round_row(calls);
     }
-    if (begin < s.area) step(begin, r, std::true_type());
     __syncwarp();  // the next plane is staged where this one's values are read
   }
 }
@@ -628,7 +645,7 @@ __host__ __device__ __forceinline__ int64_t group_team_bytes(int64_t group_size,
   return (staged ? stage_bytes(group_size * element) : 0) + level_staging_bytes(lanes);
 }
 
-template <typename scalar_t, int BITS, bool STAGED>
+template <typename scalar_t, int BITS, bool STAGED, bool WHOLE_BLOCKS>
 __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t numel, int64_t group_size,
                                       int64_t groups, int lanes, uint64_t seed, uint64_t offset,
                                       uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
@@ -667,29 +684,38 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
     }
     const float low = static_cast<float>(grid.low), inverse_step = __frcp_rn(static_cast<float>(grid.step));
     uint8_t* row_out = packed + g * row_bytes;
-    // As DIVISION's: steps wholly inside the group's values skip the bounds checks. The last group
-    // of a map may be short, so the teams of a warp may differ in which steps they check: the levels
-    // are stored from one place, where the whole warp meets (store_levels' shuffles).
-    auto levels_of = [&](int call, int k0, auto checked) {
-      const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
-      LaneLevels<BITS> levels;
+    // As DIVISION's: steps wholly inside the group's values skip the bounds checks, and groups of
+    // whole noise blocks (WHOLE_BLOCKS) take `calls` as a constant. The last group of a map may be
+    // short, so the teams of a warp may differ in which steps they check: the levels are stored from
+    // one place, where the whole warp meets (store_levels' shuffles).
+    auto round_group = [&](auto row_calls) {
+      auto levels_of = [&](int call, int k0, auto checked) {
+        const membench::Philox4 r = philox_call(seed, offset, static_cast<uint32_t>(g), call);
+        LaneLevels<BITS> levels;
 #pragma unroll
-      for (int v = 0; v < kPerCall; ++v) {
-        const int k = k0 + calls * v;
-        if (!decltype(checked)::value || k < size) {
-          const float value = !decltype(checked)::value || k < count ? static_cast<float>(values[k]) : 0.0f;
-          levels.set(v, membench::quantize_level(value, low, inverse_step,
-                                                 call_uniform<membench::kRoundingBits>(r, v), top));
+        for (int v = 0; v < kPerCall; ++v) {
+          const int k = k0 + row_calls * v;
+          if (!decltype(checked)::value || k < size) {
+            const float value = !decltype(checked)::value || k < count ? static_cast<float>(values[k]) : 0.0f;
+            levels.set(v, membench::quantize_level(value, low, inverse_step,
+                                                   call_uniform<membench::kRoundingBits>(r, v), top));
+          }
         }
+        return levels;
+      };
+      for (int begin = 0; begin < size; begin += span) {
+        const int call = begin / kPerCall + lane;
+        const int k0 = static_cast<int>(membench::noise_value(call, 0, row_calls, kPerCall));
+        const LaneLevels<BITS> levels =
+            begin + span <= count ? levels_of(call, k0, std::false_type()) : levels_of(call, k0, std::true_type());
+        store_levels<BITS>(levels, begin, k0, row_calls, size, lane, lanes, team.active, staging, row_out,
+                           row_bytes);
       }
-      return levels;
     };
-    for (int begin = 0; begin < size; begin += span) {
-      const int call = begin / kPerCall + lane;
-      const int k0 = static_cast<int>(membench::noise_value(call, 0, calls, kPerCall));
-      const LaneLevels<BITS> levels =
-          begin + span <= count ? levels_of(call, k0, std::false_type()) : levels_of(call, k0, std::true_type());
-      store_levels<BITS>(levels, begin, k0, calls, size, lane, lanes, team.active, staging, row_out, row_bytes);
+    if constexpr (WHOLE_BLOCKS) {
+      round_group(Constant<membench::kNoiseCalls>());
+    } else {
+      round_group(calls);
     }
     __syncwarp();  // the next group is staged where this one's values are read
   }
@@ -885,11 +911,14 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
       team_launch(x, lanes, plane_tables_bytes(s),
                   stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage,
                   [&](bool staged) { return plane_team_bytes(s, element, staged, lanes); });
+  const bool whole_blocks = membench::noise_calls(s.area, kPerCall) == membench::kNoiseCalls;
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
-      auto kernel = launch.staged ? division_compress_kernel<scalar_t, kBits, true>
-                                  : division_compress_kernel<scalar_t, kBits, false>;
+      auto kernel = launch.staged ? (whole_blocks ? division_compress_kernel<scalar_t, kBits, true, true>
+                                                  : division_compress_kernel<scalar_t, kBits, true, false>)
+                                  : (whole_blocks ? division_compress_kernel<scalar_t, kBits, false, true>
+                                                  : division_compress_kernel<scalar_t, kBits, false, false>);
       const int64_t blocks = prepare_launch(kernel, launch, planes, x);
       launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, x.data_ptr<scalar_t>(), planes, s,
                     launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
@@ -940,11 +969,14 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
   const Launch launch =
       team_launch(x, lanes, 0, stageable(x) && stage_bytes(group_size * element) <= kMaxStage,
                   [&](bool staged) { return group_team_bytes(group_size, element, staged, lanes); });
+  const bool whole_blocks = membench::noise_calls(group_size, kPerCall) == membench::kNoiseCalls;
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "group_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       constexpr int kBits = decltype(bits_constant)::value;
-      auto kernel = launch.staged ? group_compress_kernel<scalar_t, kBits, true>
-                                  : group_compress_kernel<scalar_t, kBits, false>;
+      auto kernel = launch.staged ? (whole_blocks ? group_compress_kernel<scalar_t, kBits, true, true>
+                                                  : group_compress_kernel<scalar_t, kBits, true, false>)
+                                  : (whole_blocks ? group_compress_kernel<scalar_t, kBits, false, true>
+                                                  : group_compress_kernel<scalar_t, kBits, false, false>);
       const int64_t blocks = prepare_launch(kernel, launch, groups, x);
       launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, x.data_ptr<scalar_t>(), numel, group_size,
                     groups, launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
