@@ -93,9 +93,9 @@ def random_batch(batch_size: int, image_size: int, num_classes: int, device: tor
 
 
 def state_bytes(model: nn.Module, optimizer) -> int:
-    """Bytes of parameters, buffers, gradients (where set) and optimizer state."""
+    """Bytes of parameters, buffers and optimizer state: what a training step starts from (the
+    step allocates its own gradients)."""
     tensors = list(model.parameters()) + list(model.buffers())
-    tensors += [p.grad for p in model.parameters() if p.grad is not None]
     for state in optimizer.state.values():
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
