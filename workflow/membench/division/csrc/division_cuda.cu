@@ -84,11 +84,18 @@ __host__ __device__ __forceinline__ int64_t packed_row_bytes(int64_t length, int
 
 // The uniform of part v of a call, membench::uniform_from_part's number built from bits: 1 + (part +
 // 1/2) 2^-U has the exponent of 1, so subtracting 1 leaves (part + 1/2) 2^-U exactly, without an
-// integer-to-float conversion (a quarter-rate instruction).
+// integer-to-float conversion (a quarter-rate instruction). An 8-bit part is a byte of its word, so
+// one byte permutation builds 1 + (part + 1/2) 2^-15 (the byte in bits 8-15, the half in bit 7), and
+// one fused multiply-add, exact as its result is a float, scales it: 2 instructions, not 4.
 template <int U>
 __device__ __forceinline__ float call_uniform(const membench::Philox4& r, int v) {
-  const uint32_t part = membench::call_part<U>(r, v);
-  return __fsub_rn(__uint_as_float(0x3F800000u | (part << (23 - U)) | (1u << (22 - U))), 1.0f);
+  if constexpr (U == 8) {
+    const uint32_t one_and_part = __byte_perm(0x3F800080u, r.word[v / 4], 0x3200u | ((4 + v % 4) << 4));
+    return __fmaf_rn(__uint_as_float(one_and_part), 128.0f, -128.0f);
+  } else {
+    const uint32_t part = membench::call_part<U>(r, v);
+    return __fsub_rn(__uint_as_float(0x3F800000u | (part << (23 - U)) | (1u << (22 - U))), 1.0f);
+  }
 }
 
 __device__ __forceinline__ membench::Philox4 philox_call(uint64_t seed, uint64_t offset, uint32_t row,
@@ -164,8 +171,9 @@ struct LaneLevels {
   static constexpr int kWordBits = 8 * sizeof(Word);
   Word word[BITS == 8 ? 4 : 1] = {};
 
+  // Adds, as the field is still zero: a shift and an add are one instruction (LEA), a shift and an or two.
   __device__ __forceinline__ void set(int v, uint32_t level) {
-    word[v * BITS / kWordBits] |= static_cast<Word>(level) << (v * BITS % kWordBits);
+    word[v * BITS / kWordBits] += static_cast<Word>(level) << (v * BITS % kWordBits);
   }
   __device__ __forceinline__ uint8_t get(int v) const {
     return static_cast<uint8_t>((word[v * BITS / kWordBits] >> (v * BITS % kWordBits)) & ((1u << BITS) - 1));
@@ -408,9 +416,10 @@ struct Constant {
 // A block works on several planes at a time. Its shared memory: the tile of each value of a plane
 // (uint8, shared by the block's planes, which have one size; when a plane has at most 256 tiles
 // and 16 Ki values, else the tile is computed), then per team its region: when staged, the plane;
-// the sums, minima and maxima of a tile row's columns (width floats each); the plane's LFC as
-// floats; in teams of fewer than 16 lanes, the levels of one step (16 per lane). In-plane indices
-// are 32-bit (a plane has fewer than 2^31 values; the host checks).
+// the plane's LFC as floats (first, so that its address is the region's, one register, in the
+// rounding loop); the sums, minima and maxima of a tile row's columns (width floats each); in teams
+// of fewer than 16 lanes, the levels of one step (16 per lane). In-plane indices are 32-bit (a
+// plane has fewer than 2^31 values; the host checks).
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
@@ -474,11 +483,11 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   const int lane = team_lane(lanes);
   unsigned char* own =
       shared + plane_tables_bytes(s) + team_index(lanes) * plane_team_bytes(s, element, STAGED, lanes);
-  float* column_sum = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
+  float* lfc_values = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
+  float* column_sum = lfc_values + plane_lfc_bytes(s) / 4;
   float* column_min = column_sum + plane_column_bytes(s) / 4;
   float* column_max = column_min + plane_column_bytes(s) / 4;
-  float* lfc_values = column_max + plane_column_bytes(s) / 4;
-  uint8_t* staging = reinterpret_cast<uint8_t*>(lfc_values) + plane_lfc_bytes(s);
+  uint8_t* staging = reinterpret_cast<uint8_t*>(column_max + plane_column_bytes(s) / 4);
   const int calls = membench::noise_calls(s.area, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
