@@ -153,6 +153,30 @@ def test_rapl_sums_packages_and_handles_wraparound(tmp_path):
     assert rapl.energy_since_start_j() == pytest.approx(500e-6)
 
 
+def test_rapl_counts_every_wrap_of_a_long_job_read_between_wraps(tmp_path):
+    zone = _zone(tmp_path, "intel-rapl:0", 100, 1000)
+    rapl = sources.RaplPackages.open(str(tmp_path))
+    rapl.start()
+    for reading in (700, 300, 900, 200):  # three wraps: 600 + 600 + 600 + 300 uJ
+        (zone / "energy_uj").write_text(f"{reading}\n")
+        rapl.update()
+    assert rapl.energy_since_start_j() == pytest.approx(2100e-6)
+    (zone / "energy_uj").write_text("garbage\n")
+    assert rapl.energy_since_start_j() is None  # a counter that could not be read loses the total
+
+
+def test_the_meter_reads_rapl_at_every_sample(tmp_path, monkeypatch):
+    zone = _zone(tmp_path, "intel-rapl:0", 0, 1000)
+    rapl = sources.RaplPackages.open(str(tmp_path))
+    monkeypatch.setattr(sources.RaplPackages, "open", classmethod(lambda cls, root=None: rapl))
+    with Meter(torch.device("cpu"), sample_interval_s=0) as meter:
+        for reading in (800, 600, 400):  # each phase's samples see the counter between wraps
+            (zone / "energy_uj").write_text(f"{reading}\n")
+            with meter.phase("step"):
+                pass
+    assert meter.summary()["energy_j"] == pytest.approx(2400e-6)
+
+
 def test_rapl_absent_is_none(tmp_path):
     assert sources.RaplPackages.open(str(tmp_path)) is None
 

@@ -308,6 +308,8 @@ class Meter:
         self._sampler_cpu_s = time.thread_time() - start_cpu
 
     def _take_sample(self) -> None:
+        if self._rapl is not None:
+            self._rapl.update()
         nvml_used = self._gpu.used_bytes() if self._gpu is not None else None
         nvml_process_used = self._gpu.process_used_bytes() if self._gpu is not None else None
         allocated = torch.cuda.memory_allocated(self.device) if self.device.type == "cuda" else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import resource
+import threading
 from pathlib import Path
 
 import torch
@@ -176,12 +177,20 @@ def _pci_bus_id(properties) -> str | None:
 
 
 class RaplPackages:
-    """Sum of the CPU package energy counters under ``/sys/class/powercap`` (often root-only)."""
+    """Sum of the CPU package energy counters under ``/sys/class/powercap`` (often root-only).
+
+    A counter wraps around after ``max_energy_range_uj`` (about 262 kJ: 20-30 minutes of a busy
+    socket), so it is read at every meter sample (:meth:`update`) and the differences are added up:
+    a job longer than one wrap loses nothing as long as samples come more often than wraps.
+    """
 
     def __init__(self, zones: list[Path]) -> None:
         self._zones = zones
         self._ranges = [_read_int(z / "max_energy_range_uj") or 2**32 for z in zones]
-        self._start = [0] * len(zones)
+        self._last: list[int | None] = [None] * len(zones)
+        self._total_uj = 0
+        self._unreadable = False
+        self._lock = threading.Lock()  # the meter's sampler thread and the job's thread both read
 
     @classmethod
     def open(cls, root: str = "/sys/class/powercap") -> "RaplPackages | None":
@@ -195,16 +204,26 @@ class RaplPackages:
         return cls(readable) if readable else None
 
     def start(self) -> None:
-        self._start = [_read_int(z / "energy_uj") or 0 for z in self._zones]
+        with self._lock:
+            self._last = [_read_int(z / "energy_uj") for z in self._zones]
+            self._total_uj = 0
+            self._unreadable = any(value is None for value in self._last)
+
+    def update(self) -> None:
+        """Add the energy since the previous read (at most one wrap of each counter in between)."""
+        with self._lock:
+            for i, (zone, wrap) in enumerate(zip(self._zones, self._ranges)):
+                now, last = _read_int(zone / "energy_uj"), self._last[i]
+                if now is None or last is None:
+                    self._unreadable = True
+                    continue
+                self._total_uj += now - last if now >= last else now + wrap - last
+                self._last[i] = now
 
     def energy_since_start_j(self) -> float | None:
-        total_uj = 0
-        for zone, start, wrap in zip(self._zones, self._start, self._ranges):
-            now = _read_int(zone / "energy_uj")
-            if now is None:
-                return None
-            total_uj += now - start if now >= start else now + wrap - start
-        return total_uj / 1e6
+        """Joules since :meth:`start`; ``None`` if a counter could not be read at some point."""
+        self.update()
+        return None if self._unreadable else self._total_uj / 1e6
 
 
 def _read_int(path: Path) -> int | None:
