@@ -39,6 +39,14 @@ HOTCONV = {
     [
         {"implementation": "reference", "device": "cpu", "threads": 1, "precision": "float64"},
         {"implementation": "torch", "device": "cuda", "threads": 16, "precision": "float32"},
+        {
+            "implementation": "torch",
+            "device": "cpu",
+            "threads": 2,
+            "precision": "float64",
+            "kernels": "torch",
+        },
+        {"implementation": "torch", "device": "cpu", "threads": 2, "precision": "float64", "kernels": "auto"},
     ],
 )
 def test_variant_name_is_the_one_bench_jobs_record(variant):
@@ -341,7 +349,11 @@ def test_data_set_options_take_the_entry_and_the_seed():
 def test_appclass_variants_put_the_reference_first_and_build_only_for_kernels():
     torch = {"implementation": "torch", "device": "cpu", "threads": 2, "precision": "float32"}
     variants = ws.appclass_variants([torch, {**torch, "kernels": "torch", "threads": 1}])
-    assert list(variants) == ["reference-cpu-t1-float64", "torch-cpu-t2-float32", "torch-cpu-t1-float32"]
+    assert list(variants) == [
+        "reference-cpu-t1-float64",
+        "torch-cpu-t2-float32",
+        "torch-cpu-t1-float32-kernels_torch",
+    ]
     assert [ws.appclass_uses_build(variant) for variant in variants.values()] == [False, True, False]
     appclass, meter = (
         {"repeats": 2, "trace_live_tensors": True},

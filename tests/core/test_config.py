@@ -152,6 +152,26 @@ def test_default_settings_pass_and_paper_settings_miss_only_their_data():
             "'threads': 2, 'precision': 'float64', 'kernels': 'auto'}",
         ),
         (
+            {
+                "appclass": {
+                    "variants": [
+                        {"implementation": "torch", "device": "cpu", "threads": 2, "precision": "float32"},
+                        {"implementation": "torch", "device": "cpu", "threads": 2, "precision": "float64"},
+                        {
+                            "implementation": "torch",
+                            "device": "cpu",
+                            "threads": 2,
+                            "precision": "float32",
+                            "kernels": "auto",
+                        },
+                    ]
+                }
+            },
+            "appclass.variants.2",
+            "repeats appclass.variants.0 ({'implementation': 'torch', 'device': 'cpu', 'threads': 2, "
+            "'precision': 'float32', 'kernels': 'auto'})",
+        ),
+        (
             {"hotconv": {"datasets": ["tiny", "mine"]}},
             "hotconv.datasets",
             "mine not among bodmas.datasets (tiny)",

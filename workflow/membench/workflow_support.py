@@ -199,8 +199,11 @@ def digits_options(dataset: Mapping[str, Any], seed: int) -> list[str]:
 
 def appclass_variant_name(variant: Mapping[str, Any]) -> str:
     """The name bench jobs record for a configured variant (``membench.appclass.bench.BenchSpec.variant``
-    with the default options): ``<implementation>-<device>-t<threads>-<precision>``."""
-    return f"{variant['implementation']}-{variant['device']}-t{variant['threads']}-{variant['precision']}"
+    with the default options): ``<implementation>-<device>-t<threads>-<precision>``, and
+    ``-kernels_<kernels>`` unless the kernels are ``auto``."""
+    name = f"{variant['implementation']}-{variant['device']}-t{variant['threads']}-{variant['precision']}"
+    kernels = variant.get("kernels", "auto")
+    return name if kernels == "auto" else f"{name}-kernels_{kernels}"
 
 
 def appclass_variants(configured: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

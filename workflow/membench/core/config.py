@@ -225,10 +225,16 @@ def check_settings(config: dict, source: str = "the config") -> None:
 
 def _cross_key_problems(config: dict):
     """(dotted key, problem) of each key that contradicts another, in the order of the config."""
+    first_of: dict[tuple, int] = {}
     for i, variant in enumerate(config["appclass"]["variants"]):
         reference_part = {key: value for key, value in variant.items() if key != "kernels"}
         if variant["implementation"] == "reference" and reference_part != APPCLASS_REFERENCE:
             yield f"appclass.variants.{i}", f"the reference runs as {APPCLASS_REFERENCE} only, not {variant}"
+        # Equal settings are one job: a second entry would silently replace the first.
+        settings = tuple(sorted({"kernels": "auto", **variant}.items()))
+        if settings in first_of:
+            yield f"appclass.variants.{i}", f"repeats appclass.variants.{first_of[settings]} ({variant})"
+        first_of.setdefault(settings, i)
     bodmas = config["bodmas"]["datasets"]
     unknown = [name for name in config["hotconv"]["datasets"] if name not in bodmas]
     if unknown:
