@@ -31,6 +31,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <limits>
 #include <vector>
 
 #include "division_common.h"
@@ -827,22 +828,22 @@ __global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const 
 
 // -- max pooling with window indices --------------------------------------------------------------
 
-template <typename scalar_t>
+template <typename scalar_t, typename index_t>
 __global__ void maxpool_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
-                                       int8_t* __restrict__ index, int64_t planes, int64_t height, int64_t width,
-                                       int64_t out_h, int64_t out_w, int kernel, int stride, int padding) {
-  const int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+                                       int8_t* __restrict__ index, index_t planes, index_t height, index_t width,
+                                       index_t out_h, index_t out_w, int kernel, int stride, int padding) {
+  const index_t o = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (o >= planes * out_h * out_w) return;
-  const int64_t p = o / (out_h * out_w), oh = (o / out_w) % out_h, ow = o % out_w;
+  const index_t p = o / (out_h * out_w), oh = (o / out_w) % out_h, ow = o % out_w;
   const scalar_t* plane = x + p * height * width;
   scalar_t best = plane[0];
   float best_value = -INFINITY;
   int best_index = -1;
   for (int kh = 0; kh < kernel; ++kh) {
-    const int64_t ih = oh * stride - padding + kh;
+    const index_t ih = oh * stride - padding + kh;
     if (ih < 0 || ih >= height) continue;
     for (int kw = 0; kw < kernel; ++kw) {
-      const int64_t iw = ow * stride - padding + kw;
+      const index_t iw = ow * stride - padding + kw;
       if (iw < 0 || iw >= width) continue;
       const float value = static_cast<float>(plane[ih * width + iw]);
       // The first maximum in scan order wins and NaN propagates, as in torch's max_pool2d.
@@ -859,23 +860,25 @@ __global__ void maxpool_forward_kernel(const scalar_t* __restrict__ x, scalar_t*
 
 // Each input value gathers the gradients of the windows whose winner it is, in the order of the
 // windows (as the CPU kernel adds them), so the sums need no atomics and are the same on both devices.
-template <typename scalar_t>
+// Indices are 32-bit where the map allows (index_t): a 64-bit division is a long software routine,
+// and this kernel divides per value.
+template <typename scalar_t, typename index_t>
 __global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, const int8_t* __restrict__ index,
-                                        scalar_t* __restrict__ grad_in, int64_t planes, int64_t height,
-                                        int64_t width, int64_t out_h, int64_t out_w, int kernel, int stride,
+                                        scalar_t* __restrict__ grad_in, index_t planes, index_t height,
+                                        index_t width, index_t out_h, index_t out_w, int kernel, int stride,
                                         int padding) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
   if (i >= planes * height * width) return;
-  const int64_t p = i / (height * width), ih = (i / width) % height, iw = i % width;
+  const index_t p = i / (height * width), ih = (i / width) % height, iw = i % width;
   // Windows oh with oh * stride - padding <= ih < oh * stride - padding + kernel.
-  const int64_t oh0 = max64(0, (ih + padding - kernel + stride) / stride);
-  const int64_t oh1 = min64(out_h - 1, (ih + padding) / stride);
-  const int64_t ow0 = max64(0, (iw + padding - kernel + stride) / stride);
-  const int64_t ow1 = min64(out_w - 1, (iw + padding) / stride);
+  const index_t oh_first = (ih + padding - kernel + stride) / stride, oh_last = (ih + padding) / stride;
+  const index_t ow_first = (iw + padding - kernel + stride) / stride, ow_last = (iw + padding) / stride;
+  const index_t oh0 = oh_first > 0 ? oh_first : 0, oh1 = oh_last < out_h - 1 ? oh_last : out_h - 1;
+  const index_t ow0 = ow_first > 0 ? ow_first : 0, ow1 = ow_last < out_w - 1 ? ow_last : out_w - 1;
   scalar_t sum = scalar_t(0.0f);
-  for (int64_t oh = oh0; oh <= oh1; ++oh) {
-    for (int64_t ow = ow0; ow <= ow1; ++ow) {
-      const int64_t o = (p * out_h + oh) * out_w + ow;
+  for (index_t oh = oh0; oh <= oh1; ++oh) {
+    for (index_t ow = ow0; ow <= ow1; ++ow) {
+      const index_t o = (p * out_h + oh) * out_w + ow;
       const int k = index[o];
       if (oh * stride - padding + k / kernel == ih && ow * stride - padding + k % kernel == iw) {
         sum = static_cast<scalar_t>(__fadd_rn(static_cast<float>(sum), static_cast<float>(grad_out[o])));
@@ -883,6 +886,17 @@ __global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, c
     }
   }
   grad_in[i] = sum;
+}
+
+// Calls f(int32_t()) where every index below `n`, and a thread's index in the last block, fits 32
+// bits, else f(int64_t()).
+template <typename F>
+void dispatch_index(int64_t n, F&& f) {
+  if (n <= std::numeric_limits<int32_t>::max() - kThreads) {
+    f(int32_t());
+  } else {
+    f(int64_t());
+  }
 }
 
 }  // namespace
@@ -1062,10 +1076,15 @@ std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int
   auto index = at::empty({x.size(0), x.size(1), out_h, out_w}, x.options().dtype(at::kChar));
   const int64_t n = planes * out_h * out_w;
   if (n == 0) return {out, index};
-  MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "maxpool2d_forward_cuda", [&] {
-    launch_kernel(maxpool_forward_kernel<scalar_t>, blocks_for(n), kThreads, 0, x.data_ptr<scalar_t>(),
-                  out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), planes, height, width, out_h, out_w,
-                  static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
+  dispatch_index(max64(n, planes * height * width), [&](auto index_type) {
+    using index_t = decltype(index_type);
+    MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "maxpool2d_forward_cuda", [&] {
+      launch_kernel(maxpool_forward_kernel<scalar_t, index_t>, blocks_for(n), kThreads, 0, x.data_ptr<scalar_t>(),
+                    out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), static_cast<index_t>(planes),
+                    static_cast<index_t>(height), static_cast<index_t>(width), static_cast<index_t>(out_h),
+                    static_cast<index_t>(out_w), static_cast<int>(kernel), static_cast<int>(stride),
+                    static_cast<int>(padding));
+    });
   });
   return {out, index};
 }
@@ -1077,10 +1096,15 @@ at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_
   auto grad_in = at::empty({grad_out.size(0), grad_out.size(1), height, width}, grad_out.options());
   const int64_t n = planes * height * width;
   if (n == 0) return grad_in;
-  MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward_cuda", [&] {
-    launch_kernel(maxpool_backward_kernel<scalar_t>, blocks_for(n), kThreads, 0, grad_out.data_ptr<scalar_t>(),
-                  index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(), planes, height, width, out_h, out_w,
-                  static_cast<int>(kernel), static_cast<int>(stride), static_cast<int>(padding));
+  dispatch_index(max64(n, planes * out_h * out_w), [&](auto index_type) {
+    using index_t = decltype(index_type);
+    MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward_cuda", [&] {
+      launch_kernel(maxpool_backward_kernel<scalar_t, index_t>, blocks_for(n), kThreads, 0,
+                    grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(),
+                    static_cast<index_t>(planes), static_cast<index_t>(height), static_cast<index_t>(width),
+                    static_cast<index_t>(out_h), static_cast<index_t>(out_w), static_cast<int>(kernel),
+                    static_cast<int>(stride), static_cast<int>(padding));
+    });
   });
   return grad_in;
 }
