@@ -44,17 +44,21 @@ def test_evaluate_reports_the_achieved_rate_beside_the_requested_one(tmp_path, t
     table = pd.read_csv(out)
     assert table["estimator"].tolist() == ALL
     assert (table["max_under"] == 0.1).all() and (table["device_name"] == "Test GPU").all()
+    # the ensembles' size and steps, which a published figure's setting names
+    ensembles = table[["members", "mlp_epochs", "transformer_epochs"]].drop_duplicates()
+    assert ensembles.values.tolist() == [[1, 5, 2]]
     expected = {"accuracy", "under_rate", "under_rate_ci_low", "under_rate_ci_high", "risk_met"}
     expected |= {"raw_accuracy", "raw_under_rate", "mib_under_rate", "grouped_accuracy", "no_answer_reason"}
     assert expected <= set(table.columns)
     assert (table["under_rate_ci_low"] <= table["under_rate"]).all()
     assert (table["under_rate"] <= table["under_rate_ci_high"]).all()
-    # 24 jobs, all in one 1 GB class, cannot tell estimators apart: the table says so
+    # 24 jobs, all in one 1,000 MiB class, cannot tell estimators apart: the table says so
     assert (table["too_small_to_judge"] == "24 jobs, fewer than 30; every job in one class").all()
     assert table.loc[table["estimator"] == "faketensor", "rows"].item() == 3  # one per fold
     # a fold calibrates the learned estimators on 30% of its 16 training jobs, Horus on all of them,
     # FakeTensor on the 3-job sample's training jobs (never on the ones it answers for)
     calibrated = table.set_index("estimator")["calibration_jobs"]
+    assert (table["min_calibration_jobs"] == 9).all()  # ceil(0.9 / 0.1): fewer answer the last class
     assert calibrated["membench"] == 5 and calibrated["horus"] == 16 and calibrated["faketensor"] < 3
     assert set(TIMING_FIELDS) <= set(table.columns) and (table["time_unit"] == "iteration").all()
 
@@ -111,6 +115,8 @@ def test_train_once_then_predict_a_model_factory_from_the_cache(tmp_path, toy_jo
     printed = capsys.readouterr().out
     assert "recommended: " in printed and "at <= 10.0% risk of under-estimation" in printed
     assert f"trained on toy ({data}, 60 jobs, measured on Test GPU)" in printed
+    # the toy file names no Memory Source: GPUMemNet's format, its figures with the CUDA context
+    assert "\nmemory of toy: nvidia-smi's memory used during training, as GPUMemNet measures (CUDA" in printed
     # 16*4+4 = 68 parameters, far below the toy data's: the answer is an extrapolation
     assert "warning: parameters 68 is below the" in printed
     table = pd.read_csv(out)
@@ -194,6 +200,7 @@ def test_predict_help_says_what_it_prints_and_shows_an_example():
         "example",
         "--baselines",
         "extrapolation",
+        "CUDA context",
     ):
         assert words in text, words
 
@@ -373,6 +380,8 @@ def test_compare_sets_every_estimator_beside_each_measured_model(tmp_path, toy_j
     oom = table[table["batch_size"] == 64]
     assert (oom["status"] == "OOM_CRASH").all() and (oom["true_bin"] == 4).all()  # the last of 5 classes
     assert (oom["under"] == oom["bin"].between(0, 3)).all()  # -1 is no answer, not an under-estimate
+    # out of memory: above every estimator's figure in MiB (the classifiers give none)
+    assert oom["mib_under"].tolist() == oom["mib"].notna().tolist() and oom["mib_under"].any()
 
 
 def test_compare_refuses_two_sets_of_estimators_for_one_family_in_one_line(tmp_path, toy_jobs, capsys):

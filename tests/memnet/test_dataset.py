@@ -10,7 +10,13 @@ import pandas as pd
 import pytest
 
 from membench.core.errors import InputError
-from membench.memnet.dataset import DEFAULT_BINS, activations_per_batch, filename_tokens, load_jobs
+from membench.memnet.dataset import (
+    DEFAULT_BINS,
+    activations_per_batch,
+    filename_tokens,
+    load_jobs,
+    memory_target,
+)
 
 HEADER = (
     "Filename,Depth,Activations-Params,Activation Function,Total Activations,Total Parameters,"
@@ -39,7 +45,7 @@ def test_published_mlp_data_loads_with_published_class_counts(shared_data, name)
 def test_published_class_counts(shared_data):
     jobs = load_jobs(shared_data / "gpumemnet" / "mlp_data_step2.csv", "mlp")
     labels = DEFAULT_BINS["mlp"].label(jobs.frame["memory_mib"])
-    # PROVENANCE.txt: 2552 / 347 / 72 / 29 jobs in the 1 GB classes from 1000 MiB
+    # PROVENANCE.txt: 2552 / 347 / 72 / 29 jobs in the 1,000 MiB classes from 1,000 MiB
     assert np.bincount(labels).tolist()[:4] == [2552, 347, 72, 29]
     first = jobs.frame.iloc[0]
     assert first["layers"][0] == ("linear", 1173, 2753031) and first["input_elements"] == 2346
@@ -56,6 +62,17 @@ def test_good_row_and_filename_tokens(tmp_path):
         "arch": "inverted_pyramid",
         "b": "x",
     }
+
+
+def test_what_the_memory_counts_says_whether_the_cuda_context_is_in_it(tmp_path):
+    # GPUMemNet's files name no Memory Source: nvidia-smi's figure, the CUDA context in it.
+    assert memory_target(load_jobs(_write(tmp_path, HEADER + GOOD_ROW), "mlp")).endswith(
+        "(CUDA context included)"
+    )
+    measured = HEADER.replace("\n", ",Memory Source\n") + GOOD_ROW.replace("\n", ",nvml_peak_mib\n")
+    target = memory_target(load_jobs(_write(tmp_path, measured), "mlp"))
+    assert target.startswith("NVML's peak of the GPU above a baseline")
+    assert target.endswith("(context excluded)")
 
 
 def test_missing_column_is_named(tmp_path):

@@ -339,6 +339,51 @@ def test_the_layer_summary_on_meta_stand_ins_equals_a_real_forward_pass(family):
         assert summary == _summary_pass(model, x[:2], on_meta=False)
 
 
+# Small configurations of each family, for tests that build their models.
+SMALL_RANGES = {
+    "mlp": {"input": (4, 64), "output": (2, 8), "batch": (4, 8)},
+    "cnn": {"input": (16, 24), "classes": (2, 4), "depth": (1, 4), "filters": (8, 16), "batch": (2, 4)},
+    "transformer": {"embed": (16, 32), "layers": (2, 5), "seq": (8, 16), "batch": (1, 4)},
+}
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn", "transformer"])
+def test_predict_describes_a_model_as_its_cleaned_measurement_does(family):
+    from membench.memnet.clean import clean_records
+    from membench.memnet.configs import config_of
+    from membench.memnet.dataset import STATUS_OK
+    from membench.memnet.generate import generate
+    from membench.memnet.models import build_model, example_batch, module_counts
+    from membench.memnet.predict import job_of_summary
+
+    configs = generate(family, 4, seed=5, ranges=SMALL_RANGES[family]).to_dict("records")
+    typed = pd.DataFrame([{"config_id": row["config_id"], **config_of(row, family)} for row in configs])
+    for row in configs:
+        config = config_of(row, family)
+        model = build_model(family, config)
+        x, _ = example_batch(family, config, torch.device("cpu"), torch.Generator().manual_seed(0))
+        layers, counts = layer_summary(model, x[:2]), module_counts(model)
+        parameters = sum(p.numel() for p in model.parameters())
+        record = {"config_id": row["config_id"], "filename": row["filename"], "status": STATUS_OK}
+        record |= {"layers": layers, "module_counts": counts, "memory_mib": 1.0}
+        record |= {"total_activations": sum(a for _, a, _ in layers), "total_parameters": parameters}
+        cleaned = clean_records([record], typed, family)[0].iloc[0]
+        dtype, shape = "int64" if family == "transformer" else "float32", tuple(x.shape[1:])
+        job = job_of_summary(layers, counts, parameters, shape, dtype, config["batch"], "m", family)
+        assert job.frame["depth"].item() == cleaned["Depth"], config
+        assert job.frame["activation"].item() == cleaned["Activation Function"], config
+        if family == "transformer":
+            assert cleaned["Depth"] == config["layers"]  # GPUMemNet's depth: encoder layers
+
+
+def test_a_model_without_gpumemnets_activations_is_named_identity():
+    from membench.memnet.clean import gpumemnet_activation
+
+    assert gpumemnet_activation("mlp", [("linear", 10, 50)]) == "Identity"
+    layers = [("linear", 8, 40), ("relu", 8, 0), ("linear", 8, 72), ("Tanh", 8, 0), ("ReLU", 8, 0)]
+    assert gpumemnet_activation("mlp", layers) == "ReLU"
+
+
 class _BranchOnData(torch.nn.Module):
     """A model that reads a value (as a data-dependent model does): it cannot run on meta tensors."""
 

@@ -59,6 +59,17 @@ def test_table_page_shows_curated_columns_and_embeds_the_full_tables(tmp_path):
     assert 'download="hotconv.parquet"' in text
 
 
+def test_the_memnet_page_shows_how_many_jobs_each_estimator_answered_and_was_calibrated_on(tmp_path):
+    frame = pd.DataFrame(
+        {"dataset": ["gpumemnet_mlp"], "estimator": ["faketensor"], "jobs": [3000], "rows": [9]}
+        | {"calibration_jobs": [5], "min_calibration_jobs": [49], "members": [3]}
+    )
+    write_table(frame, tmp_path / "memnet.csv")
+    text = table_page("memnet", tmp_path / "memnet.csv")
+    for column in ("rows", "calibration_jobs", "min_calibration_jobs", "members"):
+        assert f"<th>{column}</th>" in text, column
+
+
 def test_table_page_bad_inputs(tmp_path):
     with pytest.raises(InputError, match="no page is defined for table 'nope'"):
         table_page("nope", tmp_path / "nope.csv")

@@ -24,7 +24,7 @@ from membench.core.tables import write_table
 from membench.core.validate import open_regular
 from membench.memnet.clean import clean_records
 from membench.memnet.configs import config_of
-from membench.memnet.dataset import DEFAULT_BINS, STATUS_OOM, load_jobs
+from membench.memnet.dataset import DEFAULT_BINS, STATUS_OOM, load_jobs, memory_target
 from membench.memnet.estimators import LEARNED, new_estimator
 from membench.memnet.evaluate import evaluate, judgement
 from membench.memnet.generate import generate
@@ -137,6 +137,7 @@ def _train(args, jobs, bins, data: Path, outdir: Path) -> Trained:
         "dataset": f"campaign_{jobs.family}",
         "device_name": ", ".join(devices),
         "jobs": len(jobs),
+        "target": memory_target(jobs),
         "ranges": training_ranges(jobs),
         "too_small_to_judge": judgement(jobs, bins),
     }
@@ -239,7 +240,10 @@ def real_model_table(
         predicted["true_bin"] = true_bin
         # A class of -1 is no answer (see no_answer_reason), not an under-estimate.
         predicted["under"] = (predicted["bin"] >= 0) & (predicted["bin"] < true_bin)
-        predicted["mib_under"] = (measured is not None) & (predicted["high_mib"] < (measured or 0))
+        # An out-of-memory job exceeded any figure in MiB, as evaluate's mib_under_rate counts it.
+        predicted["mib_under"] = predicted["mib"].notna() & (
+            record["status"] == STATUS_OOM or predicted["high_mib"] < (measured or 0)
+        )
         predicted["estimate_over_measured"] = predicted["mib"] / measured if measured else np.nan
         predicted["measured_on"] = record.get("device_name")
         rows.append(predicted)

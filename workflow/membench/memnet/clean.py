@@ -3,12 +3,15 @@ their published files and ours alike), plus membench's provenance columns."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
 from membench.memnet.configs import ACTIVATIONS
+from membench.memnet.dataset import ACTIVATIONS as ACTIVATION_NAMES
 from membench.memnet.dataset import MEMORY_COLUMN, STATUS_OK, STATUS_OOM
 
-__all__ = ["clean_records", "PROVENANCE_COLUMNS"]
+__all__ = ["clean_records", "gpumemnet_activation", "gpumemnet_depth", "PROVENANCE_COLUMNS"]
 
 PROVENANCE_COLUMNS = {
     "device": "Device",
@@ -36,7 +39,7 @@ def clean_records(records: list[dict], configs: pd.DataFrame, family: str) -> tu
         counts = record["module_counts"]
         row = {
             "Filename": record["filename"],
-            "Depth": _depth(family, counts, config),
+            "Depth": gpumemnet_depth(family, counts),
             "Activations-Params": repr([tuple(layer) for layer in record["layers"]]),
             "Activation Function": ACTIVATIONS[config["act"]] if "act" in config else "",
             "Total Activations": record["total_activations"],
@@ -76,10 +79,24 @@ def clean_records(records: list[dict], configs: pd.DataFrame, family: str) -> tu
     return pd.DataFrame(rows), skipped
 
 
-def _depth(family: str, counts: dict[str, int], config: dict) -> int:
-    """GPUMemNet's depth: linear layers (MLP), weight layers (CNN), encoder layers (Transformer)."""
+def gpumemnet_depth(family: str, counts: dict[str, int]) -> int:
+    """GPUMemNet's depth of a model from its module counts: linear layers (MLP), weight layers
+    (CNN), encoder layers (Transformer: one attention module each, ``MultiheadAttention`` in
+    torch's)."""
     if family == "mlp":
         return counts.get("Linear", 0)
     if family == "cnn":
         return counts.get("Conv2d", 0) + counts.get("Linear", 0)
-    return int(config["layers"])
+    return sum(count for kind, count in counts.items() if kind.endswith("Attention"))
+
+
+def gpumemnet_activation(family: str, layers: list) -> str:
+    """GPUMemNet's activation function of a model that no configuration names (``predict``'s): the
+    most common of GPUMemNet's activations in its layer list, as its rows spell it (``ReLU``), or
+    ``Identity`` where it has none of them (a model without one applies no function); none for a
+    Transformer, whose rows name none."""
+    if family == "transformer":
+        return ""
+    spelled = {name.lower(): name for name in ACTIVATION_NAMES}
+    found = Counter(spelled[name.lower()] for name, _, _ in layers if name.lower() in spelled)
+    return found.most_common(1)[0][0] if found else "Identity"

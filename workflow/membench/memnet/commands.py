@@ -89,6 +89,9 @@ compute), so the answer comes from a CPU in well under a second after the import
                range the peak falls in and the estimate itself;
   class        the memory class (GPUMemNet's bins) at the same risk;
   trained on   the data and the GPU each group of estimators learned from;
+  memory       what that data's MiB count, and so every figure here: membench's GPU measurements
+               count NVML's peak above a baseline read once the CUDA context exists (the context
+               is not in them), GPUMemNet's data nvidia-smi's memory used (the context is in it);
   warning      each of the job's parameters, activations, batch size and input values per
                sample outside that data's range (the answer is then an extrapolation);
   a table      every estimator's answer: bin (class at the risk), raw_bin (uncalibrated),
@@ -136,8 +139,9 @@ def _add_estimator_options(parser: argparse.ArgumentParser) -> None:
         "--faketensor-rows",
         type=integer(0, 1_000_000),
         default=50,
-        help="FakeTensor and MemTracker (a fake training step per job): jobs they calibrate on at "
-        "most, and, in evaluate, test jobs per fold they answer",
+        help="FakeTensor and MemTracker (a fake training step per job): in train, the jobs they "
+        "calibrate on at most; in evaluate, the test jobs per fold they answer, calibrating on the "
+        "sample's training jobs (about folds - 1 times as many)",
     )
     parser.add_argument(
         "--device-name", default="", help="the GPU the data was measured on, recorded with the results"
@@ -420,7 +424,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--faketensor-rows",
         type=integer(0, 1_000_000),
         default=20,
-        help="FakeTensor and MemTracker: test jobs per fold they answer, and jobs they calibrate on",
+        help="FakeTensor and MemTracker: test jobs per fold they answer (calibrating on about "
+        "folds - 1 times as many), and the jobs they are trained to calibrate on at most",
     )
     campaign.add_argument(
         "--measure-only",
@@ -600,6 +605,9 @@ def _evaluate(args) -> None:
     table.insert(4, "too_small_to_judge", too_small)
     table["device_name"] = args.device_name or _measured_on(jobs)
     table["folds"], table["seed"], table["dropped_failed"] = args.folds, args.seed, jobs.dropped_failed
+    # The ensembles' size and training steps: a published figure is judged only at its own.
+    table["members"], table["mlp_epochs"] = args.members, args.mlp_epochs
+    table["transformer_epochs"] = args.transformer_epochs
     write_table(table, args.out, parquet_path_for(args.out))
     if args.out_predictions:
         predictions.insert(0, "dataset", dataset)
@@ -622,7 +630,7 @@ def _measured_on(jobs) -> str:
 
 
 def _train(args) -> None:
-    from membench.memnet.dataset import load_jobs
+    from membench.memnet.dataset import load_jobs, memory_target
     from membench.memnet.estimators import LEARNED, new_estimator
     from membench.memnet.evaluate import judgement
     from membench.memnet.trained import (
@@ -670,6 +678,7 @@ def _train(args) -> None:
         "dataset": dataset,
         "device_name": args.device_name or _measured_on(jobs),
         "jobs": len(jobs),
+        "target": memory_target(jobs),
         "ranges": training_ranges(jobs),
         "too_small_to_judge": judgement(jobs, bins),
     }

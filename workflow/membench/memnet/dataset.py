@@ -35,6 +35,8 @@ __all__ = [
     "MAX_LAYER_LIST_CHARACTERS",
     "MAX_MEMORY_MIB",
     "MEMORY_COLUMN",
+    "MEMORY_TARGETS",
+    "memory_target",
     "MULTIWORD_KEYS",
     "REQUIRED",
     "SPLITS",
@@ -45,6 +47,18 @@ FAMILIES = ("mlp", "cnn", "transformer")
 # How jobs are split to evaluate estimators: stratified k-fold, and k-fold over architectures.
 SPLITS = ("kfold", "grouped")
 MEMORY_COLUMN = "Max GPU Memory (MiB)"
+# What the memory column counts, by the ``Memory Source`` that membench's measurements write
+# (``measure.target_source``); whether the CUDA context is in it decides what a figure means.
+MEMORY_TARGETS = {
+    "nvml_peak_mib": "NVML's peak of the GPU above a baseline read once the CUDA context exists "
+    "(context excluded)",
+    "nvml_process_peak_mib": "NVML's peak of the job's own process above a baseline read once the "
+    "CUDA context exists (context excluded)",
+    "cuda_peak_reserved_mib": "the CUDA caching allocator's reserved peak (context excluded)",
+    "train_alloc_peak_mib": "the CPU allocator's peak of the training steps (no GPU, no CUDA context)",
+}
+# A file without a ``Memory Source`` is in GPUMemNet's own format, measured as GPUMemNet measures.
+GPUMEMNET_TARGET = "nvidia-smi's memory used during training, as GPUMemNet measures (CUDA context included)"
 STATUS_OK, STATUS_OOM = "SUCCESSFUL", "OOM_CRASH"
 # Statuses of runs that measured nothing: GPUMemNet's cleaner writes UNKNOWN_ERROR, membench's
 # measure FAILED and TIMEOUT. Their rows are dropped, as successes with 0 MiB are.
@@ -179,8 +193,9 @@ class Jobs:
 
     ``filename, group, depth, batch_size, total_activations, total_parameters, input_elements,
     activation, layers`` (list of (name, activations per sample, parameters)), the count columns of
-    :data:`COUNT_COLUMNS` (0 where the file has none), ``oom`` (bool), ``memory_mib`` and
-    ``device_name`` (the GPU a row was measured on, where the file says; else empty).
+    :data:`COUNT_COLUMNS` (0 where the file has none), ``oom`` (bool), ``memory_mib``,
+    ``device_name`` (the GPU a row was measured on, where the file says; else empty) and
+    ``memory_source`` (what ``memory_mib`` counts, :func:`memory_target`; else empty).
 
     ``activations_per_batch``: the file counted activations for the whole batch (GPUMemNet's CNN
     and Transformer files, made with torchsummary at the job's batch size); the frame holds them
@@ -203,6 +218,15 @@ class Jobs:
             self.path,
             activations_per_batch=self.activations_per_batch,
         )
+
+
+def memory_target(jobs: Jobs) -> str:
+    """What the jobs' ``memory_mib`` counts, in words (:data:`MEMORY_TARGETS`): whether the CUDA
+    context is in it."""
+    sources = sorted({source for source in jobs.frame["memory_source"] if source})
+    if not sources:
+        return GPUMEMNET_TARGET
+    return "; ".join(MEMORY_TARGETS.get(source, source) for source in sources)
 
 
 def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
@@ -257,6 +281,7 @@ def load_jobs(path: str | os.PathLike, family: str) -> Jobs:
         ]
         frame["total_activations"] = frame["total_activations"] // frame["batch_size"]
     frame["device_name"] = raw["Device Name"].str.strip().to_numpy() if "Device Name" in raw else ""
+    frame["memory_source"] = raw["Memory Source"].str.strip().to_numpy() if "Memory Source" in raw else ""
     tokens = [filename_tokens(name) for name in frame["filename"]]
     frame["group"] = [_group(family, t, raw, i) for i, t in enumerate(tokens)]
     frame["input_elements"] = [

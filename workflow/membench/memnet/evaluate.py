@@ -4,11 +4,12 @@ estimators in every fold, and a split grouped by architecture.
 For every estimator: accuracy, weighted F1, under- and over-estimation rates of its class at the
 requested risk ``max_under``, next to the same of its uncalibrated class (``raw_*``), and the
 fewest jobs it was calibrated on in a fold (``calibration_jobs``: with fewer than
-``calibration.min_calibration_jobs(max_under)`` it answers the last class); the achieved
-under-estimation rate with its 95% Clopper-Pearson interval, and whether the requested rate lies
-within sampling error of it or above (``risk_met``); for estimators answering in MiB, the MAE of
-the estimate and how often the peak exceeded the recommended MiB (``mib_under_rate``); the rows
-it could not answer and why; inference time of one single-job prediction.
+``min_calibration_jobs``, :func:`calibration.min_calibration_jobs` at ``max_under``, it answers
+the last class); the achieved under-estimation rate with its 95% Clopper-Pearson interval, and
+whether the requested rate lies within sampling error of it or above (``risk_met``); for
+estimators answering in MiB, the MAE of the estimate and how often the peak exceeded the
+recommended MiB (``mib_under_rate``); the rows it answered (``rows``) and those it could not, and
+why; inference time of one single-job prediction.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from membench.core.timing import Timer
-from membench.memnet.calibration import binomial_interval
+from membench.memnet.calibration import binomial_interval, min_calibration_jobs
 from membench.memnet.dataset import SPLITS, Bins, Jobs
 from membench.memnet.estimators import ESTIMATORS, new_estimator
 
@@ -172,6 +173,7 @@ def evaluate(
     frame = pd.concat(predictions, ignore_index=True) if predictions else pd.DataFrame()
     table = summarise(frame, estimators, splits, max_under)
     table.insert(1, "max_under", max_under)
+    table.insert(2, "min_calibration_jobs", min_calibration_jobs(max_under))
     timing = pd.DataFrame([timers[name].fields() for name in table["estimator"]])
     return pd.concat([table, timing], axis=1), frame
 

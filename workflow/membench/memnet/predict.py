@@ -24,6 +24,7 @@ import torch._dynamo  # noqa: F401, E402
 
 from membench.core.errors import InputError
 from membench.memnet import faketensor
+from membench.memnet.clean import gpumemnet_activation, gpumemnet_depth
 from membench.memnet.dataset import COUNT_COLUMNS, DEFAULT_BINS, Bins, Jobs
 from membench.memnet.estimators import MIB, FakeTensor, Horus, MemTracker
 from membench.memnet.models import layer_summary, module_counts
@@ -174,19 +175,20 @@ def job_of_summary(
     family: str,
 ) -> Jobs:
     """The one-row Jobs frame of a training job from its model's summary: the layer list
-    (``models.layer_summary``), module counts and parameters, as a measurement records them."""
+    (``models.layer_summary``), module counts and parameters, as a measurement records them; its
+    depth and activation function named as a cleaned measurement names them (:mod:`.clean`)."""
     row = {name_: 0 for name_ in COUNT_COLUMNS.values()}
     row.update({_COUNTED[k]: v for k, v in counts.items() if k in _COUNTED})
     row.update(
         {
             "filename": name,
             "group": name,
-            "depth": counts.get("Linear", 0) + counts.get("Conv2d", 0),
+            "depth": gpumemnet_depth(family, counts),
             "batch_size": batch,
             "total_activations": sum(a for _, a, _ in layers),
             "total_parameters": parameters,
             "input_elements": int(np.prod(shape)),
-            "activation": "",
+            "activation": gpumemnet_activation(family, layers),
             "layers": [tuple(layer) for layer in layers],
             "oom": False,
             "memory_mib": np.nan,
@@ -356,6 +358,7 @@ def format_prediction(
         )
     for t in trained:
         lines.append(f"trained on {describe_data(t)}: {', '.join(e.name for e in t.estimators)}")
+        lines.append(f"memory of {t.data['dataset']}: {t.data.get('target', 'not recorded')}")
     lines += [f"warning: {w}" for w in warnings]
     shown = frame.drop(columns=["model", "family", "batch_size", "device_name", "max_under"])
     lines.append("every estimator:")

@@ -3,11 +3,12 @@
 A directory holds ``estimators.pt``: every trained estimator's state (plain values and tensors,
 written atomically by ``core.checkpoint.save_checkpoint`` and read back with ``weights_only=True``),
 the memory classes, what the estimators were trained on (the data file, its name in the workflow,
-the GPU it was measured on, its number of jobs and the ranges of its parameters, activations and
-batch sizes) and the run's identity (``core.checkpoint.run_identity``: the training options, the
-data file's content and the memnet code). ``estimators.json`` says the same for people and for the
-workflow. ``predict`` loads a directory only while its identity holds: the same code, and the data
-file, where it is still there, unchanged.
+the GPU it was measured on, its number of jobs, what its memory figures count and the ranges of
+its parameters, activations and batch sizes) and the run's identity
+(``core.checkpoint.run_identity``: the training options, the data file's content and the memnet
+code). ``estimators.json`` says the same for people and for the workflow. ``predict`` loads a
+directory only while its identity holds: the same code, and the data file, where it is still
+there, unchanged.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Trained:
     """Trained estimators of one family and what they learned from.
 
     ``data``: ``path`` (the CSV), ``dataset`` (its name), ``device_name`` (the GPU it was measured
-    on, '' when unknown), ``jobs``, ``ranges`` ({column: [low, high]} of :data:`RANGE_COLUMNS`) and
-    ``too_small_to_judge`` (why the data cannot tell estimators apart, '' when it can).
+    on, '' when unknown), ``jobs``, ``target`` (what its MiB count: ``dataset.memory_target``),
+    ``ranges`` ({column: [low, high]} of :data:`RANGE_COLUMNS`) and ``too_small_to_judge`` (why
+    the data cannot tell estimators apart, '' when it can).
     """
 
     family: str

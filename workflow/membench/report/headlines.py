@@ -18,7 +18,8 @@ so that the summary code names no system:
     (``columns``, the first that holds a value for the baseline is used; ``what``; optional ``unit``
     ``MiB`` | ``GiB``), ``time`` (``column``, seconds per ``time_unit``), ``quality`` (``column``,
     ``what``, ``kind`` ``accuracy`` | ``agreement`` | ``fraction``) and ``evaluation`` (the columns
-    that say how many test ``cases`` and ``classes`` the quality was measured on, and the per-epoch
+    that say how many test ``cases`` and ``classes`` the quality was measured on, how many jobs it
+    was ``calibrated_on`` and the fewest its risk needs (``calibration_needed``), and the per-epoch
     ``history`` with its ``goal`` ``max`` | ``min`` and ``min_change``, ``relative`` or not, above
     which a last epoch counts as still improving). ``scale`` (``column``, ``to``) states a memory
     figure at another value of ``column`` (the batch size): exact byte counts measured at two or more
@@ -84,11 +85,13 @@ class Quantity:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Columns that say whether a quality figure is degenerate (too few cases, one class, still
-    improving)."""
+    """Columns that say whether a quality figure is degenerate (too few cases, one class, fewer
+    calibration jobs than its risk needs, still improving)."""
 
     cases: str | None = None
     classes: str | None = None
+    calibrated_on: str | None = None
+    calibration_needed: str | None = None
     history: str | None = None
     goal: str = "max"
     min_change: float = 0.005
@@ -321,11 +324,28 @@ class _Reader:
         if entry.get("evaluation") is not None:
             spec = self.mapping(entry["evaluation"], f"{where}.evaluation")
             self.known(
-                spec, ("cases", "classes", "history", "goal", "min_change", "relative"), f"{where}.evaluation"
+                spec,
+                (
+                    "cases",
+                    "classes",
+                    "calibrated_on",
+                    "calibration_needed",
+                    "history",
+                    "goal",
+                    "min_change",
+                    "relative",
+                ),
+                f"{where}.evaluation",
             )
             evaluation = Evaluation(
                 cases=self.text(spec, "cases", f"{where}.evaluation.cases", optional=True),
                 classes=self.text(spec, "classes", f"{where}.evaluation.classes", optional=True),
+                calibrated_on=self.text(
+                    spec, "calibrated_on", f"{where}.evaluation.calibrated_on", optional=True
+                ),
+                calibration_needed=self.text(
+                    spec, "calibration_needed", f"{where}.evaluation.calibration_needed", optional=True
+                ),
                 history=self.text(spec, "history", f"{where}.evaluation.history", optional=True),
                 goal=self.choice(spec, "goal", ("max", "min"), f"{where}.evaluation.goal", default="max"),
                 min_change=self.number(spec, "min_change", f"{where}.evaluation.min_change", optional=True)

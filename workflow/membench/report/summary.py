@@ -6,7 +6,8 @@ come from jobs of that one configuration, and the block prints the setting. Rati
 block's baseline. A time ratio is shown only where both timings have at least
 :data:`MIN_TIMED_SAMPLES` steady-state samples, and stays flagged where a job marked its timing
 unreliable (spread, load). A quality figure measured on fewer than :data:`MIN_CASES` test cases, on
-one class, or by a run still improving in its last epoch is flagged as degenerate and not judged.
+one class, calibrated on fewer jobs than its risk needs, or by a run still improving in its last
+epoch is flagged as degenerate and not judged.
 
 Each published figure gets one of four verdicts: ``reproduced`` (within the figure's own
 tolerance, measured in its paper's setting), ``not reproduced``, ``indicative`` (measured with
@@ -435,7 +436,8 @@ def _fill_quality(block: Block, ok: dict[str, pd.DataFrame]) -> None:
 
 
 def _degenerate(row: pd.Series, spec: RowSpec) -> list[str]:
-    """Why a quality figure says little: too few test cases, one class, still improving."""
+    """Why a quality figure says little: too few test cases, one class, too few calibration jobs,
+    still improving."""
     evaluation, reasons = spec.evaluation, []
     cases = _number(row.get(evaluation.cases)) if evaluation.cases else None
     if cases is not None and cases < MIN_CASES:
@@ -443,6 +445,11 @@ def _degenerate(row: pd.Series, spec: RowSpec) -> list[str]:
     classes = _number(row.get(evaluation.classes)) if evaluation.classes else None
     if classes is not None and classes < 2:
         reasons.append("a single class")
+    # The fewest jobs a calibration needs is the table's: the system that calibrates computes it.
+    calibrated = _number(row.get(evaluation.calibrated_on)) if evaluation.calibrated_on else None
+    needed = _number(row.get(evaluation.calibration_needed)) if evaluation.calibration_needed else None
+    if calibrated is not None and needed is not None and calibrated < needed:
+        reasons.append(f"calibrated on {calibrated:g} jobs, fewer than the {needed:g} its risk needs")
     history = _history(row.get(evaluation.history)) if evaluation.history else []
     if len(history) >= 2:
         last, earlier = history[-1], history[:-1]
