@@ -4,6 +4,7 @@ predicts, figures independent of the order points are measured in, the sweep tab
 from __future__ import annotations
 
 import json
+import platform
 
 import pandas as pd
 import pytest
@@ -72,6 +73,29 @@ def test_variants_measured_in_two_orders_give_the_same_figures():
             assert first[variant][field] == second[variant][field], (variant, field)
 
 
+def test_the_model_is_built_after_the_meter_reads_its_baseline(monkeypatch):
+    """On a GPU the meter's NVML baseline is read as it opens: a model built after it is counted in
+    nvml_peak_mib, as the HotConv README's GRMM_peak counts it."""
+    import membench.hotconv.bench as bench
+
+    events = []
+
+    class Meter(bench.Meter):
+        def __enter__(self):
+            events.append("meter opened")
+            return super().__enter__()
+
+    class MalConvNet(bench.MalConvNet):
+        def __init__(self, spec):
+            events.append("model built")
+            super().__init__(spec)
+
+    monkeypatch.setattr(bench, "Meter", Meter)
+    monkeypatch.setattr(bench, "MalConvNet", MalConvNet)
+    assert _point("hotconv_eco", 1024)["status"] == "ok"
+    assert events[:2] == ["meter opened", "model built"]
+
+
 def test_an_out_of_memory_point_is_a_result(monkeypatch):
     import membench.hotconv.bench as bench
 
@@ -126,6 +150,7 @@ def test_bench_and_sweep_table_commands(tmp_path):
         )
     record = json.loads((tmp_path / "hotconv" / "metrics.json").read_text())
     assert record["status"] == "ok" and record["trace_allocator"] is True and record["max_len"] == 512
+    assert record["malloc_keeps_freed"] is (platform.libc_ver()[0] == "glibc")  # the step is timed
     out = tmp_path / "sweep.csv"
     metrics = [str(tmp_path / v / "metrics.json") for v in ("hotconv_eco", "hotconv")]
     assert main(["hotconv", "sweep-table", "--out", str(out), *metrics]) == 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import platform
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from membench.core.timing import TIMING_FIELDS
 from membench.hotconv import train as train_module
 from membench.hotconv.models import ModelSpec
 from membench.hotconv.train import TrainSpec, class_weights, classification_metrics, train_job
+from membench.report.views import TABLE_VIEWS
 
 CPU = torch.device("cpu")
 
@@ -60,6 +63,74 @@ def test_tiny_training_run_writes_a_valid_metrics_file(tiny_fold, tmp_path):
     assert (tmp_path / "memlog.csv").exists()
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["epoch"] == 2 and state["best_epoch"] in (1, 2)
+
+
+def test_train_command_times_the_epochs_on_reused_memory(tiny_fold, tmp_path):
+    from membench.cli import main
+
+    model = ["--num-filters", "8", "--window-size", "16", "--stride", "16", "--fp-slice-size", "256"]
+    assert (
+        main(
+            [
+                "hotconv",
+                "train",
+                "--variant",
+                "hotconv_eco",
+                "--train",
+                tiny_fold.train,
+                "--val",
+                tiny_fold.val,
+                "--test",
+                tiny_fold.test,
+                "--classes",
+                tiny_fold.classes,
+                "--binaries",
+                tiny_fold.binaries,
+                "--dataset",
+                "tiny",
+                "--fold",
+                "1",
+                "--outdir",
+                str(tmp_path),
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--max-len",
+                "4096",
+                "--fp2-slice-size",
+                "32",
+                *model,
+                "--device",
+                "cpu",
+                "--sample-interval-s",
+                "0",
+            ]
+        )
+        == 0
+    )
+    record = read_metrics(tmp_path / "metrics.json")
+    assert record["malloc_keeps_freed"] is (platform.libc_ver()[0] == "glibc")
+
+
+def test_the_report_view_lists_only_fields_a_training_job_writes(tiny_fold, tmp_path):
+    model_spec, train_spec = _specs("hotconv", epochs=1)
+    record = read_metrics(
+        train_job(
+            tiny_fold,
+            model_spec,
+            train_spec,
+            "tiny",
+            1,
+            tmp_path,
+            CPU,
+            sample_interval_s=0.0,
+            trace_allocator=True,
+            trace_saved_activations=True,
+        )
+    )
+    # kernels: only jobs that run compiled kernels record it (the views leave out what a run lacks).
+    assert set(TABLE_VIEWS["hotconv"].columns) - set(record) - {"kernels"} == set()
 
 
 def test_variants_follow_the_same_trajectory(tiny_fold, tmp_path):

@@ -5,8 +5,9 @@ cuBLAS/cuDNN handles and lazily loaded kernels are charged the same way to every
 the order, a point that crashes loses no other, and a rerun measures only the missing points;
 :func:`membench.hotconv.tables.sweep_table` then gathers the points.
 
-Each point builds the model (seeded), a batch of random bytes filling ``max_len`` (the worst case:
-no padding), and runs under the core meter:
+Each point makes a batch of random bytes filling ``max_len`` (the worst case: no padding), then
+builds the model (seeded) under the core meter, so that on a GPU ``nvml_peak_mib`` counts the model
+from instantiation (the HotConv README's GRMM_peak), and runs:
 
 ``step`` phase
     one forward and backward pass with the allocator, live-tensor and saved-activation tracers on:
@@ -150,12 +151,7 @@ def measure_point(
 def _measure(
     spec, sweep, batch_size, max_len, device, sample_interval_s, trace_allocator, grid_intensity_g_per_kwh
 ) -> dict:
-    with seeded(sweep.seed):
-        model = MalConvNet(spec).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
     tokens, labels = random_batch(batch_size, max_len, sweep.fp_slice_size, sweep.num_classes, sweep.seed)
-    labels = labels.to(device)
-    not_activations = [*model.parameters(), tokens]
     with Meter(
         device,
         sample_interval_s=sample_interval_s,
@@ -163,6 +159,13 @@ def _measure(
         trace_allocator=trace_allocator,
         grid_intensity_g_per_kwh=grid_intensity_g_per_kwh,
     ) as traced:
+        # After the meter's NVML baseline, so nvml_peak_mib counts the model (GRMM_peak); before
+        # the phases, whose figures are above their own start.
+        with seeded(sweep.seed):
+            model = MalConvNet(spec).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=sweep.learning_rate)
+        labels = labels.to(device)
+        not_activations = [*model.parameters(), tokens]
         with traced.phase("step"):
             with traced.saved_activations(not_activations):
                 loss = F.cross_entropy(model(tokens), labels)

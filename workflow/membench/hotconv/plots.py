@@ -52,9 +52,10 @@ def largest_sweep_point(sweep: pd.DataFrame) -> pd.DataFrame:
 
 def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.PathLike) -> None:
     """The variants compared: one training step's allocator peak and saved activations (from the
-    sweep, at its largest point: the job-level peak is the input batch, equal for all), the median
-    steady-state epoch time (whiskers fastest..slowest epoch, hatched when flagged), test accuracy,
-    and CO2e per job where energy was measured. Bars carry their ratio to MalConv."""
+    step table ``sweep``, at its largest point; the training jobs' own memory is of their model, on
+    files of varying length, and on a CPU their allocator is not traced), the median steady-state
+    epoch time (whiskers fastest..slowest epoch, hatched when flagged), test accuracy, and CO2e per
+    job where energy was measured. Bars carry their ratio to :data:`BASELINE` (MalConv2)."""
     point = largest_sweep_point(sweep)
     panels = []
     if not point.empty:

@@ -199,12 +199,15 @@ def train_job(
     trace_allocator: bool = False,
     trace_saved_activations: bool = True,
     grid_intensity_g_per_kwh: float = 475.0,
+    malloc_keeps_freed: bool = False,
 ) -> Path:
     """Train, early-stop, test the best model, and write metrics.json, memlog.csv and the checkpoint.
 
     Resumes from ``outdir/checkpoint.pt`` when it was written by a run of the same settings, input
     files and code (:func:`membench.core.checkpoint.resume_checkpoint`); any other checkpoint is
-    replaced. Returns the path of ``metrics.json``.
+    replaced. ``malloc_keeps_freed`` is recorded: whether the command keeps freed memory for reuse
+    (:func:`membench.core.malloc.keep_freed_memory`) while the epochs are timed. Returns the path of
+    ``metrics.json``.
     """
     start = time.perf_counter()
     outdir = Path(outdir)
@@ -325,6 +328,7 @@ def train_job(
         epoch_s_per_epoch=json.dumps(state["epoch_s"]),
         train_loss_per_epoch=json.dumps(state["train_loss"]),
         val_loss_per_epoch=json.dumps(state["val_loss"]),
+        malloc_keeps_freed=malloc_keeps_freed,
         wall_s=time.perf_counter() - start,
     )
     return write_job_outputs(outdir, record, meter.memlog())
