@@ -75,7 +75,7 @@ def _config(tmp_path: Path) -> dict:
         "train_limit": 512,
         "test_limit": 128,
         "queue_size": 3,
-        "eval": {**config["robust"]["eval"], "samples": 100},
+        "eval": {**config["robust"]["eval"], "samples": 100, "alpha": 0.02},
     }
     config["memnet"]["published"] = {
         "pub": {

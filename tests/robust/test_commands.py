@@ -122,6 +122,7 @@ def test_sigterm_stops_a_parallel_run_cleanly(tmp_path):
         ("--eps", "1.5", "argument --eps: expected a number above 0 and at most 1, got '1.5'"),
         ("--publish-every", "8", "option --max-staleness: must be at least publish_every - 1 = 7"),
         ("--producers", "0", "argument --producers: expected an integer from 1 to 1024, got '0'"),
+        ("--eval-alpha", "0", "argument --eval-alpha: expected a number above 0 and at most 1, got '0'"),
     ],
 )
 def test_bad_options_give_one_line_errors(tmp_path, capsys, option, value, message):
@@ -132,6 +133,49 @@ def test_bad_options_give_one_line_errors(tmp_path, capsys, option, value, messa
         code = exit_.code
     assert code == 2
     assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_the_evaluation_attack_takes_its_step_size_and_records_it(tmp_path, monkeypatch):
+    from membench.robust import job
+
+    steps = []
+
+    def evaluate(*args, alpha, **kwargs):
+        steps.append(alpha)
+        return job_evaluate(*args, alpha=alpha, **kwargs)
+
+    job_evaluate = job.evaluate
+    monkeypatch.setattr(job, "evaluate", evaluate)
+    records = {}
+    for name, extra in (("default", []), ("given", ["--eval-alpha", "0.02"])):
+        outdir = tmp_path / name
+        assert main(["robust", "train", "--outdir", str(outdir), "--epochs", "1", *QUICK, *extra]) == 0
+        records[name] = json.loads((outdir / "metrics.json").read_text())
+    # The default is 2.5 eps / eval attack steps (eps 0.1, 3 steps); a given step is the attack's.
+    assert steps == [pytest.approx(2.5 * 0.1 / 3), 0.02]
+    assert records["default"]["eval_alpha"] == pytest.approx(2.5 * 0.1 / 3)
+    assert records["given"]["eval_alpha"] == 0.02 and records["given"]["eval_attack"] == "pgd3x1"
+
+
+def test_the_paper_config_evaluates_as_the_wong_et_al_figure_requires():
+    """Wong et al.'s evaluate_pgd: PGD-50, 10 restarts, step 2/255, every CIFAR-10 test image."""
+    from pathlib import Path
+
+    import yaml
+
+    from membench.report.headlines import default_headlines_dir, load_headline
+
+    repo = Path(__file__).resolve().parents[2]
+    robust = yaml.safe_load((repo / "config" / "paper" / "robust.yaml").read_text())["robust"]
+    figures = {f.id: f for f in load_headline(default_headlines_dir() / "robust.yaml").figures}
+    requires = figures["robust_wong_fgsm_robust"].requires
+    evaluation = robust["eval"]
+    attack = f"pgd{evaluation['attack_steps']}x{evaluation['restarts']}"
+    assert attack == requires["eval_attack"] == "pgd50x10"
+    assert evaluation["alpha"] == pytest.approx(2 / 255) == pytest.approx(requires["eval_alpha"], rel=1e-6)
+    # No sample cap: all of CIFAR-10's 10,000 test images.
+    assert evaluation.get("samples") is None and robust.get("test_limit") is None
+    assert requires["test_samples"] == figures["robust_wong_fgsm_clean"].requires["test_samples"] == 10_000
 
 
 def test_bad_data_file_gives_a_one_line_error(tmp_path, capsys):

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from membench.robust.options import ATTACKS
 
-__all__ = ["attack", "evaluate", "fgsm_rs", "pgd"]
+__all__ = ["attack", "evaluate", "fgsm_rs", "pgd", "pgd_alpha"]
 
 
 def _random_start(x: torch.Tensor, eps: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -37,6 +37,11 @@ def _project(x: torch.Tensor, delta: torch.Tensor, eps: float) -> torch.Tensor:
     """Nearest point of the eps-ball around ``x`` that stays in [0, 1]."""
     delta = delta.clamp(-eps, eps)
     return (x + delta).clamp(0, 1) - x
+
+
+def pgd_alpha(eps: float, steps: int) -> float:
+    """The PGD step size when none is given: 2.5 eps / ``steps`` (Madry et al.)."""
+    return 2.5 * eps / steps
 
 
 def pgd(
@@ -107,9 +112,10 @@ def evaluate(
 
     Robust accuracy is under a fresh PGD-``steps`` attack with ``restarts`` random starts on the
     current weights: a sample counts as robust only if every restart fails to flip it. ``alpha``
-    defaults to ``2.5 * eps / steps`` (Madry et al.). The model is put in eval mode and restored.
+    defaults to :func:`pgd_alpha` (Wong et al.'s evaluation takes 2/255 at eps 8/255). The model is
+    put in eval mode and restored.
     """
-    alpha = 2.5 * eps / steps if alpha is None else alpha
+    alpha = pgd_alpha(eps, steps) if alpha is None else alpha
     generator = torch.Generator().manual_seed(seed)
     was_training = model.training
     model.eval()

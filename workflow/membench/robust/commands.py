@@ -93,6 +93,7 @@ CONFIG_KEYS = {
                 "timeout_s",
                 "transport",
                 "eval.attack_steps",
+                "eval.alpha",
                 "eval.restarts",
                 "eval.samples",
                 "guard.attack_steps",
@@ -189,6 +190,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--eval-attack-steps", type=ATTACK_STEPS, default=40, help="PGD steps of the final evaluation"
+    )
+    train.add_argument(
+        "--eval-alpha",
+        type=real(0, 1, exclusive_low=True),
+        default=None,
+        help="PGD step of the final evaluation; default 2.5 eps / eval attack steps",
     )
     train.add_argument(
         "--eval-restarts", type=integer(1, 1000), default=5, help="random restarts of the final evaluation"

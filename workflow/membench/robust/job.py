@@ -20,7 +20,7 @@ from membench.core.errors import InputError
 from membench.core.meter import Meter
 from membench.core.metrics import job_record, write_job_outputs
 from membench.core.timing import timing_fields
-from membench.robust.attacks import evaluate
+from membench.robust.attacks import evaluate, pgd_alpha
 from membench.robust.data import load_dataset
 from membench.robust.distributed import DistributedSource, run_producer
 from membench.robust.models import build_model
@@ -78,7 +78,9 @@ def run_training_job(args: argparse.Namespace) -> Path | None:
     started = time.perf_counter()
     _check_options(args)
     if args.alpha is None:
-        args.alpha = 1.25 * args.eps if args.attack == "fgsm" else 2.5 * args.eps / args.attack_steps
+        args.alpha = 1.25 * args.eps if args.attack == "fgsm" else pgd_alpha(args.eps, args.attack_steps)
+    if args.eval_alpha is None:
+        args.eval_alpha = pgd_alpha(args.eps, args.eval_attack_steps)
     device = resolve_device(args.device)
     if args.mode == "parallel" and args.transport == "distributed":
         with process_group(device, timeout_s=args.timeout_s, from_slurm=True) as (ranks, device):
@@ -203,6 +205,7 @@ def _measure_run(
                 args.eps,
                 args.eval_attack_steps,
                 args.eval_restarts,
+                alpha=args.eval_alpha,
                 seed=args.seed + 1,
             )
     return _MeasuredRun(result, clean_accuracy, robust_accuracy, len(x_test), meter, source)
@@ -284,6 +287,7 @@ def _fields(
         "clean_accuracy": measured.clean_accuracy,
         "robust_accuracy": measured.robust_accuracy,
         "eval_attack": f"pgd{args.eval_attack_steps}x{args.eval_restarts}",
+        "eval_alpha": args.eval_alpha,
         "train_wall_s": result.train_wall_s,
         "samples_per_s": result.trained_samples / result.train_wall_s if result.train_wall_s else None,
         "startup_s": source.startup_s if parallel else 0.0,
