@@ -38,7 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 VOLATILE_UNITS = {"s", "ms", "mib", "j", "g"}
 # iteration_vs_copy: a ratio of two timings (appclass bench); pid: the measuring process; the timing
 # fields' spread, load and reliability flag (membench.core.timing) describe the machine while the
-# run was timed.
+# run was timed; time_samples and timing_process: a resumed run's steady samples leave out each
+# process's first.
 VOLATILE_FIELDS = {
     "host",
     "pid",
@@ -50,6 +51,8 @@ VOLATILE_FIELDS = {
     "load_1m_max",
     "timing_reliable",
     "timing_flag",
+    "time_samples",
+    "timing_process",
 }
 _POLL_S = 0.05
 _KILL_ATTEMPTS = 4

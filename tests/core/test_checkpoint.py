@@ -72,6 +72,20 @@ def test_any_difference_starts_over_with_one_line_naming_it(tmp_path, inputs, ca
     assert len(caplog.records) == 1 and expected in caplog.text and "the run starts over" in caplog.text
 
 
+def test_a_finished_run_is_not_resumed_so_that_a_rerun_measures_again(tmp_path, inputs, caplog):
+    identity = run_identity({"epochs": 3}, inputs, code="v1")
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"epoch": 2}, identity)
+    assert resume_checkpoint(path, identity)["epoch"] == 2
+    save_checkpoint(path, {"epoch": 3}, identity, finished=True)
+    with caplog.at_level(logging.INFO, logger="membench.core.checkpoint"):
+        assert resume_checkpoint(path, identity) is None
+    assert caplog.messages == [
+        f"{path}: the run finished; it runs again, so that its figures are measured again"
+    ]
+    assert path.exists()  # kept until the new run's first epoch replaces it
+
+
 def test_an_identity_of_command_line_paths_loads_without_pickled_classes(tmp_path, inputs):
     from membench.core.options import InputDir, InputFile
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from membench.core import timing
-from membench.core.timing import LOAD_RATIO_MAX, SPREAD_PCT_MAX, Timer, timing_fields
+from membench.core.timing import LOAD_RATIO_MAX, SPREAD_PCT_MAX, Timer, steady_median, timing_fields
 
 
 def test_one_sample_is_kept_and_flagged():
@@ -99,3 +99,55 @@ def test_timer_add_keeps_resumed_samples():
     timer.add(5.0, 0.5)
     timer.add(1.0, None)
     assert timer.fields()["time_median_s"] == 1.0 and timer.last_load_1m is None
+
+
+def test_a_resumed_jobs_samples_drop_each_processs_first_and_other_settings():
+    samples = [9.0, 2.0, 2.2, 7.0, 2.1, 30.0, 3.0]
+    processes = ["a", "a", "a", "b", "b", "c", "c"]
+    settings = ["H100", "H100", "H100", "H100", "H100", "A100", "A100"]
+    fields = timing_fields(
+        samples, "epoch", [0.5] * 7, threads=1, cpu_count=2, settings=settings, processes=processes
+    )
+    # the last setting (A100) is the run's: its one steady sample
+    assert fields["time_median_s"] == 3.0 and fields["time_samples"] == 1
+    assert fields["timing_flag"] == "5 epochs timed in another setting left out; 1 sample"
+    same = timing_fields(
+        samples[:5],
+        "epoch",
+        [0.5] * 5,
+        threads=1,
+        cpu_count=2,
+        settings=settings[:5],
+        processes=processes[:5],
+    )
+    assert same["time_median_s"] == 2.1 and same["time_samples"] == 3 and same["timing_reliable"]
+
+
+def test_samples_that_are_all_warm_ups_are_kept_and_flagged():
+    fields = timing_fields(
+        [5.0, 6.0], "epoch", [0.5, 0.5], threads=1, cpu_count=2, settings=["s", "s"], processes=["a", "b"]
+    )
+    assert fields["time_median_s"] == 5.5 and fields["time_samples"] == 2
+    assert fields["timing_flag"] == "each epoch the first of its process"
+
+
+def test_a_timer_restored_from_a_checkpoint_keeps_the_samples_origins():
+    first = Timer("epoch", threads=1)
+    first.add(4.0, 0.1)
+    first.add(1.0, 0.1)
+    resumed = Timer("epoch", threads=1)
+    for seconds, load, setting, process in zip(
+        first.samples_s, first.loads_1m, first.settings, first.processes
+    ):
+        resumed.add(seconds, load, setting, process)
+    resumed.add(5.0, 0.1)
+    resumed.add(1.2, 0.1)
+    assert resumed.setting == first.setting and resumed.process != first.process
+    assert resumed.fields()["time_median_s"] == pytest.approx(1.1)
+    other_threads = Timer("epoch", threads=2)
+    assert other_threads.setting != first.setting
+
+
+def test_the_steady_median_leaves_out_the_first_of_two_or_more():
+    assert steady_median([9.0, 1.0, 3.0]) == 2.0
+    assert steady_median([9.0]) == 9.0 and steady_median([]) is None

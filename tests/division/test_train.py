@@ -68,8 +68,8 @@ def _run_interrupted(lmdbs, checkpoint):
     calls = {"n": 0}
     original = train.save_checkpoint
 
-    def save_then_die(path, state, identity):
-        original(path, state, identity)
+    def save_then_die(path, state, identity, **options):
+        original(path, state, identity, **options)
         calls["n"] += 1
         if calls["n"] == 1:
             raise KeyboardInterrupt

@@ -154,8 +154,8 @@ def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch)
 
     real_save = train_module.save_checkpoint
 
-    def save_then_die(path, state, identity):
-        real_save(path, state, identity)
+    def save_then_die(path, state, identity, **options):
+        real_save(path, state, identity, **options)
         if state["epoch"] == 2:
             raise KeyboardInterrupt  # killed after the checkpoint of epoch 2
 
@@ -175,6 +175,7 @@ def test_killed_job_resumes_to_the_same_result(tiny_fold, tmp_path, monkeypatch)
 
 
 def test_a_rerun_on_changed_data_trains_anew_instead_of_resuming(fold_copy, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="membench.core.checkpoint")
     model_spec, train_spec = _specs(epochs=2)
     first = read_metrics(
         train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
@@ -182,7 +183,10 @@ def test_a_rerun_on_changed_data_trains_anew_instead_of_resuming(fold_copy, tmp_
     same = read_metrics(
         train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path / "job", CPU, sample_interval_s=0.0)
     )
-    assert same["resumed_from_epoch"] == 2 and same["test_accuracy"] == first["test_accuracy"]
+    # A finished run is trained and timed again, not read back from its checkpoint.
+    assert same["resumed_from_epoch"] == 0 and same["epochs_run"] == 2
+    assert same["test_accuracy"] == first["test_accuracy"]
+    assert "the run finished; it runs again" in caplog.text
     with open(fold_copy.train) as handle:
         lines = handle.readlines()
     with open(fold_copy.train, "w") as handle:  # the fold re-split: one training file fewer

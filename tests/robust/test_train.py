@@ -88,9 +88,9 @@ def test_guard_restores_weights_and_shrinks_alpha_or_stops(digits, tmp_path, mon
     monkeypatch.setattr(
         train_module,
         "save_checkpoint",
-        lambda path, state, identity: (
+        lambda path, state, identity, **options: (
             snapshots.append({k: v.clone() for k, v in state["model"].items()}),
-            original_save(path, state, identity),
+            original_save(path, state, identity, **options),
         ),
     )
     settings = TrainSettings(**{**SETTINGS.__dict__, "epochs": 3, "guard_action": action})
@@ -112,5 +112,6 @@ def test_a_checkpoint_of_other_settings_is_not_resumed_and_training_starts_over(
     _, result = _run(digits, tmp_path, other, name="d.pt")
     assert result.resumed_from_epoch == 0 and result.epochs_done == 3
     assert "not resumed, the run starts over: options changed: epochs, eps" in caplog.text
-    _, again = _run(digits, tmp_path, other, name="d.pt")  # its own checkpoint is resumed from
-    assert again.resumed_from_epoch == 3
+    _, again = _run(digits, tmp_path, other, name="d.pt")  # a finished run's checkpoint is not resumed
+    assert again.resumed_from_epoch == 0 and again.epochs_done == 3
+    assert again.history[-1]["train_loss"] == result.history[-1]["train_loss"]

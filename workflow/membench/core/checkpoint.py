@@ -6,6 +6,11 @@ result, the content of the input files, and the version of the code. A run resum
 checkpoint of the same identity; on any difference it logs one line saying what differs and starts
 over, and its first epoch replaces the old checkpoint. So a job rerun after its data, options or
 code changed never reports the old model as a result of the new inputs.
+
+A checkpoint serves a run that was stopped: one saved with ``finished=True`` (after the last epoch)
+is not resumed, so that a finished job run again (``snakemake --forcerun``, or another device or
+thread count, which the identity leaves out) trains and times again instead of reporting the old
+run's times under the new settings.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from membench.core.errors import InputError
 from membench.core.validate import regular_file
 
 __all__ = [
+    "FINISHED_KEY",
     "IDENTITY_KEY",
     "code_version",
     "load_checkpoint",
@@ -37,6 +43,7 @@ __all__ = [
 ]
 
 IDENTITY_KEY = "run_identity"
+FINISHED_KEY = "run_finished"
 _log = logging.getLogger(__name__)
 _SOURCE_SUFFIXES = {".py", ".cpp", ".cu", ".h"}
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -167,11 +174,14 @@ def matches_identity(found: Any, identity: dict, path: str | os.PathLike) -> boo
     return False
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict, identity: dict | None = None) -> None:
+def save_checkpoint(
+    path: str | os.PathLike, state: dict, identity: dict | None = None, *, finished: bool = False
+) -> None:
     """Save ``state`` (tensors, state dicts, numbers, strings) to ``path`` atomically, with the
-    run's ``identity`` (:func:`run_identity`) for :func:`resume_checkpoint`."""
+    run's ``identity`` (:func:`run_identity`) for :func:`resume_checkpoint`; ``finished``: the run
+    trained its last epoch (it is then not resumed)."""
     if identity is not None:
-        state = {**state, IDENTITY_KEY: identity}
+        state = {**state, IDENTITY_KEY: identity, FINISHED_KEY: finished}
     with atomic.atomic_path(path, suffix=".pt") as tmp:
         torch.save(state, tmp)
 
@@ -198,15 +208,20 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 def resume_checkpoint(
     path: str | os.PathLike, identity: dict, map_location: str | torch.device = "cpu"
 ) -> dict | None:
-    """The checkpoint at ``path`` if it was written by a run of the same ``identity``, else ``None``.
+    """The checkpoint at ``path`` if it was written by a stopped run of the same ``identity``, else
+    ``None``.
 
     A checkpoint of another identity (other options, input files or code) is not resumed from: one
-    warning line says what differs, the run starts over, and its next checkpoint replaces it.
+    warning line says what differs, the run starts over, and its next checkpoint replaces it. Nor is
+    a finished run's (module docstring): one line says so.
     """
     state = load_checkpoint(path, map_location)
     if state is None:
         return None
     if not matches_identity(state.get(IDENTITY_KEY), identity, path):
+        return None
+    if state.get(FINISHED_KEY):
+        _log.info("%s: the run finished; it runs again, so that its figures are measured again", path)
         return None
     _log.info("%s: same options, inputs and code; resuming", path)
     return state

@@ -10,7 +10,10 @@ Fields:
     what one sample is: ``"epoch"``, ``"step"``, ``"iteration"`` or ``"repeat"``.
 ``time_median_s``
     median seconds of the steady-state samples: all but the first when there are two or more
-    (the first pays for warm-up: lazy initialisation, allocator growth, caches).
+    (the first pays for warm-up: lazy initialisation, allocator growth, caches). A resumed job's
+    samples come from several processes: each process's first is its warm-up, and samples timed in
+    another setting (:func:`timing_setting`: another device model, CPU count or thread count) are
+    left out, with a flag, so that one median never mixes two machines.
 ``time_spread_pct``
     (max - min) / median x 100 over the steady-state samples (empty with fewer than two).
 ``time_min_s``, ``time_max_s``
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import statistics
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -44,9 +48,11 @@ __all__ = [
     "MIN_STEADY_SAMPLES",
     "SPREAD_PCT_MAX",
     "TIME_UNITS",
+    "steady_median",
     "Timer",
     "TIMING_FIELDS",
     "timing_fields",
+    "timing_setting",
 ]
 
 TIME_UNITS = ("epoch", "step", "iteration", "repeat")
@@ -88,30 +94,82 @@ def load_1m() -> float:
     return os.getloadavg()[0]
 
 
+def timing_setting(device: torch.device, threads: int) -> str:
+    """What a sample's time depends on besides the work: the device's model, the CPUs the process
+    may use and the threads the job keeps busy. Samples of one job in two settings are not pooled."""
+    from membench.core.device import device_name
+
+    return f"{device_name(device)}; {available_cpus()} CPUs; {threads} threads"
+
+
+def _steady_samples(
+    count: int, settings: Sequence[str] | None, processes: Sequence[str] | None
+) -> tuple[list[int], list[int], bool]:
+    """The indices of the steady-state samples among ``count``, of the samples timed in the last
+    sample's setting, and whether every one of those is the first of its process.
+
+    A sample is steady unless it is the first of its process (``processes``: one token per sample;
+    default one process) or its setting differs; where no sample is steady, the setting's samples
+    are used (a single sample is a time, flagged)."""
+    processes = list(processes) if processes is not None else ["process"] * count
+    settings = list(settings) if settings is not None else ["setting"] * count
+    if len(processes) != count or len(settings) != count:
+        raise ValueError(f"{count} samples need as many settings and processes")
+    same = [i for i in range(count) if settings[i] == settings[-1]]
+    first_of_process = {processes.index(process) for process in set(processes)}
+    steady = [i for i in same if i not in first_of_process]
+    return steady or same, same, not steady and len(same) > 1
+
+
+def steady_median(samples: Sequence[float]) -> float | None:
+    """The median of one process's steady-state samples (all but the first when there are two or
+    more), as ``time_median_s`` takes it: for the parts of a timed unit (a repeat's phases)."""
+    kept, _, _ = _steady_samples(len(samples), None, None)
+    return statistics.median(samples[i] for i in kept) if kept else None
+
+
 def timing_fields(
     samples_s: Sequence[float],
     unit: str,
     loads_1m: Sequence[float | None],
     threads: int,
     cpu_count: int | None = None,
+    *,
+    settings: Sequence[str] | None = None,
+    processes: Sequence[str] | None = None,
 ) -> dict[str, object]:
     """The timing fields (module docstring) of ``samples_s`` taken by a job running ``threads``
     threads, with ``loads_1m`` the 1-minute load averages seen around them (``None`` or NaN where
-    unknown, e.g. epochs from a checkpoint that did not record them).
+    unknown).
 
-    ``cpu_count`` defaults to :func:`available_cpus`.
+    ``settings`` and ``processes`` (one per sample: :func:`timing_setting` and a token of the
+    process that timed it, as a :class:`Timer` records them) say which samples a resumed job's
+    checkpoint brought from earlier processes; by default all come from one process in one
+    setting. ``cpu_count`` defaults to :func:`available_cpus`.
     """
     if unit not in TIME_UNITS:
         raise ValueError(f"time unit {unit!r} is not one of {', '.join(TIME_UNITS)}")
     cpu_count = available_cpus() if cpu_count is None else cpu_count
-    known_loads = [load for load in loads_1m if load is not None and not math.isnan(load)]
+    kept, same, only_first = _steady_samples(len(samples_s), settings, processes)
+    other_setting = len(samples_s) - len(same)
+    steady = [float(samples_s[i]) for i in kept]
+    # One load per sample where settings are given (so that another setting's are left out too).
+    loads = [loads_1m[i] for i in same] if settings is not None else loads_1m
+    known_loads = [load for load in loads if load is not None and not math.isnan(load)]
     load_1m_max = max(known_loads) if known_loads else None
-    steady = list(samples_s[1:] if len(samples_s) >= 2 else samples_s)
     median_s = statistics.median(steady) if steady else None
     spread_pct = None
     if len(steady) >= 2 and median_s > 0:
         spread_pct = (max(steady) - min(steady)) / median_s * 100.0
     reasons = []
+    if only_first:
+        reasons.append(f"each {unit} the first of its process")
+    if other_setting:
+        reasons.append(
+            f"{other_setting} {unit}"
+            + ("s" if other_setting != 1 else "")
+            + " timed in another setting left out"
+        )
     if not steady:
         reasons.append("no samples")
     elif len(steady) < MIN_STEADY_SAMPLES:
@@ -156,8 +214,13 @@ class Timer:
         self.unit = unit
         self.threads = torch.get_num_threads() if threads is None else threads
         self.device = torch.device("cpu") if device is None else torch.device(device)
+        #: :func:`timing_setting` of this process's samples, and a token naming this timer's process.
+        self.setting = timing_setting(self.device, self.threads)
+        self.process = secrets.token_hex(8)
         self.samples_s: list[float] = []
         self.loads_1m: list[float | None] = []
+        self.settings: list[str] = []
+        self.processes: list[str] = []
 
     @contextlib.contextmanager
     def sample(self) -> Iterator[None]:
@@ -177,10 +240,19 @@ class Timer:
                 call()
         return self.samples_s[-repeats:] if repeats else []
 
-    def add(self, seconds: float, load_1m_max: float | None) -> None:
-        """Record a sample timed earlier (a resumed job's epochs, read from its checkpoint)."""
+    def add(
+        self,
+        seconds: float,
+        load_1m_max: float | None,
+        setting: str | None = None,
+        process: str | None = None,
+    ) -> None:
+        """Record a sample; one timed earlier (a resumed job's epoch, read from its checkpoint)
+        comes with the ``setting`` and ``process`` it was timed in (default: this timer's)."""
         self.samples_s.append(float(seconds))
         self.loads_1m.append(load_1m_max)
+        self.settings.append(self.setting if setting is None else setting)
+        self.processes.append(self.process if process is None else process)
 
     @property
     def last_load_1m(self) -> float | None:
@@ -189,4 +261,11 @@ class Timer:
 
     def fields(self) -> dict[str, object]:
         """The timing fields of the samples so far (module docstring)."""
-        return timing_fields(self.samples_s, self.unit, self.loads_1m, self.threads)
+        return timing_fields(
+            self.samples_s,
+            self.unit,
+            self.loads_1m,
+            self.threads,
+            settings=self.settings,
+            processes=self.processes,
+        )

@@ -670,5 +670,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
             "epoch",
             [h["load_1m_max"] for h in history],
             threads=torch.get_num_threads() + args.num_workers,
+            settings=[h["timing_setting"] for h in history],
+            processes=[h["timing_process"] for h in history],
         ),
     }

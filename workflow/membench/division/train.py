@@ -112,11 +112,11 @@ def train_model(
     checkpoint_path: str | os.PathLike,
     identity: dict,
     ranks: Ranks = SINGLE_PROCESS,
-) -> list[dict[str, float]]:
+) -> list[dict[str, float | str]]:
     """Train for ``spec.epochs`` epochs, evaluating after each; return the per-epoch history
     (``epoch``, ``learning_rate``, ``train_loss``, ``val_accuracy``, ``val_loss``, ``epoch_s``: the training
-    epoch's wall time, ``load_1m_max``: the 1-minute load average around it, see
-    :mod:`membench.core.timing`).
+    epoch's wall time, ``load_1m_max``: the 1-minute load average around it, ``timing_setting`` and
+    ``timing_process``: where it was timed, see :mod:`membench.core.timing`).
 
     Training steps run in meter phase ``train`` (saved activations counted), evaluation in ``eval``.
     The checkpoint at ``checkpoint_path`` is resumed from when present and written by a run of the
@@ -138,7 +138,12 @@ def train_model(
             history.append(_train_epoch(run, train_set, val_loader, spec, epoch, device, meter, timer, ranks))
             _log.info("epoch %d/%d: %s", epoch + 1, spec.epochs, history[-1])
             if ranks.is_main:
-                save_checkpoint(checkpoint_path, _checkpoint_state(run, history), identity)
+                save_checkpoint(
+                    checkpoint_path,
+                    _checkpoint_state(run, history),
+                    identity,
+                    finished=len(history) == spec.epochs,
+                )
     return history
 
 
@@ -182,7 +187,10 @@ def _resume(
         run.precision.scaler.load_state_dict(state["grad_scaler"])
     torch.set_rng_state(state["torch_rng"])
     _log.info("resumed from %s at epoch %d", checkpoint_path, int(state["epoch"]))
-    return [dict(zip(state["history_columns"], row)) for row in state["history"].tolist()]
+    return [
+        {**dict(zip(state["history_columns"], row)), **dict(zip(state["history_text_columns"], text))}
+        for row, text in zip(state["history"].tolist(), state["history_text"])
+    ]
 
 
 def _train_epoch(
@@ -220,13 +228,16 @@ def _train_epoch(
         "val_loss": val_loss,
         "epoch_s": timer.samples_s[-1],
         "load_1m_max": timer.last_load_1m,
+        "timing_setting": timer.setting,
+        "timing_process": timer.process,
     }
 
 
 def _checkpoint_state(run: _Run, history: list[dict[str, float]]) -> dict:
     """What the checkpoint after the last epoch of ``history`` holds: the run, torch's generator
     (the next epoch's augmentation) and the history."""
-    columns = list(history[0])
+    columns = [c for c in history[0] if not isinstance(history[0][c], str)]
+    text_columns = [c for c in history[0] if isinstance(history[0][c], str)]
     return {
         "model": run.model.state_dict(),
         "optimizer": run.optimizer.state_dict(),
@@ -237,6 +248,8 @@ def _checkpoint_state(run: _Run, history: list[dict[str, float]]) -> dict:
         "epoch": len(history),
         "history_columns": columns,
         "history": torch.tensor([[row[c] for c in columns] for row in history], dtype=torch.float64),
+        "history_text_columns": text_columns,
+        "history_text": [[row[c] for c in text_columns] for row in history],
     }
 
 

@@ -235,8 +235,13 @@ def train_job(
     state = _resume(outdir / CHECKPOINT_NAME, identity, model, optimizer)
     resumed_from = state["epoch"]
     timer = Timer("epoch", threads=torch.get_num_threads() + train_spec.num_workers, device=device)
-    for epoch_s, load in zip(state["epoch_s"], state["epoch_load_1m_max"]):
-        timer.add(epoch_s, load)
+    for timed in zip(
+        state["epoch_s"],
+        state["epoch_load_1m_max"],
+        state["epoch_timing_setting"],
+        state["epoch_timing_process"],
+    ):
+        timer.add(*timed)
 
     def loader(name: str, epoch: int):
         return make_loader(
@@ -280,11 +285,11 @@ def train_job(
                 epoch,
                 train_loss,
                 val_loss,
-                epoch_s,
-                timer.last_load_1m,
+                timer,
                 train_spec.early_stopping_patience,
             )
-            save_checkpoint(outdir / CHECKPOINT_NAME, state, identity)
+            finished = state["epoch"] >= train_spec.epochs or state["stopped_early"]
+            save_checkpoint(outdir / CHECKPOINT_NAME, state, identity, finished=finished)
             log.info(
                 "%s epoch %d: train loss %.4f, val loss %.4f, %.1f s%s",
                 model_spec.variant,
@@ -348,6 +353,8 @@ def _resume(path: Path, identity: dict, model, optimizer) -> dict:
             "val_loss": [],
             "epoch_s": [],
             "epoch_load_1m_max": [],
+            "epoch_timing_setting": [],
+            "epoch_timing_process": [],
         }
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -355,14 +362,15 @@ def _resume(path: Path, identity: dict, model, optimizer) -> dict:
     return state
 
 
-def _record_epoch(
-    state, model, optimizer, epoch, train_loss, val_loss, epoch_s, load_1m_max, patience
-) -> None:
+def _record_epoch(state, model, optimizer, epoch, train_loss, val_loss, timer: Timer, patience) -> None:
+    """Count ``epoch``, timed by ``timer``'s last sample, into ``state``."""
     state["epoch"] = epoch
     state["train_loss"].append(train_loss)
     state["val_loss"].append(val_loss)
-    state["epoch_s"].append(epoch_s)
-    state["epoch_load_1m_max"].append(load_1m_max)
+    state["epoch_s"].append(timer.samples_s[-1])
+    state["epoch_load_1m_max"].append(timer.last_load_1m)
+    state["epoch_timing_setting"].append(timer.setting)
+    state["epoch_timing_process"].append(timer.process)
     if val_loss < state["best_val_loss"]:
         state.update(
             best_val_loss=val_loss,

@@ -262,6 +262,8 @@ def _fields(
             "epoch",
             [h["load_1m_max"] for h in result.history],
             threads=cores,
+            settings=[h["timing_setting"] for h in result.history],
+            processes=[h["timing_process"] for h in result.history],
         ),
         "mode": args.mode,
         "attack": args.attack,

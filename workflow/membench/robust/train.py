@@ -200,7 +200,8 @@ def train(
         # The guard's attack and its decision are not training time.
         event, guard_accuracy = _guard(run, x_guard.to(device), y_guard.to(device), settings, source, epoch)
         _record_epoch(run.result, epoch, figures, len(x_train), timer, guard_accuracy, event)
-        save_checkpoint(checkpoint_path, _checkpoint_state(run), identity)
+        finished = run.result.guard_stopped or run.result.epochs_done >= settings.epochs
+        save_checkpoint(checkpoint_path, _checkpoint_state(run), identity, finished=finished)
         if run.result.guard_stopped:
             break
     return run.result
@@ -361,6 +362,8 @@ def _record_epoch(
             "alpha": result.alpha,
             "epoch_wall_s": epoch_wall_s,
             "load_1m_max": timer.last_load_1m,
+            "timing_setting": timer.setting,
+            "timing_process": timer.process,
             "staleness_mean": sum(figures.staleness) / len(figures.staleness),
             "staleness_max": max(figures.staleness),
         }
