@@ -46,3 +46,21 @@ def test_other_content_is_refused(tmp_path, content, problem):
         path.write_bytes(content)
     with pytest.raises(InputError, match=re.escape(problem)):
         read_reference_beliefs(path)
+
+
+def test_phase_times_leave_out_the_warm_up_repeat_as_the_repeat_time_does():
+    from types import SimpleNamespace
+
+    import torch
+
+    from membench.appclass import bench
+    from membench.appclass.bench import BenchSpec
+
+    spec = BenchSpec(implementation="torch", device="cpu", threads=1, precision="float32", repeats=3)
+    graph = SimpleNamespace(num_nodes=4, num_edges=6)
+    phase_ms = {"read": [50.0, 5.0, 7.0], "init": [90.0, 10.0, 12.0], "iterations": [70.0, 20.0, 22.0]}
+    repeats = bench._Repeats(graph, graph, np.zeros(1), phase_ms, 0, None, None)
+    summary = {"init_peak_rss_mib": 1.0, "iterations_peak_rss_mib": 1.0}
+    figures = bench._run_figures(spec, torch.device("cpu"), repeats, summary)
+    assert (figures["read_ms"], figures["init_ms"], figures["iterations_ms"]) == (6.0, 11.0, 21.0)
+    assert figures["total_ms"] == 32.0

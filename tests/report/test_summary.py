@@ -279,3 +279,24 @@ def test_an_estimator_answering_few_jobs_or_calibrated_on_too_few_is_degenerate(
     ]
     assert rows["membench"].evaluation_flags == ["calibrated on 20 jobs, fewer than the 49 its risk needs"]
 
+
+def test_host_memory_is_no_figure_for_a_gpu_run(tmp_path):
+    # The NumPy reference has no allocator peak, so the block compares resident sets; a CUDA run's
+    # host RSS misses what it holds on the device.
+    common = {"dataset": "rmat18/georgiy", "data_nodes": 262145, "data_edges": 2016823}
+    common |= {"pattern_nodes": 10, "pattern_edges": 21, "time_unit": "repeat", "time_samples": 3}
+    common |= {"timing_reliable": True, "timing_flag": "", "precision": "float64"}
+    rows = [
+        ("reference-cpu-t1-float64", "reference", "cpu", 47.6, None, 1521.0, None),
+        ("torch-cpu-t2-float64", "torch", "cpu", 1.36, 662.0, 713.0, True),
+        ("torch-auto-t2-float64", "torch", "cuda", 0.3, 1100.0, 4.0, True),
+    ]
+    columns = ("variant", "implementation", "device", "time_median_s", "alloc_peak_mib", "algorithm_rss_mib")
+    table = pd.DataFrame(
+        [common | dict(zip(columns, row[:-1])) | {"prints_reference_bytes": row[-1]} for row in rows]
+    )
+    figures = summarize({"appclass": table}, HEADLINES).headline_frame().set_index("method")
+    assert figures.loc["torch-cpu-t2-float64", "memory_mib"] == 713.0
+    assert figures.loc["torch-cpu-t2-float64", "memory_ratio"] == pytest.approx(713.0 / 1521.0)
+    assert pd.isna(figures.loc["torch-auto-t2-float64", "memory_mib"])
+    assert pd.isna(figures.loc["torch-auto-t2-float64", "memory_ratio"])

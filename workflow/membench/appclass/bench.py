@@ -26,7 +26,7 @@ from membench.core.meter import MIB, Meter
 from membench.core.metrics import KERNELS_FIELD, job_record, kernels_value, read_metrics, write_job_outputs
 from membench.core.processes import membench_command
 from membench.core.tables import write_table
-from membench.core.timing import Timer
+from membench.core.timing import Timer, steady_median
 from membench.core.validate import open_regular
 from membench.data.graphs import Graph, read_graph_pair
 
@@ -166,7 +166,7 @@ def run_bench_job(
     """Read the graphs, run ``spec.repeats`` times under the meter, write metrics.json and memlog.csv.
 
     The timing fields of :mod:`membench.core.timing` time one repeat (init + iterations; the first
-    repeat excluded as warm-up). Times (ms, median over all repeats): ``read_ms``, ``init_ms``,
+    repeat excluded as warm-up). Times (ms, median over the same repeats): ``read_ms``, ``init_ms``,
     ``iterations_ms``, ``total_ms``
     (init + iterations), and ``edge_copy_ms``, a streaming copy of one (data edges x pattern edges)
     array with the same threads, the memory-bandwidth yardstick of an iteration
@@ -341,7 +341,7 @@ def _run_figures(
     edge_copy_ms = streaming_copy_ms(
         data.num_edges * pattern.num_edges, getattr(torch, spec.precision), device
     )
-    iterations_ms = statistics.median(phase_ms["iterations"])
+    iterations_ms = steady_median(phase_ms["iterations"])
     return {
         "implementation": spec.implementation,
         "threads": spec.threads,
@@ -353,14 +353,14 @@ def _run_figures(
         "data_edges": data.num_edges,
         "pattern_nodes": pattern.num_nodes,
         "pattern_edges": pattern.num_edges,
-        "read_ms": statistics.median(phase_ms["read"]),
-        "init_ms": statistics.median(phase_ms["init"]),
+        "read_ms": steady_median(phase_ms["read"]),
+        "init_ms": steady_median(phase_ms["init"]),
         "iterations_ms": iterations_ms,
         "edge_copy_ms": edge_copy_ms,
         "iteration_vs_copy": iterations_ms / max(pattern.num_nodes, 1) / edge_copy_ms
         if edge_copy_ms > 0
         else None,
-        "total_ms": statistics.median(a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])),
+        "total_ms": steady_median([a + b for a, b in zip(phase_ms["init"], phase_ms["iterations"])]),
         "rss_after_read_mib": repeats.rss_after_read_bytes / MIB,
         "algorithm_rss_mib": max(0.0, algorithm_peak - repeats.rss_after_read_bytes / MIB),
         "formula_mib": formula_bytes(

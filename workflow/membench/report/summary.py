@@ -348,6 +348,15 @@ def _scaled(rows: pd.DataFrame, column: str, axis: str, target: float) -> float 
     return float(intercept + slope * target)
 
 
+def _host_measure(column: str) -> bool:
+    """Whether a memory column measures the process's host memory (its resident set)."""
+    return "rss" in column.split("_")
+
+
+def _on_gpu(rows: pd.DataFrame) -> bool:
+    return "device" in rows.columns and any(str(device).startswith("cuda") for device in rows["device"])
+
+
 def _fill_memory(block: Block, ok: dict[str, pd.DataFrame]) -> None:
     spec = block.spec
     baseline_rows = [ok[m.baseline] for m in block.methods if m.baseline in ok]
@@ -361,6 +370,8 @@ def _fill_memory(block: Block, ok: dict[str, pd.DataFrame]) -> None:
     block.memory_column = column = held[0]
     values = {}
     for method, rows in ok.items():
+        if _host_measure(column) and _on_gpu(rows):
+            continue  # the process's host memory says nothing of what a GPU run holds: no figure
         values[method] = (
             _scaled(rows, column, spec.scale[0], spec.scale[1]) if spec.scale else _mean(rows, column)
         )
