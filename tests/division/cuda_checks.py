@@ -121,18 +121,26 @@ def check_masks_and_maxpool(kernels, device: torch.device, dtype: torch.dtype) -
             grad_in = kernels.masked_grad(grad.to(device), dropped[1], gain)
             expected = compress.masked_grad(grad, dropped[1].cpu(), gain)
             assert equal_on(device, [grad_in], [expected]), shape
-    for kernel, stride, padding in ((2, 2, 0), (3, 2, 1)):
-        x = random_map((4, 8, 17, 17), dtype, 2)
+    # Square and oblong maps, windows apart, overlapping by one (ResNet's) and by two.
+    for shape, kernel, stride, padding in (
+        ((4, 8, 17, 17), 2, 2, 0),
+        ((4, 8, 17, 17), 3, 2, 1),
+        ((2, 3, 23, 30), 3, 1, 1),
+        ((1, 2, 56, 57), 3, 2, 1),
+    ):
+        x = random_map(shape, dtype, 2)
+        height, width = shape[2:]
         out, index = kernels.maxpool2d_forward(x.to(device), kernel, stride, padding)
         assert equal_on(device, (out, index), compress.maxpool2d_forward(x, kernel, stride, padding))
         grad_out = random_map(out.shape, dtype, 3)
-        grad = kernels.maxpool2d_backward(grad_out.to(device), index, 17, 17, kernel, stride, padding)
-        expected = compress.maxpool2d_backward(grad_out, index.cpu(), 17, 17, kernel, stride, padding)
+        grad = kernels.maxpool2d_backward(grad_out.to(device), index, height, width, kernel, stride, padding)
+        expected = compress.maxpool2d_backward(grad_out, index.cpu(), height, width, kernel, stride, padding)
         if kernel == stride:
             assert equal_on(device, [grad], [expected])
-        else:  # overlapping windows: sums of up to 4 values, rounded to the dtype in another order
+        else:  # overlapping windows: sums of a few values, rounded to the dtype in another order
             exact = compress.maxpool2d_backward(
-                grad_out.float(), index.cpu(), 17, 17, kernel, stride, padding
+                grad_out.float(), index.cpu(), height, width, kernel, stride, padding
             )
-            error = 4 * torch.finfo(dtype).eps * grad_out.float().abs().max().item()
+            windows = ((kernel + stride - 1) // stride) ** 2
+            error = windows * torch.finfo(dtype).eps * grad_out.float().abs().max().item()
             torch.testing.assert_close(grad.cpu().float(), exact, rtol=0, atol=error)

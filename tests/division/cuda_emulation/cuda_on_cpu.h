@@ -291,6 +291,7 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline uint32_t __umulhi(uint32_t a, uint32_t b) { return static_cast<uint32_t>((uint64_t{a} * b) >> 32); }
 // Byte i of the result is byte (selector >> 4 i) & 7 of the eight bytes of x (0-3) and y (4-7).
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
   const uint64_t bytes = (static_cast<uint64_t>(y) << 32) | x;

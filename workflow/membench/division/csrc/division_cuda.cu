@@ -32,6 +32,7 @@
 #endif
 
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "division_common.h"
@@ -827,23 +828,69 @@ __global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const 
 }
 
 // -- max pooling with window indices --------------------------------------------------------------
+//
+// A thread per output (forward) or input (backward) value finds its plane, row and column, and the
+// windows it lies in, by divisions by the map's sizes, the stride and the window. Where every
+// index fits 32 bits they use a multiply-high by a reciprocal computed on the host (Granlund and
+// Montgomery's method, as torch's IntDivider): three instructions, where a 32-bit division is
+// about twenty and a 64-bit one a long software routine.
 
-template <typename scalar_t, typename index_t>
+// Division of 32-bit unsigned n < 2^31 by a divisor fixed for a launch.
+struct FastDivider {
+  uint32_t divisor, magic;
+  int shift;
+
+  __device__ __forceinline__ uint32_t quotient(uint32_t n) const {
+    return (__umulhi(n, magic) + n) >> shift;
+  }
+};
+
+// Division of 64-bit indices, for maps beyond 2^31 values.
+struct PlainDivider {
+  int64_t divisor;
+
+  __device__ __forceinline__ int64_t quotient(int64_t n) const { return n / divisor; }
+};
+
+// The divider of index_t's kind for `divisor` >= 1.
+template <typename index_t>
+auto divider(int64_t divisor) {
+  if constexpr (std::is_same_v<index_t, int32_t>) {
+    int shift = 0;
+    while ((int64_t{1} << shift) < divisor) ++shift;
+    const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
+    return FastDivider{static_cast<uint32_t>(divisor), static_cast<uint32_t>(magic), shift};
+  } else {
+    return PlainDivider{divisor};
+  }
+}
+
+template <typename DividerType>
+struct PoolShape {
+  using Divider = DividerType;
+  Divider height, width, out_h, out_w, kernel, stride;
+  int padding;
+};
+
+template <typename scalar_t, typename index_t, typename Divider>
 __global__ void maxpool_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out,
-                                       int8_t* __restrict__ index, index_t planes, index_t height, index_t width,
-                                       index_t out_h, index_t out_w, int kernel, int stride, int padding) {
+                                       int8_t* __restrict__ index, index_t planes, PoolShape<Divider> s) {
   const index_t o = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  const index_t out_h = s.out_h.divisor, out_w = s.out_w.divisor, height = s.height.divisor,
+                width = s.width.divisor;
+  const int kernel = s.kernel.divisor, stride = s.stride.divisor;
   if (o >= planes * out_h * out_w) return;
-  const index_t p = o / (out_h * out_w), oh = (o / out_w) % out_h, ow = o % out_w;
+  const index_t row = s.out_w.quotient(o), ow = o - row * out_w;
+  const index_t p = s.out_h.quotient(row), oh = row - p * out_h;
   const scalar_t* plane = x + p * height * width;
   scalar_t best = plane[0];
   float best_value = -INFINITY;
   int best_index = -1;
   for (int kh = 0; kh < kernel; ++kh) {
-    const index_t ih = oh * stride - padding + kh;
+    const index_t ih = oh * stride - s.padding + kh;
     if (ih < 0 || ih >= height) continue;
     for (int kw = 0; kw < kernel; ++kw) {
-      const index_t iw = ow * stride - padding + kw;
+      const index_t iw = ow * stride - s.padding + kw;
       if (iw < 0 || iw >= width) continue;
       const float value = static_cast<float>(plane[ih * width + iw]);
       // The first maximum in scan order wins and NaN propagates, as in torch's max_pool2d.
@@ -858,29 +905,40 @@ __global__ void maxpool_forward_kernel(const scalar_t* __restrict__ x, scalar_t*
   index[o] = static_cast<int8_t>(best_index);
 }
 
+// The first window (oh * stride - padding <= i) and the last (i < oh * stride - padding + kernel)
+// that input row or column i lies in, within [0, count).
+template <typename index_t, typename Divider>
+__device__ __forceinline__ void windows_of(index_t i, index_t count, const PoolShape<Divider>& s,
+                                           index_t& first, index_t& last) {
+  const index_t stride = s.stride.divisor, kernel = s.kernel.divisor;
+  const index_t lowest = i + s.padding + stride - kernel;  // a ceiling division's numerator
+  first = lowest > 0 ? s.stride.quotient(lowest) : 0;
+  last = s.stride.quotient(i + s.padding);
+  last = last < count - 1 ? last : count - 1;
+}
+
 // Each input value gathers the gradients of the windows whose winner it is, in the order of the
 // windows (as the CPU kernel adds them), so the sums need no atomics and are the same on both devices.
-// Indices are 32-bit where the map allows (index_t): a 64-bit division is a long software routine,
-// and this kernel divides per value.
-template <typename scalar_t, typename index_t>
+template <typename scalar_t, typename index_t, typename Divider>
 __global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, const int8_t* __restrict__ index,
-                                        scalar_t* __restrict__ grad_in, index_t planes, index_t height,
-                                        index_t width, index_t out_h, index_t out_w, int kernel, int stride,
-                                        int padding) {
+                                        scalar_t* __restrict__ grad_in, index_t planes, PoolShape<Divider> s) {
   const index_t i = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x;
+  const index_t out_h = s.out_h.divisor, out_w = s.out_w.divisor, height = s.height.divisor,
+                width = s.width.divisor;
+  const int kernel = s.kernel.divisor, stride = s.stride.divisor;
   if (i >= planes * height * width) return;
-  const index_t p = i / (height * width), ih = (i / width) % height, iw = i % width;
-  // Windows oh with oh * stride - padding <= ih < oh * stride - padding + kernel.
-  const index_t oh_first = (ih + padding - kernel + stride) / stride, oh_last = (ih + padding) / stride;
-  const index_t ow_first = (iw + padding - kernel + stride) / stride, ow_last = (iw + padding) / stride;
-  const index_t oh0 = oh_first > 0 ? oh_first : 0, oh1 = oh_last < out_h - 1 ? oh_last : out_h - 1;
-  const index_t ow0 = ow_first > 0 ? ow_first : 0, ow1 = ow_last < out_w - 1 ? ow_last : out_w - 1;
+  const index_t row = s.width.quotient(i), iw = i - row * width;
+  const index_t p = s.height.quotient(row), ih = row - p * height;
+  index_t oh0, oh1, ow0, ow1;
+  windows_of(ih, out_h, s, oh0, oh1);
+  windows_of(iw, out_w, s, ow0, ow1);
   scalar_t sum = scalar_t(0.0f);
   for (index_t oh = oh0; oh <= oh1; ++oh) {
     for (index_t ow = ow0; ow <= ow1; ++ow) {
       const index_t o = (p * out_h + oh) * out_w + ow;
       const int k = index[o];
-      if (oh * stride - padding + k / kernel == ih && ow * stride - padding + k % kernel == iw) {
+      const int kh = static_cast<int>(s.kernel.quotient(k)), kw = k - kh * kernel;
+      if (k >= 0 && oh * stride - s.padding + kh == ih && ow * stride - s.padding + kw == iw) {
         sum = static_cast<scalar_t>(__fadd_rn(static_cast<float>(sum), static_cast<float>(grad_out[o])));
       }
     }
@@ -889,7 +947,7 @@ __global__ void maxpool_backward_kernel(const scalar_t* __restrict__ grad_out, c
 }
 
 // Calls f(int32_t()) where every index below `n`, and a thread's index in the last block, fits 32
-// bits, else f(int64_t()).
+// bits (below 2^31, as the fast division needs), else f(int64_t()).
 template <typename F>
 void dispatch_index(int64_t n, F&& f) {
   if (n <= std::numeric_limits<int32_t>::max() - kThreads) {
@@ -897,6 +955,15 @@ void dispatch_index(int64_t n, F&& f) {
   } else {
     f(int64_t());
   }
+}
+
+template <typename index_t>
+auto pool_shape(int64_t height, int64_t width, int64_t out_h, int64_t out_w, int64_t kernel, int64_t stride,
+                int64_t padding) {
+  using Divider = decltype(divider<index_t>(1));
+  return PoolShape<Divider>{divider<index_t>(height), divider<index_t>(width), divider<index_t>(out_h),
+                            divider<index_t>(out_w),  divider<index_t>(kernel), divider<index_t>(stride),
+                            static_cast<int>(padding)};
 }
 
 }  // namespace
@@ -1078,12 +1145,11 @@ std::vector<at::Tensor> maxpool2d_forward_cuda(at::Tensor x, int64_t kernel, int
   if (n == 0) return {out, index};
   dispatch_index(max64(n, planes * height * width), [&](auto index_type) {
     using index_t = decltype(index_type);
+    const auto shape = pool_shape<index_t>(height, width, out_h, out_w, kernel, stride, padding);
     MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "maxpool2d_forward_cuda", [&] {
-      launch_kernel(maxpool_forward_kernel<scalar_t, index_t>, blocks_for(n), kThreads, 0, x.data_ptr<scalar_t>(),
-                    out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), static_cast<index_t>(planes),
-                    static_cast<index_t>(height), static_cast<index_t>(width), static_cast<index_t>(out_h),
-                    static_cast<index_t>(out_w), static_cast<int>(kernel), static_cast<int>(stride),
-                    static_cast<int>(padding));
+      launch_kernel(maxpool_forward_kernel<scalar_t, index_t, typename decltype(shape)::Divider>, blocks_for(n),
+                    kThreads, 0, x.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(),
+                    static_cast<index_t>(planes), shape);
     });
   });
   return {out, index};
@@ -1098,12 +1164,11 @@ at::Tensor maxpool2d_backward_cuda(at::Tensor grad_out, at::Tensor index, int64_
   if (n == 0) return grad_in;
   dispatch_index(max64(n, planes * out_h * out_w), [&](auto index_type) {
     using index_t = decltype(index_type);
+    const auto shape = pool_shape<index_t>(height, width, out_h, out_w, kernel, stride, padding);
     MEMBENCH_DISPATCH_MAP_TYPES(grad_out.scalar_type(), "maxpool2d_backward_cuda", [&] {
-      launch_kernel(maxpool_backward_kernel<scalar_t, index_t>, blocks_for(n), kThreads, 0,
-                    grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(), grad_in.data_ptr<scalar_t>(),
-                    static_cast<index_t>(planes), static_cast<index_t>(height), static_cast<index_t>(width),
-                    static_cast<index_t>(out_h), static_cast<index_t>(out_w), static_cast<int>(kernel),
-                    static_cast<int>(stride), static_cast<int>(padding));
+      launch_kernel(maxpool_backward_kernel<scalar_t, index_t, typename decltype(shape)::Divider>,
+                    blocks_for(n), kThreads, 0, grad_out.data_ptr<scalar_t>(), index.data_ptr<int8_t>(),
+                    grad_in.data_ptr<scalar_t>(), static_cast<index_t>(planes), shape);
     });
   });
   return grad_in;
