@@ -120,6 +120,8 @@ def test_readme_own_data_config_trains_on_the_user_dataset(tmp_path):
     assert planned.returncode == 0, planned.stdout[-3000:] + planned.stderr[-3000:]
     trainings = [line for line in planned.stdout.splitlines() if line.startswith("hotconv_train ")]
     assert trainings and int(trainings[0].split()[-1]) == 4
+    # What it leaves out runs nothing: no sweep or bench of the schema's own.
+    assert not [line for line in planned.stdout.splitlines() if line.startswith("hotconv_sweep_point ")]
 
 
 PAPER_CONFIGS = sorted((REPO / "config" / "paper").glob("*.yaml"))

@@ -77,7 +77,8 @@ TABLE_VIEWS: dict[str, TableView] = {
         ),
     ),
     "hotconv_bench": TableView(
-        "HotConv at the paper's model (256 filters, window 512, 2 MiB files): one training step per variant",
+        "HotConv at hotconv.bench's model (the default config: the paper's, 256 filters, window 512, 2 MiB "
+        "files): one training step per variant",
         "HotConv",
         (
             "variant",
