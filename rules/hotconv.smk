@@ -188,6 +188,8 @@ rule hotconv_plot_variants:
     input:
         table=rules.hotconv_table.output.csv,
         sweep=HOTCONV_STEP_TABLE,
+        # what makes an accuracy say little (membench.hotconv.plots.HEADLINE): a change redraws
+        headline=checkout_path("resources/headlines/hotconv.yaml"),
     output:
         report(
             "results/plots/hotconv_variants.png",

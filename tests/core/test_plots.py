@@ -11,6 +11,7 @@ from membench.core.plots import (
     BASELINE_COLOUR,
     BASELINE_METHODS,
     METHOD_COLOURS,
+    flagged_note,
     method_bars,
     method_colour,
     panel_grid,
@@ -67,6 +68,26 @@ def test_timing_by_method_takes_the_median_and_any_flag():
         and timing.loc["a", "max_s"] == 3.5
     )
     assert timing.loc["a", "flagged"] and not timing.loc["b", "flagged"]
+
+
+def test_flagged_note_names_every_kind_of_timing_flag():
+    def note(*flags):
+        frame = pd.DataFrame(
+            {"variant": [f"m{i}" for i in range(len(flags))], "time_median_s": 1.0, "time_min_s": 1.0}
+            | {"time_max_s": 1.0, "timing_reliable": [not flag for flag in flags], "timing_flag": list(flags)}
+        )
+        return flagged_note(timing_by_method(frame), "epoch time")
+
+    assert note("") == ""
+    assert note("each epoch the first of its process", "2 epochs timed in another setting left out") == (
+        "hatched: epoch time flagged as unreliable (each sample the first of its process, samples timed "
+        "in another setting left out); see timing_flag in the table"
+    )
+    assert note("1 sample; load 5.1 on 2 CPUs (limit 2.5)").endswith(
+        "(no or one sample, machine loaded); see timing_flag in the table"
+    )
+    # A flag of no known kind names none, never "()".
+    assert note("something new") == "hatched: epoch time flagged as unreliable; see timing_flag in the table"
 
 
 def test_memlog_figure_is_titled_by_its_job_not_its_path(tmp_path):

@@ -148,3 +148,24 @@ def test_data_parallel_run_under_torchrun(digits_lmdbs, tmp_path):
     assert metrics["world_size"] == 2 and metrics["batch_size"] == 32
     assert metrics["val_accuracy"] >= 0 and (tmp_path / "history.csv").exists()
     assert metrics["time_unit"] == "epoch" and metrics["time_samples"] == 1 and metrics["timing_flag"]
+
+
+def test_the_classes_of_the_validation_split_are_counted_not_the_models(digits_lmdbs, tmp_path):
+    import json
+
+    from membench.cli import main
+    from membench.data.images.lmdb_store import write_lmdb
+
+    # The validation LMDB's images of its first class only, under the same ten class names.
+    val = ImageLMDB(digits_lmdbs["val"])
+    records = [record for record in map(val.read_record, range(len(val))) if record[0] == 0]
+    one_class = write_lmdb(
+        tmp_path / "val", records, len(records), val.classes, sum(len(image) for _, image in records)
+    )
+    arguments = ["--outdir", str(tmp_path / "job"), "--model", "resnet18", "--width", "4", "--variant"]
+    arguments += ["vanilla", "--dataset", "digits", "--train-lmdb", str(digits_lmdbs["train"])]
+    arguments += ["--val-lmdb", str(one_class), "--image-size", "16", "--epochs", "1", "--batch-size", "32"]
+    arguments += ["--device", "cpu", "--sample-interval-s", "0"]
+    assert main(["division", "train", *arguments]) == 0
+    metrics = json.loads((tmp_path / "job" / "metrics.json").read_text())
+    assert metrics["num_classes"] == 10 and metrics["val_classes"] == 1

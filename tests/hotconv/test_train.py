@@ -225,3 +225,15 @@ def test_classification_metrics_binary_and_multiclass():
 def test_class_weights_balance_the_classes():
     weights = class_weights(np.array([0, 0, 0, 1]), 3)
     assert weights.tolist() == pytest.approx([4 / 9, 4 / 3, 4 / 3])
+
+
+def test_the_classes_of_the_test_split_are_counted_not_the_models(fold_copy, tmp_path):
+    import pandas as pd
+
+    test = pd.read_csv(fold_copy.test)
+    test[test["Label"] == test["Label"].iloc[0]].to_csv(fold_copy.test, index=False)
+    model_spec, train_spec = _specs(epochs=1)
+    record = read_metrics(
+        train_job(fold_copy, model_spec, train_spec, "tiny", 1, tmp_path, CPU, sample_interval_s=0.0)
+    )
+    assert record["num_classes"] == 2 and record["test_classes"] == 1

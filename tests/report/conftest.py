@@ -35,7 +35,12 @@ def _write_division(directory, reliable=True, samples=4, history=(0.5, 0.8, 0.9,
         [
             {"variant": variant, "model": "resnet18", "width": 8, "dataset": "digits", "image_size": 16}
             | {"epochs": len(history), "batch_size": 32, "device": "cpu", "val_images": 360}
-            | {"num_classes": 10, "val_accuracy": final, "val_accuracy_per_epoch": json.dumps(trace)}
+            | {
+                "num_classes": 10,
+                "val_classes": 10,
+                "val_accuracy": final,
+                "val_accuracy_per_epoch": json.dumps(trace),
+            }
             for variant, final, trace in (
                 ("vanilla", history[-1], list(history)),
                 ("division", history[-1] - 0.02, [h - 0.02 for h in history]),

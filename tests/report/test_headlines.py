@@ -77,6 +77,14 @@ def shipped(system="division"):
         (lambda d: d["rows"][0].update(colour="red"), r"key 'rows\[0\]\.colour': unknown key"),
         (lambda d: d["rows"][0].pop("baseline"), r"give exactly one of baseline and baseline_column"),
         (lambda d: d["sources"].update(membench="mine"), r"'membench' is reserved"),
+        (
+            lambda d: d["figures"][0]["requires"].update(width=[]),
+            r"requires\.width': expected a value or a non-empty list of values",
+        ),
+        (
+            lambda d: d["rows"][0].update(no_baseline="why"),
+            r"no_baseline': only a baseline_column can be empty",
+        ),
     ],
 )
 def test_malformed_declarations_name_the_file_and_key(tmp_path, change, message):

@@ -108,7 +108,8 @@ def test_a_run_still_improving_is_flagged_and_its_change_not_judged(tmp_path, wr
 
 def test_few_cases_or_one_class_are_degenerate(tmp_path, write_division):
     write_division(tmp_path)
-    accuracy = pd.read_csv(tmp_path / "division_accuracy.csv").assign(val_images=12, num_classes=1)
+    # Ten classes trained, one in the evaluated split.
+    accuracy = pd.read_csv(tmp_path / "division_accuracy.csv").assign(val_images=12, val_classes=1)
     accuracy.to_csv(tmp_path / "division_accuracy.csv", index=False)
     row = block(summary_of(tmp_path), "division", "accuracy").methods[0]
     assert row.evaluation_flags == ["12 test cases (fewer than 30)", "a single class"]
@@ -204,7 +205,7 @@ def test_gpumemnet_figures_are_judged_on_its_shipped_data_only(tmp_path):
     summary = summary_of(tmp_path)
     frame = verdicts(summary)
     assert frame.loc["memnet_mlp_ensemble_accuracy", "verdict"] == REPRODUCED
-    assert frame.loc["memnet_mlp_ensemble_accuracy", "measured"] == "97.9%"
+    assert frame.loc["memnet_mlp_ensemble_accuracy", "measured"] == "97.90%"
     assert frame.loc["memnet_mlp_ensemble_under", "verdict"] == REPRODUCED
     assert frame.loc["memnet_transformer_ensemble_accuracy", "verdict"] == NOT_REPRODUCED
     assert frame.loc["memnet_transformer_ensemble_under", "verdict"] == NOT_REPRODUCED
@@ -237,7 +238,7 @@ def test_gpumemnet_figures_are_judged_on_the_uncalibrated_class_they_report(tmp_
     ).to_csv(tmp_path / "memnet.csv", index=False)
     frame = verdicts(summary_of(tmp_path))
     assert frame.loc["memnet_mlp_ensemble_cnn", "verdict"] == REPRODUCED
-    assert frame.loc["memnet_mlp_ensemble_cnn", "measured"] == "80.0%"
+    assert frame.loc["memnet_mlp_ensemble_cnn", "measured"] == "80.00%"
     assert frame.loc["memnet_horus_under", "verdict"] == REPRODUCED
     assert frame.loc["memnet_horus_under", "measured"] == "58.0%"
 
@@ -300,3 +301,177 @@ def test_host_memory_is_no_figure_for_a_gpu_run(tmp_path):
     assert figures.loc["torch-cpu-t2-float64", "memory_ratio"] == pytest.approx(713.0 / 1521.0)
     assert pd.isna(figures.loc["torch-auto-t2-float64", "memory_mib"])
     assert pd.isna(figures.loc["torch-auto-t2-float64", "memory_ratio"])
+
+
+def _write(directory, name, rows):
+    pd.DataFrame(rows).to_csv(directory / f"{name}.csv", index=False)
+
+
+# HotConv's training runs in the README's setting, MalConv2's epoch 100 s.
+HOTCONV_PAPER = {"dataset": "bodmas", "fold": 0, "num_filters": 256, "window_size": 512, "epochs": 10}
+HOTCONV_PAPER |= {"max_len": 2097152, "batch_size": 256, "device": "cuda:0", "time_unit": "epoch"}
+HOTCONV_PAPER |= {"time_samples": 9, "timing_reliable": True, "timing_flag": "", "test_samples": 5000}
+HOTCONV_PAPER |= {"num_classes": 2, "test_classes": 2, "test_accuracy": 0.9}
+
+
+def _hotconv_runs(directory, hotconv_ratio, **changes):
+    _write(
+        directory,
+        "hotconv",
+        [
+            HOTCONV_PAPER | {"variant": variant, "time_median_s": seconds} | changes.get(variant, {})
+            for variant, seconds in (("malconv2", 100.0), ("hotconv", 100.0 * hotconv_ratio))
+        ],
+    )
+
+
+# DIVISION's accuracy runs in the paper's setting (the options left to their defaults).
+DIVISION_ACCURACY = {"model": "resnet18", "dataset": "cifar10", "image_size": 32, "epochs": 100}
+DIVISION_ACCURACY |= {"batch_size": 256, "device": "cuda:0", "amp": "none", "block_size": 8, "hfc_bits": 2}
+DIVISION_ACCURACY |= {"val_images": 10000, "num_classes": 10, "val_classes": 10}
+
+
+def _division_accuracy(directory, drop, **changes):
+    _write(
+        directory,
+        "division_accuracy",
+        [
+            DIVISION_ACCURACY
+            | {
+                "variant": variant,
+                "val_accuracy": accuracy,
+                "val_accuracy_per_epoch": f"[{accuracy}, {accuracy}]",
+            }
+            | changes
+            for variant, accuracy in (("vanilla", 0.9489), ("division", 0.9489 - drop))
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("ratio", "measured", "verdict"),
+    [
+        (0.745, "time ratio 0.745 (1.3x faster)", REPRODUCED),
+        (0.755, "time ratio 0.755 (1.3x faster)", NOT_REPRODUCED),
+        # 0.7515 to three decimals would read 0.751, the bound of 0.731 within 0.02.
+        (0.7515, "time ratio 0.7515 (1.3x faster)", NOT_REPRODUCED),
+    ],
+)
+def test_a_time_ratio_is_printed_as_the_criterion_reads_it(tmp_path, ratio, measured, verdict):
+    _hotconv_runs(tmp_path, ratio)
+    row = verdicts(summary_of(tmp_path)).loc["hotconv_epoch_time"]
+    assert (row["measured"], row["verdict"]) == (measured, verdict)
+    assert row["note"].startswith("published 0.731 within 0.02")
+
+
+@pytest.mark.parametrize(
+    ("drop", "measured", "verdict"),
+    [(0.0036, "-0.36 points", REPRODUCED), (0.0041, "-0.41 points", NOT_REPRODUCED)],
+)
+def test_an_accuracy_change_is_printed_finer_than_its_bound(tmp_path, drop, measured, verdict):
+    _division_accuracy(tmp_path, drop)
+    row = verdicts(summary_of(tmp_path)).loc["division_accuracy_drop"]
+    assert (row["measured"], row["verdict"]) == (measured, verdict)
+
+
+def test_a_model_narrower_than_the_papers_is_another_setting(tmp_path):
+    _division_accuracy(tmp_path, 0.001, width=8)
+    row = verdicts(summary_of(tmp_path)).loc["division_accuracy_drop"]
+    assert row["verdict"] == NEEDS and "width 8 (paper: not recorded or 64)" in row["note"]
+    _division_accuracy(tmp_path, 0.001, width=64, stem="cifar")
+    assert verdicts(summary_of(tmp_path)).loc["division_accuracy_drop", "verdict"] == REPRODUCED
+
+
+def test_a_single_class_in_the_evaluated_split_is_degenerate_whatever_the_model_has(tmp_path):
+    _hotconv_runs(tmp_path, 0.74, hotconv={"test_classes": 1})
+    rows = {row.method: row for row in block(summary_of(tmp_path), "hotconv", "training").methods}
+    assert rows["hotconv"].evaluation_flags == ["a single class"] and rows["malconv2"].evaluation_flags == []
+
+
+# Robust runs of the parallel-training slides' setting: 32 cores, MNIST.
+ROBUST = {"dataset": "mnist", "model": "mlp", "eps": 0.1, "epochs": 6, "batch_size": 64, "device": "cpu"}
+ROBUST |= {"eval_attack": "pgd40x5", "eval_alpha": 0.01, "test_samples": 1000, "time_unit": "epoch"}
+ROBUST |= {"time_samples": 5, "timing_reliable": True, "timing_flag": "", "attack": "pgd", "cores": 32}
+ROBUST |= {"robust_accuracy": 0.5, "clean_accuracy": 0.9}
+
+
+def _robust_run(variant, mode, baseline, seconds, **changes):
+    return (
+        ROBUST
+        | {"variant": variant, "mode": mode, "baseline_variant": baseline}
+        | changes
+        | {"time_median_s": seconds}
+    )
+
+
+def test_a_run_without_a_baseline_is_not_its_own_baseline(tmp_path):
+    _write(
+        tmp_path,
+        "robust",
+        [
+            _robust_run("seq-t1", "sequential", "seq-t1", 10.0, cores=1),
+            _robust_run("par-p31", "parallel", "seq-t1", 0.4),
+            # No sequential run of its attack steps: no baseline, not a speed-up of 1.
+            _robust_run("par-pgd155-p31", "parallel", None, 3.0, attack_steps=155),
+        ],
+    )
+    summary = summary_of(tmp_path)
+    frame = summary.headline_frame().set_index("method")
+    assert pd.isna(frame.loc["par-pgd155-p31", "time_ratio"])
+    assert frame.loc["par-pgd155-p31", "time_vs_baseline"] == "no baseline"
+    assert frame.loc["par-pgd155-p31", "baseline"].startswith("none (no sequential run of the same data set")
+    row = verdicts(summary).loc["robust_parallel_speedup"]
+    assert (row["measured"], row["verdict"]) == ("speedup 25.0x", REPRODUCED)
+    assert "; 1 more row(s) in the paper's setting not judged: no baseline: no sequential run" in row["note"]
+    runs = block(summary, "robust", "runs")
+    assert runs.baselines == ("seq-t1",)
+    assert "no baseline: no sequential run" in next(r for r in runs.methods if r.baseline is None).notes[-1]
+
+
+def test_a_judged_figure_says_which_rows_of_its_setting_were_not_judged(tmp_path):
+    _write(
+        tmp_path,
+        "robust",
+        [
+            _robust_run("seq-t1", "sequential", "seq-t1", 10.0, cores=1),
+            _robust_run("par-p31", "parallel", "seq-t1", 0.4),
+            _robust_run(
+                "par-p31-k2", "parallel", "seq-t1", 0.3, timing_reliable=False, timing_flag="1 sample"
+            ),
+        ],
+    )
+    row = verdicts(summary_of(tmp_path)).loc["robust_parallel_speedup"]
+    assert row["verdict"] == REPRODUCED and row["measured"] == "speedup 25.0x"
+    assert row["note"].endswith("; 1 more row(s) in the paper's setting not judged: timing flagged: 1 sample")
+
+
+def _division_speed(directory, vanilla_status="oom"):
+    common = {"model": "resnet50", "image_size": 224, "num_classes": 1000, "amp": "fp16"}
+    common |= {"device": "cuda:0", "batch_size": 256, "time_unit": "step", "time_samples": 15}
+    _write(
+        directory,
+        "division_speed",
+        [
+            common | {"variant": "vanilla", "status": vanilla_status},
+            common
+            | {"variant": "division", "status": "ok", "time_median_s": 0.7}
+            | {"timing_reliable": False, "timing_flag": "spread 80% > 25%"},
+            common
+            | {"variant": "checkpoint", "status": "ok", "time_median_s": 2.0}
+            | {"timing_reliable": True, "timing_flag": ""},
+        ],
+    )
+
+
+def test_a_baseline_that_did_not_run_keeps_the_methods_flags_and_judges_nothing(tmp_path):
+    _division_speed(tmp_path)
+    summary = summary_of(tmp_path)
+    rows = {row.method: row for row in block(summary, "division", "throughput").methods}
+    assert rows["division"].timing_flags == ["spread 80% > 25%", "baseline vanilla: oom"]
+    assert rows["checkpoint"].timing_flags == ["baseline vanilla: oom"]
+    frame = verdicts(summary)
+    for figure in ("division_throughput", "checkpoint_throughput"):
+        assert frame.loc[figure, "verdict"] == INDICATIVE
+        assert frame.loc[figure, "note"] == "in the paper's setting, not judged: baseline vanilla: oom"
+    # Only ActNN's figure, not measured at all, needs a GPU.
+    assert frame.loc["actnn_throughput", "verdict"] == NEEDS

@@ -5,6 +5,7 @@ import pandas as pd
 from membench.cli import main
 from membench.report.headlines import default_headlines_dir, load_headlines
 from membench.report.summary import read_tables, summarize
+from membench.report.terminal import format_summary
 
 
 def test_summary_prints_the_counts_and_the_verdicts_within_100_columns(
@@ -35,3 +36,23 @@ def test_missing_or_malformed_tables_are_one_line_errors(tmp_path, capsys):
     assert main(["summary", "--tables", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "memnet.csv: missing column(s) estimator" in err and len(err.splitlines()) == 1
+
+
+def test_a_method_that_did_not_run_shows_its_status_even_as_the_baseline(tmp_path):
+    common = {"model": "resnet18", "image_size": 32, "num_classes": 10, "amp": "none", "device": "cpu"}
+    common |= {"batch_size": 16, "time_unit": "step", "time_samples": 5, "timing_reliable": True}
+    pd.DataFrame(
+        [common | {"variant": "vanilla", "status": "oom"}]
+        + [common | {"variant": "division", "status": "ok", "time_median_s": 1.9}]
+    ).to_csv(tmp_path / "division_speed.csv", index=False)
+    headlines = load_headlines(default_headlines_dir())
+    lines = format_summary(summarize(read_tables(tmp_path, headlines), headlines)).splitlines()
+    assert next(line for line in lines if line.startswith("  vanilla ")).split() == [
+        "vanilla",
+        "-",
+        "-",
+        "oom",
+        "-",
+        "-",
+    ]
+    assert "    ! division: baseline vanilla: oom" in lines

@@ -292,21 +292,25 @@ def timing_by_method(frame, method_column: str = "variant"):
 
 
 def flagged_note(timing, what: str, mark: str = "hatched") -> str:
-    """``"<mark>: <what> flagged as unreliable (too few samples, machine loaded); ..."``, or ``""``
-    when no timing of ``timing`` (:func:`timing_by_method`) is flagged."""
+    """``"<mark>: <what> flagged as unreliable (no or one sample, machine loaded); ..."``, the kinds
+    of :mod:`membench.core.timing`'s flags found (none named where none is known), or ``""`` when no
+    timing of ``timing`` (:func:`timing_by_method`) is flagged."""
     if timing.empty or not timing["flagged"].any():
         return ""
     flags = " ".join(timing["flag"])
     kinds = [
         kind
-        for kind, word in (
+        for kind, words in (
             ("no or one sample", "sample"),
+            ("each sample the first of its process", "the first of its process"),
+            ("samples timed in another setting left out", "timed in another setting"),
             (f"spread over {SPREAD_PCT_MAX:.0f}%", "spread"),
             ("machine loaded", "load"),
         )
-        if word in flags
+        if words in flags
     ]
-    return f"{mark}: {what} flagged as unreliable ({', '.join(kinds)}); see timing_flag in the table"
+    named = f" ({', '.join(kinds)})" if kinds else ""
+    return f"{mark}: {what} flagged as unreliable{named}; see timing_flag in the table"
 
 
 def label_methods(ax, methods: Sequence[str], positions: Sequence[float] | None = None) -> None:

@@ -656,6 +656,7 @@ def _train(args, device, spec, kernels, meter, ranks) -> dict:
         "learning_rate": args.learning_rate,
         "train_images": len(train_set),
         "val_images": len(val_set),
+        "val_classes": len(set(val_set.labels())),
         "num_classes": len(train_set.classes),
         "val_accuracy": last["val_accuracy"],
         "val_loss": last["val_loss"],

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
+from membench.core.errors import InputError
+from membench.core.evaluation import MIN_CASES, epoch_history, still_improving
 from membench.core.plots import (
     figure_note,
     flagged_note,
@@ -19,11 +23,15 @@ from membench.core.plots import (
     timing_by_method,
     use_log_scale,
 )
+from membench.core.validate import open_regular
 from membench.hotconv.options import VARIANTS
 
-__all__ = ["BASELINE", "largest_sweep_point", "plot_sweep", "plot_variants"]
+__all__ = ["BASELINE", "HEADLINE", "largest_sweep_point", "not_judged", "plot_sweep", "plot_variants"]
 
 BASELINE = "malconv2"
+# HotConv's headline declaration: the one home of what makes its test accuracy say little (the
+# training row's ``evaluation``), read as a file since a system never imports the report package.
+HEADLINE = Path(__file__).resolve().parents[3] / "resources" / "headlines" / "hotconv.yaml"
 
 
 def _variants(*tables: pd.DataFrame) -> list[str]:
@@ -39,6 +47,52 @@ def _numeric(frame: pd.DataFrame, column: str) -> pd.Series:
     )
 
 
+def _accuracy_evaluation(headline: str | os.PathLike) -> dict:
+    """The ``evaluation`` of the headline row on the hotconv table (empty when it has none)."""
+    with open_regular(headline, "r", missing="headline declaration not found", encoding="utf-8") as handle:
+        try:
+            document = yaml.safe_load(handle)
+        except yaml.YAMLError as exc:
+            raise InputError(headline, f"not valid YAML ({' '.join(str(exc).split())})") from None
+    rows = document.get("rows") if isinstance(document, dict) else None
+    for index, row in enumerate(rows if isinstance(rows, list) else []):
+        if not (isinstance(row, dict) and row.get("table") == "hotconv" and row.get("evaluation")):
+            continue
+        evaluation, where = row["evaluation"], f"rows[{index}].evaluation"
+        if not isinstance(evaluation, dict):
+            raise InputError(headline, "expected a mapping", where)
+        if "history" in evaluation and evaluation.get("goal") not in ("max", "min"):
+            raise InputError(headline, "a history needs a goal, max or min", where)
+        if "history" in evaluation and not isinstance(evaluation.get("min_change"), (int, float)):
+            raise InputError(headline, "a history needs a numeric min_change", where)
+        return evaluation
+    return {}
+
+
+def not_judged(table: pd.DataFrame, headline: str | os.PathLike = HEADLINE) -> dict[str, list[str]]:
+    """Per variant, why the report's summary does not judge its test accuracy, by the rules of
+    :mod:`membench.core.evaluation` with the settings of ``headline``: a run still improving in its
+    last epoch, or fewer than ``MIN_CASES`` test cases. Variants with no such run are left out."""
+    evaluation = _accuracy_evaluation(headline)
+    measured = table[_numeric(table, "test_accuracy").notna()]
+    cases = (
+        _numeric(measured, evaluation["cases"])
+        if "cases" in evaluation
+        else pd.Series(float("nan"), measured.index)
+    )
+    reasons: dict[str, list[str]] = {}
+    for (_, row), case_count in zip(measured.iterrows(), cases):
+        found = reasons.setdefault(row["variant"], [])
+        if "history" in evaluation:
+            history = epoch_history(row.get(evaluation["history"]))
+            relative = bool(evaluation.get("relative", False))
+            if still_improving(history, evaluation["goal"], evaluation["min_change"], relative) is not None:
+                found.append("still improving in its last epoch")
+        if case_count < MIN_CASES:
+            found.append(f"fewer than {MIN_CASES} test cases")
+    return {variant: list(dict.fromkeys(found)) for variant, found in reasons.items() if found}
+
+
 def largest_sweep_point(sweep: pd.DataFrame) -> pd.DataFrame:
     """The measured sweep rows at the largest max_len (and, there, the largest batch size) that
     every measured variant reached: the point where the variants' step memory differs most."""
@@ -50,12 +104,19 @@ def largest_sweep_point(sweep: pd.DataFrame) -> pd.DataFrame:
     return ok[(ok["max_len"] == complete[0]) & (ok["batch_size"] == complete[1])]
 
 
-def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.PathLike) -> None:
+def plot_variants(
+    table: pd.DataFrame,
+    sweep: pd.DataFrame,
+    png_path: str | os.PathLike,
+    headline: str | os.PathLike = HEADLINE,
+) -> None:
     """The variants compared: one training step's allocator peak and saved activations (from the
     step table ``sweep``, at its largest point; the training jobs' own memory is of their model, on
     files of varying length, and on a CPU their allocator is not traced), the median steady-state
-    epoch time (whiskers fastest..slowest epoch, hatched when flagged), test accuracy, and CO2e per
-    job where energy was measured. Bars carry their ratio to :data:`BASELINE` (MalConv2)."""
+    epoch time (whiskers fastest..slowest epoch, hatched when flagged), test accuracy (hatched where
+    the summary does not judge it, :func:`not_judged`), and CO2e per job where energy was measured.
+    Bars carry their ratio to :data:`BASELINE` (MalConv2)."""
+    unjudged = not_judged(table, headline)
     point = largest_sweep_point(sweep)
     panels = []
     if not point.empty:
@@ -101,6 +162,7 @@ def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.P
                 title=title,
                 baseline=None if kind == "accuracy" else BASELINE,
                 log=False if kind == "accuracy" else None,
+                flagged=[kind == "accuracy" and v in unjudged for v in shown],
             )
         label_methods(ax, shown)
         if kind == "accuracy":
@@ -132,6 +194,12 @@ def plot_variants(table: pd.DataFrame, sweep: pd.DataFrame, png_path: str | os.P
         )
         fig.suptitle(f"{step}; {trained}; ratios to {BASELINE}")
     notes = [flagged_note(timing, "epoch time")]
+    if unjudged:
+        notes.append(
+            "hatched accuracy: not judged in the summary ("
+            + "; ".join(f"{v} {' and '.join(unjudged[v])}" for v in _variants(table) if v in unjudged)
+            + ")"
+        )
     if not co2e.notna().any():
         notes.append("CO2e: not measured on this machine (no GPU energy counter or readable RAPL)")
     if point.empty:

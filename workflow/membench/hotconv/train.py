@@ -324,6 +324,7 @@ def train_job(
         train_samples=len(data["train"]),
         val_samples=len(data["val"]),
         test_samples=len(data["test"]),
+        test_classes=len(np.unique(labels)),
         epochs_run=state["epoch"],
         best_epoch=state["best_epoch"],
         stopped_early=state["stopped_early"],

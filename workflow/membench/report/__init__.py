@@ -1,5 +1,5 @@
 """The report a researcher reads first: the headline table, readable table pages, provenance.
 
-Everything here reads only the aggregated tables (``results/tables/*.csv``) and the published
-figures (``resources/published_figures.yaml``); it never imports a system package.
+Everything here reads only the aggregated tables (``results/tables/*.csv``) and the systems'
+headline declarations (``resources/headlines/*.yaml``); it never imports a system package.
 """

@@ -12,7 +12,8 @@ so that the summary code names no system:
 ``rows``
     the headline rows, one entry per measured setting. Each names its aggregated ``table``, the
     ``method`` column, the ``baseline`` method (or ``baseline_column``: a column naming each row's
-    own baseline), a ``setting`` text whose ``{column}`` fields are filled from the table (one
+    own baseline, with ``no_baseline`` saying why the column may be empty: such a row has no ratio
+    to a baseline), a ``setting`` text whose ``{column}`` fields are filled from the table (one
     headline block per distinct setting: a row's memory, time and quality always come from one
     configuration), an optional ``select`` (column: value) and what it shows: ``memory``
     (``columns``, the first that holds a value for the baseline is used; ``what``; optional ``unit``
@@ -34,8 +35,10 @@ so that the summary code names no system:
     precision, or the paper's stated bound); ``text`` says it as the source does, ``source`` and
     ``cited_at`` (table or figure) where, ``setting`` in what setting; ``requires`` (column: value)
     is that setting as the table records it: a figure is judged only where the measured row matches
-    it. ``indicative`` (``when``, ``note``) is where the measured value is still worth setting beside
-    the figure (another meter or scale; the note says which), and ``command`` is what would judge it.
+    it. A value may be a list of the values that match, ``null`` among them for a column the row
+    leaves empty (an option left to its default: ``width: [null, 64]``). ``indicative`` (``when``,
+    ``note``) is where the measured value is still worth setting beside the figure (another meter
+    or scale; the note says which), and ``command`` is what would judge it.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class RowSpec:
     setting: str
     baseline: str | None = None
     baseline_column: str | None = None
+    no_baseline: str | None = None
     select: tuple[tuple[str, Any], ...] = ()
     scale: tuple[str, float] | None = None
     memory: Quantity | None = None
@@ -296,6 +300,7 @@ class _Reader:
                 "method",
                 "baseline",
                 "baseline_column",
+                "no_baseline",
                 "setting",
                 "select",
                 "scale",
@@ -310,6 +315,9 @@ class _Reader:
         baseline_column = self.text(entry, "baseline_column", f"{where}.baseline_column", optional=True)
         if (baseline is None) == (baseline_column is None):
             self.fail(where, "give exactly one of baseline and baseline_column")
+        no_baseline = self.text(entry, "no_baseline", f"{where}.no_baseline", optional=True)
+        if no_baseline is not None and baseline_column is None:
+            self.fail(f"{where}.no_baseline", "only a baseline_column can be empty")
         scale = None
         if entry.get("scale") is not None:
             spec = self.mapping(entry["scale"], f"{where}.scale")
@@ -360,6 +368,7 @@ class _Reader:
             setting=self.text(entry, "setting", f"{where}.setting"),
             baseline=baseline,
             baseline_column=baseline_column,
+            no_baseline=no_baseline,
             select=tuple(select.items()),
             scale=scale,
             memory=self.quantity(entry, "memory", where),
@@ -432,6 +441,9 @@ class _Reader:
         requires = entry.get("requires")
         if not isinstance(requires, dict) or not requires:
             self.fail(f"{where}.requires", "expected the paper's setting as a mapping of column: value")
+        for key, value in requires.items():
+            if isinstance(value, list) and not (value and all(_is_scalar(item) for item in value)):
+                self.fail(f"{where}.requires.{key}", "expected a value or a non-empty list of values")
         indicative_when = indicative_note = None
         if entry.get("indicative") is not None:
             spec = self.mapping(entry["indicative"], f"{where}.indicative")
@@ -463,3 +475,7 @@ class _Reader:
             indicative_when=indicative_when,
             indicative_note=indicative_note,
         )
+
+
+def _is_scalar(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))

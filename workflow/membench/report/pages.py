@@ -19,9 +19,9 @@ from membench.report.summary import (
     NOT_REPRODUCED,
     REPRODUCED,
     Summary,
+    method_cells,
 )
 from membench.report.views import TABLE_VIEWS, read_table
-from membench.report.wording import memory_ratio_words, memory_words, points_words, time_ratio_words
 
 __all__ = ["LANDING_STYLE", "OPEN_CATEGORY_SCRIPT", "READING", "summary_fragment", "table_page", "TITLE"]
 
@@ -220,16 +220,18 @@ def _system_sections(summary: Summary) -> list[str]:
                 )
                 if quantity
             ]
-            baseline = ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method (see the CSV)"
+            baseline = (
+                ", ".join(block.baselines) or "none"
+                if len(block.baselines) <= 2
+                else "per method (see the CSV)"
+            )
             rows.append(
                 f"{headline.title}. {block.spec.title}: {block.setting}. Baseline {baseline}; "
                 f"{'; '.join(what)}."
             )
             for row in block.methods:
-                rows.append(_method_cells(block, row))
-                for flag in (row.timing_flag, row.evaluation_flag):
-                    if flag:
-                        notes.append(f"{block.system}, {block.spec.title}, {row.method}: {flag}")
+                rows.append(method_cells(block, row, " (flagged)"))
+                notes += [f"{block.system}, {block.spec.title}, {row.method}: {note}" for note in row.notes]
     if not rows:
         return ["<p>No system's table was measured.</p>"]
     parts = [
@@ -239,37 +241,6 @@ def _system_sections(summary: Summary) -> list[str]:
         listing = "".join(f"<li>{html.escape(note)}</li>" for note in dict.fromkeys(notes))
         parts.append(f"<p>Flagged (not judged):</p><ul>{listing}</ul>")
     return parts
-
-
-def _method_cells(block, row) -> list[str]:
-    is_baseline = row.method == row.baseline
-    unit = block.spec.memory.unit if block.spec.memory else None
-    memory = row.status if row.status != "ok" else memory_words(row.memory_mib, unit)
-    time = (
-        "-" if block.spec.time is None else ("baseline" if is_baseline else time_ratio_words(row.time_ratio))
-    )
-    if row.timing_flags and time != "-":
-        time += " (flagged)"
-    if block.spec.quality is None:
-        quality = change = "-"
-    else:
-        kind = block.spec.quality.kind
-        value = row.quality_value
-        if value is None:
-            quality = "-"
-        elif kind == "agreement":
-            quality = "yes" if value == 1 else ("no" if value == 0 else f"{value:.0%} of runs")
-        else:
-            quality = f"{value:.1%}"
-        change = (
-            "baseline" if is_baseline else (points_words(row.quality_change) if kind == "accuracy" else "-")
-        )
-        if row.evaluation_flags and quality != "-":
-            quality += " (flagged)"
-    vs = "baseline" if is_baseline else memory_ratio_words(row.memory_ratio)
-    # Each method against its own baseline (robust: the sequential run on the same cores): named.
-    method = row.method if len(block.baselines) <= 2 or is_baseline else f"{row.method} (vs {row.baseline})"
-    return [method, memory, vs if block.spec.memory else "-", time, quality, change]
 
 
 def _provenance_table(provenance: dict, machine: dict, loads: dict) -> str:

@@ -3,22 +3,24 @@ the aggregated tables and the systems' declarations (:mod:`membench.report.headl
 
 A headline block is one declared row at one setting: every method's memory, time and quality in it
 come from jobs of that one configuration, and the block prints the setting. Ratios are against the
-block's baseline. A time ratio is shown only where both timings have at least
-:data:`MIN_TIMED_SAMPLES` steady-state samples, and stays flagged where a job marked its timing
-unreliable (spread, load). A quality figure measured on fewer than :data:`MIN_CASES` test cases, on
-one class, calibrated on fewer jobs than its risk needs, or by a run still improving in its last
-epoch is flagged as degenerate and not judged.
+block's baseline; a row whose baseline column is empty has none (no ratio, no change), and a
+baseline that did not run (out of memory, failed) gives none either, with a flag. A time ratio is
+shown only where both timings have at least :data:`MIN_TIMED_SAMPLES` steady-state samples, and
+stays flagged where a job marked its timing unreliable (spread, load). A quality figure measured
+on fewer than :data:`MIN_CASES` test cases, on one class, calibrated on fewer jobs than its risk
+needs, or by a run still improving in its last epoch is flagged as degenerate and not judged.
 
 Each published figure gets one of four verdicts: ``reproduced`` (within the figure's own
 tolerance, measured in its paper's setting), ``not reproduced``, ``indicative`` (measured with
 another meter or at another scale, or in the paper's setting but not judgeable; the note says
-which) or ``needs a GPU or data`` (with the command that would judge it). membench's own reference
-points are judged the same way but reported apart, as ``met`` or ``not met``.
+which) or ``needs a GPU or data`` (with the command that would judge it). The measured value
+beside a verdict is printed as the criterion reads it (the same metric, to at least the decimals of
+the published value and its tolerance), so that one printed value never gets two verdicts.
+membench's own reference points are judged the same way but reported apart, as ``met`` or ``not met``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import string
@@ -30,15 +32,16 @@ import numpy as np
 import pandas as pd
 
 from membench.core.errors import InputError
+from membench.core.evaluation import MIN_CASES, epoch_history, still_improving
 from membench.report.headlines import Figure, Headline, RowSpec, headline_tables
 from membench.report.views import read_table
 from membench.report.wording import (
     fill_setting,
     is_missing,
     memory_ratio_words,
+    memory_words,
     number_words,
     points_words,
-    speedup_words,
     time_ratio_words,
 )
 
@@ -48,6 +51,7 @@ __all__ = [
     "INDICATIVE",
     "KINDS",
     "MET",
+    "method_cells",
     "MethodRow",
     "MIN_CASES",
     "MIN_TIMED_SAMPLES",
@@ -73,7 +77,6 @@ REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS = (
 KINDS = (REPRODUCED, NOT_REPRODUCED, INDICATIVE, NEEDS)
 MET, NOT_MET, NOT_MEASURED = "met", "not met", "not measured"
 MIN_TIMED_SAMPLES = 3
-MIN_CASES = 30
 HEADLINE_COLUMNS = (
     "system",
     "row",
@@ -178,12 +181,14 @@ def _listing(names) -> str:
 @dataclass
 class MethodRow:
     """One method's figures in a block; ``context`` is what it was measured with (its table row, the
-    block's setting, the memory column used, a scaled column's target value)."""
+    block's setting, the memory column used, a scaled column's target value). ``baseline`` is None
+    where the row has none, ``no_baseline`` saying why."""
 
     method: str
-    baseline: str
+    baseline: str | None
     context: dict
     status: str = "ok"
+    no_baseline: str = ""
     memory_mib: float | None = None
     memory_ratio: float | None = None
     time_s: float | None = None
@@ -201,6 +206,12 @@ class MethodRow:
     @property
     def evaluation_flag(self) -> str:
         return "; ".join(self.evaluation_flags)
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader is told under the block: the flags, and why there is no baseline."""
+        no_baseline = [f"no baseline: {self.no_baseline}"] if self.baseline is None else []
+        return [note for note in (self.timing_flag, self.evaluation_flag) if note] + no_baseline
 
 
 @dataclass
@@ -284,9 +295,13 @@ def _block(system: str, title: str, spec: RowSpec, group: pd.DataFrame) -> Block
     for method in order:
         rows = group[group[spec.method] == method]
         context = _clean(rows.iloc[0])
-        baseline = spec.baseline or str(context.get(spec.baseline_column, method))
-        context["baseline"] = baseline
-        methods.append(MethodRow(str(method), baseline, context, status=str(context.get("status", "ok"))))
+        # An empty baseline column is no baseline: never the method itself.
+        baseline = spec.baseline or context.get(spec.baseline_column)
+        if baseline is not None:
+            context["baseline"] = baseline = str(baseline)
+        no_baseline = "" if baseline is not None else spec.no_baseline or f"{spec.baseline_column} empty"
+        status = str(context.get("status", "ok"))
+        methods.append(MethodRow(str(method), baseline, context, status=status, no_baseline=no_baseline))
     block = Block(system, title, spec, "", methods)
     ok = {m.method: group[group[spec.method] == m.method] for m in methods if m.status == "ok"}
     if "status" in group.columns:
@@ -312,7 +327,7 @@ def _block(system: str, title: str, spec: RowSpec, group: pd.DataFrame) -> Block
         )
     if any(len(rows) > 1 for rows in ok.values()) and not spec.scale:
         block.setting += "; mean of the runs of each method"
-    block.baselines = tuple(dict.fromkeys(m.baseline for m in methods))
+    block.baselines = tuple(dict.fromkeys(m.baseline for m in methods if m.baseline is not None))
     return block
 
 
@@ -407,13 +422,17 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
             continue
         row.time_s, row.time_samples, unit, flags = timings[row.method]
         row.context["time_unit"] = unit
-        base = timings.get(row.baseline)
-        if row.time_s is None or base is None or base[0] is None or base[0] <= 0:
+        # The method's own flags first: they stand whatever its baseline did.
+        row.timing_flags = list(flags)
+        if row.time_s is None or row.baseline is None:
             continue
-        own = list(flags)
+        base = timings.get(row.baseline)
+        if base is None or base[0] is None or base[0] <= 0:
+            row.timing_flags.append(_baseline_missing(block, row) or f"baseline {row.baseline}: no timing")
+            continue
         if row.baseline != row.method:
-            own += [f"baseline {row.baseline}: {flag}" for flag in base[3]]
-        row.timing_flags = list(dict.fromkeys(own))
+            row.timing_flags += [f"baseline {row.baseline}: {flag}" for flag in base[3]]
+        row.timing_flags = list(dict.fromkeys(row.timing_flags))
         if base[2] != unit:
             row.timing_flags.append(f"units differ ({unit} vs the baseline's {base[2]})")
             continue
@@ -424,6 +443,17 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
             )
             continue
         row.time_ratio = row.time_s / base[0]
+
+
+def _baseline_missing(block: Block, row: MethodRow) -> str:
+    """Why ``row`` has nothing to be compared with: no baseline, or a baseline that did not run
+    (its status) or is not in the block; empty where the baseline ran."""
+    if row.baseline is None:
+        return f"no baseline: {row.no_baseline}"
+    base = next((m for m in block.methods if m.method == row.baseline), None)
+    if base is None:
+        return f"baseline {row.baseline}: not measured in this setting"
+    return f"baseline {row.baseline}: {base.status}" if base.status != "ok" else ""
 
 
 def _fill_quality(block: Block, ok: dict[str, pd.DataFrame]) -> None:
@@ -461,27 +491,12 @@ def _degenerate(row: pd.Series, spec: RowSpec) -> list[str]:
     needed = _number(row.get(evaluation.calibration_needed)) if evaluation.calibration_needed else None
     if calibrated is not None and needed is not None and calibrated < needed:
         reasons.append(f"calibrated on {calibrated:g} jobs, fewer than the {needed:g} its risk needs")
-    history = _history(row.get(evaluation.history)) if evaluation.history else []
-    if len(history) >= 2:
-        last, earlier = history[-1], history[:-1]
-        best = max(earlier) if evaluation.goal == "max" else min(earlier)
-        gain = (last - best) if evaluation.goal == "max" else (best - last)
-        if evaluation.relative and best:
-            gain /= abs(best)
-        if gain > evaluation.min_change:
-            change = f"{gain:.1%}" if evaluation.relative else points_words(gain).replace("+", "")
-            reasons.append(f"not converged: its last epoch still improved by {change}")
+    history = epoch_history(row.get(evaluation.history)) if evaluation.history else []
+    gain = still_improving(history, evaluation.goal, evaluation.min_change, evaluation.relative)
+    if gain is not None:
+        change = f"{gain:.1%}" if evaluation.relative else points_words(gain).replace("+", "")
+        reasons.append(f"not converged: its last epoch still improved by {change}")
     return reasons
-
-
-def _history(value) -> list[float]:
-    if is_missing(value):
-        return []
-    try:
-        values = json.loads(value) if isinstance(value, str) else list(value)
-    except (ValueError, TypeError):
-        return []
-    return [v for v in map(_number, values) if v is not None] if isinstance(values, list) else []
 
 
 # -- verdicts ------------------------------------------------------------------------------------
@@ -514,53 +529,83 @@ def _same(measured, published) -> bool:
 
 
 def _mismatches(context: dict, wanted: dict) -> list[str]:
-    return [
-        f"{key} {number_words(context[key]) if key in context else 'not recorded'} "
-        f"(paper: {number_words(value)})"
-        for key, value in wanted.items()
-        if key not in context or not _same(context[key], value)
-    ]
+    """How ``context`` differs from ``wanted`` (column: a value, or a list of the values that match,
+    None matching a column the row leaves empty)."""
+    differences = []
+    for key, value in wanted.items():
+        accepted = value if isinstance(value, list) else [value]
+        if not any(_same(context[key], a) if key in context else a is None for a in accepted):
+            paper = " or ".join("not recorded" if a is None else number_words(a) for a in accepted)
+            differences.append(
+                f"{key} {number_words(context[key]) if key in context else 'not recorded'} (paper: {paper})"
+            )
+    return differences
 
 
-def _decimals(tolerance: float) -> int:
-    return 3 if tolerance <= 0 else max(0, min(4, math.ceil(-math.log10(tolerance))))
+# The metrics that compare a method with its baseline.
+_RELATIVE_METRICS = ("memory_factor", "time_ratio", "speedup", "quality_change")
+# Beyond this, a value rounded across a bound is at the bound to within a float's error.
+_MAX_DECIMALS = 10
+
+
+def _places(number: float) -> int:
+    """The decimals ``number`` is written with, at most 6: ``0.731`` -> 3, ``22.0`` -> 0."""
+    return len(f"{abs(number):.6f}".rstrip("0").partition(".")[2])
+
+
+def _shown(figure: Figure, value: float, scale: float = 1.0) -> str:
+    """``value`` (the figure's metric) times ``scale`` (100 for percent and points) to the decimals
+    of the published value or of the tolerance, whichever has more (one more than the value's with
+    no tolerance), and to more where fewer would round ``value`` across the criterion's bound."""
+    published = _places(figure.value * scale)
+    tolerance = figure.tolerance * scale
+    decimals = max(published, math.ceil(-math.log10(tolerance))) if tolerance > 0 else published + 1
+    decimals = min(max(decimals, 0), _MAX_DECIMALS)
+    held = _holds(figure, value)
+    while decimals < _MAX_DECIMALS and _holds(figure, round(value * scale, decimals) / scale) != held:
+        decimals += 1
+    return f"{value * scale:.{decimals}f}"
 
 
 def _measure(figure: Figure, block: Block, row: MethodRow) -> tuple[float | None, str]:
-    """The figure's metric for ``row``, and how it reads."""
-    digits = _decimals(figure.tolerance)
+    """The figure's metric for ``row``, and how it reads beside the figure's criterion."""
     metric = figure.metric
     if metric == "memory":
         if row.memory_mib is None:
             return None, "-"
         value = row.memory_mib / 1024 if figure.unit == "GiB" else row.memory_mib
-        return value, f"{value:.{digits}f} {figure.unit}"
+        return value, f"{_shown(figure, value)} {figure.unit}"
     if metric == "memory_factor":
         if not row.memory_ratio:
             return None, "-"
-        return 1 / row.memory_ratio, f"{1 / row.memory_ratio:.{max(digits, 1)}f}x less"
-    if metric in ("time_ratio", "speedup"):
+        return 1 / row.memory_ratio, f"{_shown(figure, 1 / row.memory_ratio)}x less"
+    if metric == "time_ratio":
         if row.time_ratio is None:
             return None, "-"
-        value = row.time_ratio if metric == "time_ratio" else 1 / row.time_ratio
-        words = time_ratio_words(row.time_ratio) if metric == "time_ratio" else speedup_words(value)
-        return value, words
-    if metric == "quality":
-        return row.quality_value, _quality_words(row.quality_value, block.spec.quality.kind)
+        return (
+            row.time_ratio,
+            f"time ratio {_shown(figure, row.time_ratio)} ({time_ratio_words(row.time_ratio)})",
+        )
+    if metric == "speedup":
+        if row.time_ratio is None:
+            return None, "-"
+        return 1 / row.time_ratio, f"speedup {_shown(figure, 1 / row.time_ratio)}x"
     if metric == "quality_change":
-        return row.quality_change, points_words(row.quality_change)
-    value = _number(row.context.get(figure.column))
+        if row.quality_change is None:
+            return None, "-"
+        points = _shown(figure, row.quality_change, 100)
+        return row.quality_change, f"{'' if points.startswith('-') else '+'}{points} points"
+    kind = block.spec.quality.kind if metric == "quality" else figure.unit
+    value = row.quality_value if metric == "quality" else _number(row.context.get(figure.column))
     if value is None:
         return None, "-"
-    return value, f"{value:.1%}" if figure.unit == "fraction" else number_words(value, 4)
-
-
-def _quality_words(value, kind: str | None) -> str:
-    if value is None:
-        return "-"
     if kind == "agreement":
-        return "yes" if value == 1 else ("no" if value == 0 else f"{value:.0%} of runs")
-    return f"{value:.1%}"
+        return value, "yes" if value == 1 else (
+            "no" if value == 0 else f"{_shown(figure, value, 100)}% of runs"
+        )
+    if kind in ("accuracy", "fraction"):
+        return value, f"{_shown(figure, value, 100)}%"
+    return value, _shown(figure, value)
 
 
 def _holds(figure: Figure, value: float) -> bool:
@@ -571,7 +616,11 @@ def _holds(figure: Figure, value: float) -> bool:
     return abs(value - figure.value) <= figure.tolerance + 1e-12
 
 
-def _not_judgeable(figure: Figure, row: MethodRow) -> str:
+def _not_judgeable(figure: Figure, block: Block, row: MethodRow) -> str:
+    if figure.metric in _RELATIVE_METRICS:
+        missing = _baseline_missing(block, row)
+        if missing:
+            return missing
     if figure.metric in ("time_ratio", "speedup") and row.timing_flags:
         return "timing flagged: " + row.timing_flag
     if figure.metric in ("quality", "quality_change", "value") and row.evaluation_flags:
@@ -586,7 +635,7 @@ def _picks(figure: Figure, row: MethodRow) -> bool:
 
 
 def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
-    judged, indicative, elsewhere = [], [], []
+    judged, withheld, indicative, elsewhere = [], [], [], []
     for block in blocks:
         if block.system != figure.system or block.spec.id != figure.row:
             continue
@@ -596,7 +645,7 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
             value, words = _measure(figure, block, row)
             context = {**row.context, "setting": block.setting}
             differences = _mismatches(row.context, figure.requires)
-            reason = _not_judgeable(figure, row)
+            reason = _not_judgeable(figure, block, row)
             if value is None and (differences or not reason):
                 reason = reason or f"{figure.metric} not measured ({row.status})"
                 elsewhere.append((words, f"{row.method}: {reason}"))
@@ -604,8 +653,8 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
                 judged.append((words, _holds(figure, value)))
             elif not differences:
                 # In the paper's setting, on a timing or evaluation that cannot be judged (a withheld
-                # ratio included): not a verdict, and not a missing GPU either.
-                indicative.append((words, f"in the paper's setting, not judged: {reason}"))
+                # ratio, a missing baseline included): not a verdict, and not a missing GPU either.
+                withheld.append((words, reason))
             elif figure.indicative_when is not None and not _mismatches(row.context, figure.indicative_when):
                 note = fill_setting(figure.indicative_note, context)
                 indicative.append((words, note + (f"; {reason}" if reason else "")))
@@ -617,7 +666,13 @@ def _judge(figure: Figure, blocks: list[Block]) -> Verdict:
             kind = MET if held else NOT_MET
         else:
             kind = REPRODUCED if held else NOT_REPRODUCED
-        return Verdict(figure, kind, _joined(w for w, _ in judged), _criterion(figure))
+        note = _criterion(figure)
+        if withheld:
+            note += f"; {len(withheld)} more row(s) in the paper's setting not judged: " + _joined(
+                reason for _, reason in withheld
+            )
+        return Verdict(figure, kind, _joined(w for w, _ in judged), note)
+    indicative = [(w, f"in the paper's setting, not judged: {reason}") for w, reason in withheld] + indicative
     if indicative:
         return Verdict(
             figure, INDICATIVE, _joined(w for w, _ in indicative), _joined(n for _, n in indicative)
@@ -717,7 +772,7 @@ class Summary:
                         "row": spec.id,
                         "setting": block.setting,
                         "method": row.method,
-                        "baseline": row.baseline,
+                        "baseline": row.baseline or f"none ({row.no_baseline})",
                         "status": row.status,
                         "memory_figure": block.memory_what,
                         "memory_mib": row.memory_mib,
@@ -763,7 +818,53 @@ class Summary:
 
 
 def _vs(row: MethodRow, value, words) -> str:
+    if row.baseline is None:
+        return "no baseline"
     return "baseline" if row.method == row.baseline else words(value)
+
+
+def method_cells(block: Block, row: MethodRow, flagged: str) -> list[str]:
+    """``row`` as the terminal and the page show it: method, memory, memory against the baseline,
+    time against the baseline, quality, quality against the baseline, with ``flagged`` after a
+    flagged timing or evaluation. A method that did not run shows its status (out of memory,
+    failed) in place of each figure, a baseline's included."""
+    spec = block.spec
+    is_baseline = row.method == row.baseline
+    memory = memory_vs = time = quality = change = "-"
+    if row.status != "ok":
+        memory, time, quality = (
+            row.status if q is not None else "-" for q in (spec.memory, spec.time, spec.quality)
+        )
+    else:
+        if spec.memory is not None:
+            memory = memory_words(row.memory_mib, spec.memory.unit)
+            memory_vs = _vs(row, row.memory_ratio, memory_ratio_words)
+        if spec.time is not None:
+            time = _vs(row, row.time_ratio, time_ratio_words)
+            if row.timing_flags and (is_baseline or row.time_ratio is not None):
+                time += flagged
+        if spec.quality is not None:
+            if row.quality_value is not None:
+                quality = _quality_words(row.quality_value, spec.quality.kind)
+                quality += flagged if row.evaluation_flags else ""
+            if spec.quality.kind == "accuracy" or is_baseline or row.baseline is None:
+                change = _vs(row, row.quality_change, points_words)
+    # Each method against its own baseline (robust: the sequential run on the same cores): named.
+    named = len(block.baselines) > 2 and not is_baseline and row.baseline is not None
+    return [
+        f"{row.method} (vs {row.baseline})" if named else row.method,
+        memory,
+        memory_vs,
+        time,
+        quality,
+        change,
+    ]
+
+
+def _quality_words(value: float, kind: str | None) -> str:
+    if kind == "agreement":
+        return "yes" if value == 1 else ("no" if value == 0 else f"{value:.0%} of runs")
+    return f"{value:.1%}"
 
 
 def _time_what(block: Block, row: MethodRow) -> str | None:

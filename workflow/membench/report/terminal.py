@@ -17,10 +17,10 @@ from membench.report.summary import (
     NOT_REPRODUCED,
     REPRODUCED,
     Summary,
+    method_cells,
     read_tables,
     summarize,
 )
-from membench.report.wording import memory_ratio_words, memory_words, points_words, time_ratio_words
 
 __all__ = ["build_parser", "format_summary", "run", "WIDTH"]
 
@@ -96,40 +96,15 @@ def format_summary(summary: Summary) -> str:
     lines += ["", "What each method costs, per setting (ratios against the block's baseline):"]
     for block in summary.blocks:
         lines.append("")
-        baselines = ", ".join(block.baselines) if len(block.baselines) <= 2 else "per method"
+        baselines = ", ".join(block.baselines) or "none" if len(block.baselines) <= 2 else "per method"
         lines += _wrap(f"{block.system}: {block.spec.title}: {block.setting}. Baseline {baselines}.")
         lines.append(
             _ROW.format("method", "memory", "vs baseline", "time vs baseline", "quality", "vs baseline")
         )
         flags = []
         for row in block.methods:
-            lines.append(_ROW.format(*_cells(block, row)))
-            flags += [f"{row.method}: {flag}" for flag in (row.timing_flag, row.evaluation_flag) if flag]
+            lines.append(_ROW.format(*method_cells(block, row, "?")))
+            flags += [f"{row.method}: {note}" for note in row.notes]
         for flag in dict.fromkeys(flags):
             lines += _wrap(f"! {flag}", "    ", "  ")
     return "\n".join(lines)
-
-
-def _cells(block, row) -> list[str]:
-    is_baseline = row.method == row.baseline
-    spec = block.spec
-    memory = vs = time = quality = change = "-"
-    if spec.memory is not None:
-        memory = row.status if row.status != "ok" else memory_words(row.memory_mib, spec.memory.unit)
-        vs = "baseline" if is_baseline else memory_ratio_words(row.memory_ratio)
-    if spec.time is not None:
-        time = "baseline" if is_baseline else time_ratio_words(row.time_ratio)
-        time += "?" if row.timing_flags and time != "-" else ""
-    if spec.quality is not None and row.quality_value is not None:
-        if spec.quality.kind == "agreement":
-            quality = "yes" if row.quality_value == 1 else "no"
-        else:
-            quality = f"{row.quality_value:.1%}"
-        quality += "?" if row.evaluation_flags else ""
-        change = (
-            "baseline"
-            if is_baseline
-            else (points_words(row.quality_change) if spec.quality.kind == "accuracy" else "-")
-        )
-    method = row.method if len(block.baselines) <= 2 or is_baseline else f"{row.method} vs {row.baseline}"
-    return [method, memory, vs, time, quality, change]

@@ -15,7 +15,6 @@ __all__ = [
     "memory_words",
     "number_words",
     "points_words",
-    "speedup_words",
     "time_ratio_words",
 ]
 
@@ -62,11 +61,6 @@ def time_ratio_words(ratio) -> str:
     if abs(ratio - 1) < 0.05:
         return "about the same"
     return f"{_factor(ratio)}x slower" if ratio > 1 else f"{_factor(1 / ratio)}x faster"
-
-
-def speedup_words(speedup) -> str:
-    """The baseline's time over the method's: ``12.8`` -> ``"12.8x faster"``."""
-    return "-" if is_missing(speedup) or speedup <= 0 else time_ratio_words(1 / speedup)
 
 
 def points_words(change) -> str:
