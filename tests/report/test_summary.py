@@ -475,3 +475,23 @@ def test_a_baseline_that_did_not_run_keeps_the_methods_flags_and_judges_nothing(
         assert frame.loc[figure, "note"] == "in the paper's setting, not judged: baseline vanilla: oom"
     # Only ActNN's figure, not measured at all, needs a GPU.
     assert frame.loc["actnn_throughput", "verdict"] == NEEDS
+
+
+def test_a_time_ratio_timed_in_turns_with_the_baseline_is_the_ratio_shown():
+    # DIVISION's job timed vanilla's steps beside its own: 0.8 of vanilla's throughput, whatever
+    # vanilla's own job (on a quieter or busier machine) measured.
+    common = {"model": "resnet18", "image_size": 32, "num_classes": 10, "batch_size": 16, "amp": "none"}
+    common |= {"device": "cpu", "time_unit": "step", "time_samples": 15, "timing_reliable": True}
+    table = pd.DataFrame(
+        [
+            common | {"variant": "vanilla", "time_median_s": 1.0},
+            common | {"variant": "division", "time_median_s": 2.0, "vs_paired_vanilla": 0.8},
+            common | {"variant": "actnn2bit", "time_median_s": 1.5},
+        ]
+    )
+    rows = {
+        row.method: row
+        for row in block(summarize({"division_speed": table}, HEADLINES), "division", "throughput").methods
+    }
+    assert rows["division"].time_ratio == pytest.approx(1.25)
+    assert rows["actnn2bit"].time_ratio == pytest.approx(1.5)  # no pairing: the two jobs' medians

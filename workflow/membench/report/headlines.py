@@ -78,12 +78,16 @@ MEMORY_UNITS = ("MiB", "GiB")
 
 @dataclass(frozen=True)
 class Quantity:
-    """A figure a headline row shows: the first of ``columns`` that holds a value, what it is."""
+    """A figure a headline row shows: the first of ``columns`` that holds a value, what it is; for
+    a time, ``paired``: a column holding the baseline's time over the method's, timed in turns in
+    the method's own job, which gives the ratio where a row has it (a change of load between two
+    jobs moves the ratio of their medians)."""
 
     columns: tuple[str, ...]
     what: str
     unit: str | None = None
     kind: str | None = None
+    paired: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,7 +280,8 @@ class _Reader:
         if value is None:
             return None
         value = self.mapping(value, f"{where}.{key}")
-        self.known(value, ("columns", "column", "what", "unit", "kind"), f"{where}.{key}")
+        allowed = ("columns", "column", "what", "unit", "kind") + (("paired",) if key == "time" else ())
+        self.known(value, allowed, f"{where}.{key}")
         columns = value.get("columns", [value.get("column")])
         if not isinstance(columns, list) or not all(isinstance(c, str) and c for c in columns):
             self.fail(f"{where}.{key}.columns", "expected a list of column names")
@@ -286,7 +291,8 @@ class _Reader:
         kind = None
         if key == "quality":
             kind = self.choice(value, "kind", QUALITY_KINDS, f"{where}.{key}.kind", default="accuracy")
-        return Quantity(tuple(columns), self.text(value, "what", f"{where}.{key}.what"), unit, kind)
+        paired = self.text(value, "paired", f"{where}.{key}.paired", optional=True)
+        return Quantity(tuple(columns), self.text(value, "what", f"{where}.{key}.what"), unit, kind, paired)
 
     def row(self, entry, index: int) -> RowSpec:
         where = f"rows[{index}]"

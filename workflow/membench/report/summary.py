@@ -401,8 +401,8 @@ def _fill_memory(block: Block, ok: dict[str, pd.DataFrame]) -> None:
 
 
 def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
-    column = block.spec.time.columns[0]
-    timings = {}
+    column, paired_column = block.spec.time.columns[0], block.spec.time.paired
+    timings, paired = {}, {}
     for method, rows in ok.items():
         first = rows.iloc[0]
         flags = []
@@ -417,6 +417,8 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
             first.get("time_unit"),
             flags,
         )
+        if paired_column:
+            paired[method] = _mean(rows, paired_column)
     for row in block.methods:
         if row.method not in timings:
             continue
@@ -426,23 +428,31 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
         row.timing_flags = list(flags)
         if row.time_s is None or row.baseline is None:
             continue
-        base = timings.get(row.baseline)
-        if base is None or base[0] is None or base[0] <= 0:
-            row.timing_flags.append(_baseline_missing(block, row) or f"baseline {row.baseline}: no timing")
-            continue
-        if row.baseline != row.method:
-            row.timing_flags += [f"baseline {row.baseline}: {flag}" for flag in base[3]]
-        row.timing_flags = list(dict.fromkeys(row.timing_flags))
-        if base[2] != unit:
-            row.timing_flags.append(f"units differ ({unit} vs the baseline's {base[2]})")
-            continue
-        fewest = min((s for s in (row.time_samples, base[1]) if s is not None), default=0)
+        # Timed in turns with the baseline in the method's own job: its ratio, whatever the
+        # baseline's own job met.
+        in_turns = paired.get(row.method) if row.method != row.baseline else None
+        if in_turns is not None and in_turns > 0:
+            fewest = row.time_samples or 0
+        else:
+            base = timings.get(row.baseline)
+            if base is None or base[0] is None or base[0] <= 0:
+                row.timing_flags.append(
+                    _baseline_missing(block, row) or f"baseline {row.baseline}: no timing"
+                )
+                continue
+            if row.baseline != row.method:
+                row.timing_flags += [f"baseline {row.baseline}: {flag}" for flag in base[3]]
+            row.timing_flags = list(dict.fromkeys(row.timing_flags))
+            if base[2] != unit:
+                row.timing_flags.append(f"units differ ({unit} vs the baseline's {base[2]})")
+                continue
+            fewest = min((s for s in (row.time_samples, base[1]) if s is not None), default=0)
         if fewest < MIN_TIMED_SAMPLES:
             row.timing_flags.append(
                 f"ratio withheld: {fewest:g} timed sample(s), fewer than {MIN_TIMED_SAMPLES}"
             )
             continue
-        row.time_ratio = row.time_s / base[0]
+        row.time_ratio = 1 / in_turns if in_turns else row.time_s / base[0]
 
 
 def _baseline_missing(block: Block, row: MethodRow) -> str:
