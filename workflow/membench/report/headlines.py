@@ -17,7 +17,9 @@ so that the summary code names no system:
     headline block per distinct setting: a row's memory, time and quality always come from one
     configuration), an optional ``select`` (column: value) and what it shows: ``memory``
     (``columns``, the first that holds a value for the baseline is used; ``what``; optional ``unit``
-    ``MiB`` | ``GiB``), ``time`` (``column``, seconds per ``time_unit``), ``quality`` (``column``,
+    ``MiB`` | ``GiB``), ``time`` (``column``, seconds per ``time_unit``;
+    optional ``paired``, a column of the baseline's time over the method's, timed in turns in the
+    method's job), ``quality`` (``column``,
     ``what``, ``kind`` ``accuracy`` | ``agreement`` | ``fraction``) and ``evaluation`` (the columns
     that say how many test ``cases`` and ``classes`` the quality was measured on, how many jobs it
     was ``calibrated_on`` and the fewest its risk needs (``calibration_needed``), and the per-epoch
