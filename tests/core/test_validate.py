@@ -190,3 +190,18 @@ def test_int_column_reports_a_value_beyond_int64_as_written(text, problem):
         3,
         1000,
     ]
+
+
+def test_a_yaml_file_that_does_not_parse_is_one_line_naming_it(tmp_path):
+    good, bad, binary = tmp_path / "good.yaml", tmp_path / "bad.yaml", tmp_path / "binary.yaml"
+    good.write_text("rows: [1, 2]\n")
+    bad.write_text("rows: [1, 2\nnext: 3\n")
+    binary.write_bytes(b"rows: \xff\xfe\n")
+    assert validate.read_yaml(good, "missing") == {"rows": [1, 2]}
+    with pytest.raises(InputError, match=r"bad\.yaml: not valid YAML \(") as error:
+        validate.read_yaml(bad, "missing")
+    assert "\n" not in str(error.value)
+    with pytest.raises(InputError, match=r"binary\.yaml: not valid YAML \(not UTF-8 text\)"):
+        validate.read_yaml(binary, "missing")
+    with pytest.raises(InputError, match="write it first"):
+        validate.read_yaml(tmp_path / "absent.yaml", "write it first")

@@ -31,6 +31,7 @@ __all__ = [
     "open_regular",
     "read_csv_columns",
     "read_json_object",
+    "read_yaml",
     "readable_nonempty_file",
     "regular_file",
     "safe_join",
@@ -262,6 +263,20 @@ def read_json_object(path: str | os.PathLike, missing: str) -> dict:
     if not isinstance(value, dict):
         raise InputError(path, "expected a JSON object")
     return value
+
+
+def read_yaml(path: str | os.PathLike, missing: str):
+    """Read a YAML file (any document); ``missing`` says what to do when it is absent. A syntax
+    error or text that is not UTF-8 is one line naming the file."""
+    import yaml  # here: most readers of this module read no YAML
+
+    with open_regular(path, "r", missing=missing, encoding="utf-8") as handle:
+        try:
+            return yaml.safe_load(handle)
+        except yaml.YAMLError as exc:
+            raise InputError(path, f"not valid YAML ({' '.join(str(exc).split())})") from None
+        except UnicodeDecodeError:
+            raise InputError(path, "not valid YAML (not UTF-8 text)") from None
 
 
 def readable_nonempty_file(file: Path, path, where: str) -> int:

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from membench.core.errors import InputError
 from membench.core.evaluation import MIN_CASES, epoch_history, still_improving
@@ -23,7 +22,7 @@ from membench.core.plots import (
     timing_by_method,
     use_log_scale,
 )
-from membench.core.validate import open_regular
+from membench.core.validate import read_yaml
 from membench.hotconv.options import VARIANTS
 
 __all__ = ["BASELINE", "HEADLINE", "largest_sweep_point", "not_judged", "plot_sweep", "plot_variants"]
@@ -49,11 +48,7 @@ def _numeric(frame: pd.DataFrame, column: str) -> pd.Series:
 
 def _accuracy_evaluation(headline: str | os.PathLike) -> dict:
     """The ``evaluation`` of the headline row on the hotconv table (empty when it has none)."""
-    with open_regular(headline, "r", missing="headline declaration not found", encoding="utf-8") as handle:
-        try:
-            document = yaml.safe_load(handle)
-        except yaml.YAMLError as exc:
-            raise InputError(headline, f"not valid YAML ({' '.join(str(exc).split())})") from None
+    document = read_yaml(headline, missing="headline declaration not found")
     rows = document.get("rows") if isinstance(document, dict) else None
     for index, row in enumerate(rows if isinstance(rows, list) else []):
         if not (isinstance(row, dict) and row.get("table") == "hotconv" and row.get("evaluation")):

@@ -50,10 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from membench.core.errors import InputError
-from membench.core.validate import open_regular
+from membench.core.validate import read_yaml
 
 __all__ = [
     "COMPARISONS",
@@ -204,11 +202,7 @@ def headline_tables(headlines: list[Headline]) -> list[str]:
 
 def load_headline(path: str | os.PathLike) -> Headline:
     """One system's declaration (see the module docstring), checked."""
-    with open_regular(path, "r", missing="headline declaration not found", encoding="utf-8") as handle:
-        try:
-            document = yaml.safe_load(handle)
-        except yaml.YAMLError as exc:
-            raise InputError(path, f"not valid YAML ({' '.join(str(exc).split())})") from None
+    document = read_yaml(path, missing="headline declaration not found")
     reader = _Reader(path)
     document = reader.mapping(document, "the document")
     system = reader.text(document, "system")
