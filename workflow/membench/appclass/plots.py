@@ -20,6 +20,7 @@ from membench.core.plots import (
     panel_grid,
     save_figure,
     timing_by_method,
+    timing_reliable,
 )
 
 __all__ = ["BASELINE_IMPLEMENTATION", "plot_runtime", "plot_speedup", "speedups"]
@@ -33,17 +34,15 @@ def speedups(table: pd.DataFrame) -> pd.DataFrame:
     dataset has no reference job), and ``speedup_reliable``: both timings were reliable."""
     baseline = table[table["implementation"] == BASELINE_IMPLEMENTATION]
     reference = baseline.groupby("dataset")["time_median_s"].median()
-    reference_reliable = baseline.groupby("dataset")["timing_reliable"].agg(lambda v: _reliable(v).all())
+    reference_reliable = baseline.groupby("dataset")["timing_reliable"].agg(
+        lambda values: timing_reliable(values).all()
+    )
     out = table.copy()
     out["speedup_vs_reference"] = out["dataset"].map(reference) / out["time_median_s"]
-    out["speedup_reliable"] = _reliable(out["timing_reliable"]) & out["dataset"].map(
+    out["speedup_reliable"] = timing_reliable(out["timing_reliable"]) & out["dataset"].map(
         reference_reliable
     ).fillna(False)
     return out
-
-
-def _reliable(values: pd.Series) -> pd.Series:
-    return values.map(lambda v: str(v).lower() == "true")
 
 
 def _pairs(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
@@ -82,7 +81,7 @@ def plot_runtime(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
             baseline=baseline.iloc[0] if len(baseline) else None,
             low=ms("time_min_s"),
             high=ms("time_max_s"),
-            flagged=list(~_reliable(rows["timing_reliable"])),
+            flagged=list(~timing_reliable(rows["timing_reliable"])),
             colour_methods=list(rows["implementation"]),
         )
         label_methods(ax, list(rows["variant"]))

@@ -38,6 +38,7 @@ __all__ = [
     "SAVE_DPI",
     "save_figure",
     "timing_by_method",
+    "timing_reliable",
     "use_log_scale",
 ]
 
@@ -244,7 +245,7 @@ def grouped_method_bars(
         rows = rows.loc[shown]
         column = lambda name: pd.to_numeric(rows[name], errors="coerce").tolist() if name else None  # noqa: E731
         flagged = (
-            [str(v).lower() != "true" for v in rows["timing_reliable"]]
+            list(~timing_reliable(rows["timing_reliable"]))
             if flag_timing and "timing_reliable" in rows
             else None
         )
@@ -268,6 +269,12 @@ def grouped_method_bars(
     )
 
 
+def timing_reliable(values: pd.Series) -> pd.Series:
+    """Whether each value of a ``timing_reliable`` column marks a reliable timing (``True``, or
+    ``"true"`` as a table read back from CSV holds it)."""
+    return values.map(lambda v: v is True or str(v).lower() == "true")
+
+
 def timing_by_method(frame, method_column: str = "variant"):
     """Per method of ``frame`` (rows carrying :mod:`membench.core.timing`'s fields): the median of
     ``time_median_s``, the smallest ``time_min_s``, the largest ``time_max_s`` and whether any
@@ -279,7 +286,7 @@ def timing_by_method(frame, method_column: str = "variant"):
     timed = frame[pd.to_numeric(frame["time_median_s"], errors="coerce").notna()]
     rows = {}
     for method, part in timed.groupby(method_column, sort=False):
-        reliable = part["timing_reliable"].map(lambda v: v is True or str(v).lower() == "true")
+        reliable = timing_reliable(part["timing_reliable"])
         flags = sorted({str(f) for f in part["timing_flag"] if isinstance(f, str) and f})
         rows[method] = {
             "median_s": pd.to_numeric(part["time_median_s"]).median(),

@@ -20,6 +20,7 @@ from membench.core.plots import (
     plain_log_ticks,
     save_figure,
     timing_by_method,
+    timing_reliable,
     use_log_scale,
 )
 from membench.core.validate import read_yaml
@@ -245,7 +246,7 @@ def plot_sweep(table: pd.DataFrame, png_path: str | os.PathLike) -> None:
                         label=f"{variant}, batch {batch_size}",
                     )
                     if column == "time_median_s":
-                        flagged = rows[rows["timing_reliable"].map(lambda v: str(v).lower() != "true")]
+                        flagged = rows[~timing_reliable(rows["timing_reliable"])]
                         ax.scatter(
                             flagged["max_len"] / 2**10,
                             _numeric(flagged, column),

@@ -431,7 +431,8 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
         # Timed in turns with the baseline in the method's own job: its ratio, whatever the
         # baseline's own job met.
         in_turns = paired.get(row.method) if row.method != row.baseline else None
-        if in_turns is not None and in_turns > 0:
+        in_turns = in_turns if in_turns is not None and in_turns > 0 else None
+        if in_turns is not None:
             fewest = row.time_samples or 0
         else:
             base = timings.get(row.baseline)
@@ -452,7 +453,7 @@ def _fill_time(block: Block, ok: dict[str, pd.DataFrame]) -> None:
                 f"ratio withheld: {fewest:g} timed sample(s), fewer than {MIN_TIMED_SAMPLES}"
             )
             continue
-        row.time_ratio = 1 / in_turns if in_turns else row.time_s / base[0]
+        row.time_ratio = 1 / in_turns if in_turns is not None else row.time_s / base[0]
 
 
 def _baseline_missing(block: Block, row: MethodRow) -> str:

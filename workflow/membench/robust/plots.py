@@ -15,6 +15,7 @@ from membench.core.plots import (
     new_figure,
     save_figure,
     timing_by_method,
+    timing_reliable,
 )
 
 __all__ = ["plot_scaling", "plot_staleness"]
@@ -40,7 +41,7 @@ def _timing_flagged(rows: pd.DataFrame) -> np.ndarray:
     """Whether each run's timing is flagged (``timing_reliable`` not true); none without the column."""
     if "timing_reliable" not in rows:
         return np.zeros(len(rows), dtype=bool)
-    return rows["timing_reliable"].map(lambda v: str(v).lower() != "true").to_numpy(dtype=bool)
+    return (~timing_reliable(rows["timing_reliable"])).to_numpy(dtype=bool)
 
 
 def _run_keys(rows: pd.DataFrame, prefix: str = "") -> list[tuple]:
