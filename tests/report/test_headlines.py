@@ -85,6 +85,11 @@ def shipped(system="division"):
             lambda d: d["rows"][0].update(no_baseline="why"),
             r"no_baseline': only a baseline_column can be empty",
         ),
+        # A paired ratio is a time's: under memory it is an unknown key.
+        (
+            lambda d: d["rows"][0]["memory"].update(paired="vs_paired_vanilla"),
+            r"key 'rows\[0\]\.memory\.paired': unknown key",
+        ),
     ],
 )
 def test_malformed_declarations_name_the_file_and_key(tmp_path, change, message):
