@@ -17,7 +17,8 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # large in float32, read from global memory. A map whose bytes end off a 16-byte boundary is not staged.
 # Short planes of every noise block (1, 2, 4, 8 and 16 Philox calls: teams of as many lanes, several
 # planes a warp), and a plane of more than 256 tiles (no tile table: tiles computed per value).
-# ResNet-50's 28 x 28 and 14 x 14 planes: packed rows of whole words, and of 49 bytes at 2 bits.
+# ResNet-50's 28 x 28 and 14 x 14 planes: packed rows of whole words, and of 49 bytes at 2 bits;
+# their tiles summed in runs of 4 and 2 columns (8 on the 56 x 56 and 112 x 112 planes).
 SHAPES = (
     (4, 8, 16, 16),
     (2, 3, 17, 13),
@@ -44,6 +45,21 @@ def random_map(shape, dtype, seed: int = 0) -> torch.Tensor:
     return x.to(dtype)
 
 
+def cancelling_map(shape, dtype, seed: int = 0) -> torch.Tensor:
+    """Values in [0, 2^-8) and, in one pair of adjacent columns in four, +2^15 beside -2^15. The
+    pairs cancel, so a tile's mean is small, but a small value added to a large partial sum is
+    lost: how much of a tile's sum is lost depends on the order of its additions, which the
+    kernels and the reference must share."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=generator) * 2.0**-8
+    pairs = (*shape[:-1], shape[-1] // 2)
+    chosen = torch.rand(pairs, generator=generator) < 0.25
+    large = chosen * (torch.randint(0, 2, pairs, generator=generator) * 2 - 1) * 2.0**15
+    x[..., 0 : 2 * pairs[-1] : 2] += large
+    x[..., 1 : 2 * pairs[-1] : 2] -= large
+    return x.to(dtype)
+
+
 def equal_on(device: torch.device, ours, reference) -> bool:
     """Whether every output is on `device` and equals the reference's, dtype and bits."""
     return all(
@@ -59,6 +75,9 @@ def check_compressors(kernels, device: torch.device, dtype: torch.dtype, bits: i
         saved = kernels.division_compress(x.to(device), 8, bits, SEED, OFFSET)
         expected = compress.division_compress(x, 8, bits, SEED, OFFSET)
         assert equal_on(device, saved, expected), shape
+        cancelling = cancelling_map(shape, dtype, index)
+        summed = kernels.division_compress(cancelling.to(device), 8, bits, SEED, OFFSET)
+        assert equal_on(device, summed, compress.division_compress(cancelling, 8, bits, SEED, OFFSET)), shape
         restored = kernels.division_decompress(*saved, 8, bits, shape[2], shape[3], dtype)
         reference = compress.division_decompress(*expected, 8, bits, *shape[2:], dtype)
         assert equal_on(device, [restored], [reference]), shape
@@ -90,7 +109,8 @@ def check_nan_and_infinity(kernels, device: torch.device, dtype: torch.dtype) ->
 
 
 def check_views_at_any_offset(kernels, device: torch.device, dtype: torch.dtype) -> None:
-    """A map that starts inside its storage, on a 16-byte boundary (staged) or off it (not)."""
+    """A map that starts inside its storage, on a 16-byte boundary (staged) or off it (not), or
+    1, 2 or 4 values in, whose tiles are then summed by columns or in shorter runs."""
     for shape in ((3, 4, 56, 56), (3, 1, 7, 7)):
         x = random_map(shape, dtype)
         view = x.to(device)[1:]
@@ -98,6 +118,36 @@ def check_views_at_any_offset(kernels, device: torch.device, dtype: torch.dtype)
         assert equal_on(device, saved, compress.division_compress(x[1:], 8, 2, SEED, OFFSET)), shape
         saved = kernels.group_compress(view, 256, 2, SEED, OFFSET)
         assert equal_on(device, saved, compress.group_compress(x[1:], 256, 2, SEED, OFFSET)), shape
+    x = random_map((2, 3, 56, 56), dtype)
+    for shift in (1, 2, 4):
+        shifted = torch.empty(x.numel() + shift, dtype=dtype, device=device)[shift:].view(x.shape)
+        shifted.copy_(x)
+        saved = kernels.division_compress(shifted, 8, 2, SEED, OFFSET)
+        assert equal_on(device, saved, compress.division_compress(x, 8, 2, SEED, OFFSET)), shift
+
+
+# LFC blocks and planes whose tiles are summed by a lane per column (an odd tile width; a plane under
+# its block, one tile 40 wide, with a team of 4 lanes) or by a lane per run of 2 columns (2 or 3
+# lanes a tile: a 16-lane team takes 5 tiles at a time) or of 8 (2, 4 or 8 lanes a tile; the last
+# tile of a row narrower than the others).
+BLOCK_SHAPES = (
+    (5, (2, 3, 28, 28)),
+    (8, (3, 2, 1, 40)),
+    (4, (2, 3, 17, 26)),
+    (6, (3, 2, 14, 14)),
+    (16, (2, 2, 56, 56)),
+    (32, (2, 3, 40, 40)),
+    (64, (1, 2, 64, 64)),
+)
+
+
+def check_block_sizes(kernels, device: torch.device, dtype: torch.dtype) -> None:
+    """DIVISION's compression on every block and shape of :data:`BLOCK_SHAPES`."""
+    for index, (block, shape) in enumerate(BLOCK_SHAPES):
+        for x in (random_map(shape, dtype, index), cancelling_map(shape, dtype, index)):
+            saved = kernels.division_compress(x.to(device), block, 2, SEED, OFFSET)
+            expected = compress.division_compress(x, block, 2, SEED, OFFSET)
+            assert equal_on(device, saved, expected), (block, shape)
 
 
 def check_masks_and_maxpool(kernels, device: torch.device, dtype: torch.dtype) -> None:

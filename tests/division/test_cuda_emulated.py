@@ -17,6 +17,7 @@ from division.cuda_checks import (
     DTYPES,
     OFFSET,
     SEED,
+    check_block_sizes,
     check_compressors,
     check_masks_and_maxpool,
     check_nan_and_infinity,
@@ -49,9 +50,11 @@ def emulated(tmp_path_factory):
 
 
 def test_the_emulation_runs_warp_collectives_as_a_gpu_does(emulated):
-    shuffled, ballot = emulated.collectives()
+    shuffled, shifted, ballot = emulated.collectives()
     threads = torch.arange(64)
     assert torch.equal(shuffled, 1000 * (threads ^ 5))
+    # A lane within 3 of its warp's end keeps its own value.
+    assert torch.equal(shifted, 1000.0 * torch.where(threads % 32 < 29, threads + 3, threads))
     expected = sum(1 << lane for lane in range(1, 20, 2)) | (1 << 31)
     assert torch.equal(ballot.view(torch.uint32).to(torch.int64), torch.full((64,), expected))
 
@@ -84,6 +87,11 @@ def test_the_cuda_host_code_refuses_in_one_line_what_the_kernels_cannot_run(emul
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_emulated_compress_kernels_are_bit_exact_with_the_cpu_reference(emulated, dtype, bits):
     check_compressors(emulated, CPU, dtype, bits)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_emulated_division_compression_is_bit_exact_for_any_block(emulated, dtype):
+    check_block_sizes(emulated, CPU, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -16,6 +16,7 @@ from division.cuda_checks import (
     DTYPES,
     OFFSET,
     SEED,
+    check_block_sizes,
     check_compressors,
     check_masks_and_maxpool,
     check_nan_and_infinity,
@@ -61,6 +62,11 @@ def cuda_kernels(cuda_manifest):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_compress_kernels_are_bit_exact_with_the_cpu_reference(cuda_kernels, dtype, bits):
     check_compressors(cuda_kernels, CUDA, dtype, bits)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_division_compression_is_bit_exact_for_any_block(cuda_kernels, dtype):
+    check_block_sizes(cuda_kernels, CUDA, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -18,6 +18,7 @@ from membench.division.compress import DivisionCompressor, GroupCompressor
 from membench.division.kernels import CPU_ISA_VARIABLE, KERNEL_NAMES, TORCH_KERNELS
 
 from .conftest import PARENT_BUILD_VARIABLE
+from .cuda_checks import cancelling_map
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SEED, OFFSET = 0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321
@@ -74,6 +75,15 @@ def test_division_kernels_are_bit_exact(extension_kernels, dtype, bits):
                 args = (*expected, block, bits, shape[2], shape[3], out_dtype)
                 restored = extension_kernels.division_decompress(*args)
                 assert _equal([restored], [compress.division_decompress(*args)]), (shape, block, out_dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_division_kernels_sum_tiles_in_the_reference_order(extension_kernels, dtype):
+    for index, shape in enumerate(SHAPES):
+        x = cancelling_map(shape, dtype, index)
+        for block in (8, 4, 3):
+            saved = extension_kernels.division_compress(x, block, 2, SEED, OFFSET)
+            assert _equal(saved, compress.division_compress(x, block, 2, SEED, OFFSET)), (shape, block)
 
 
 @pytest.mark.parametrize("block", [1, 2, 3, 12, 16, 32])

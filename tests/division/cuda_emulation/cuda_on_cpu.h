@@ -1,9 +1,10 @@
 // Just enough of CUDA to run membench's kernels (division_cuda.cu) on a CPU, for tests on machines
 // without a GPU: every thread of a block is a fiber of one OS thread, the blocks of a launch run one
-// after another, and the warp's collectives (__syncwarp, __shfl_xor_sync, __ballot_sync) and
-// __syncthreads are barriers of the fibers they name. Each fiber runs until it waits, so a lane
-// that reads what another has not written yet (a missing barrier) reads the wrong bytes. Arithmetic is the host's
-// IEEE float32 (compiled with -ffp-contract=off, as nvcc is given --fmad=false).
+// after another, and the warp's collectives (__syncwarp, __shfl_xor_sync, __shfl_down_sync,
+// __ballot_sync) and __syncthreads are barriers of the fibers they name. Each fiber runs until it
+// waits, so a lane that reads what another has not written yet (a missing barrier) reads the wrong
+// bytes. Arithmetic is the host's IEEE float32 (compiled with -ffp-contract=off, as nvcc is given
+// --fmad=false).
 //
 // What it checks beyond the values: a collective that not every thread of its warp (or block)
 // reaches is a deadlock on a GPU, here an error naming it; shared memory starts filled with 0xFF
@@ -263,6 +264,21 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
   T result;
   std::memcpy(&result, &b.exchange[partner], sizeof(T));
   __syncwarp();  // no slot is written again before every lane has read
+  return result;
+}
+
+template <typename T>
+T __shfl_down_sync(unsigned mask, T value, unsigned delta) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  check_full_mask(mask);
+  cuda_on_cpu::Block& b = *cuda_on_cpu::running;
+  const unsigned thread = b.current, lane = thread & 31u;
+  const unsigned source = lane + delta < 32 ? thread + delta : thread;  // past the warp: the lane's own value
+  std::memcpy(&b.exchange[thread], &value, sizeof(T));
+  __syncwarp();
+  T result;
+  std::memcpy(&result, &b.exchange[source], sizeof(T));
+  __syncwarp();
   return result;
 }
 

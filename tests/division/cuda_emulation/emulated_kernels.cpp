@@ -49,18 +49,20 @@ at::Tensor maxpool2d_backward(at::Tensor grad_out, at::Tensor index, int64_t hei
 
 // Per thread of a 64-thread block: its value xor-shuffled with lane ^ 5, and the ballot of odd lanes
 // below 20 plus lane 31.
-__global__ void collectives_kernel(int64_t* shuffled, uint32_t* ballot) {
+__global__ void collectives_kernel(int64_t* shuffled, float* shifted, uint32_t* ballot) {
   shuffled[threadIdx.x] = __shfl_xor_sync(0xFFFFFFFFu, int64_t{1000} * threadIdx.x, 5);
+  shifted[threadIdx.x] = __shfl_down_sync(0xFFFFFFFFu, 1000.0f * threadIdx.x, 3);
   const unsigned lane = threadIdx.x % 32;
   ballot[threadIdx.x] = __ballot_sync(0xFFFFFFFFu, (lane % 2 == 1 && lane < 20) || lane == 31);
 }
 
 std::vector<at::Tensor> collectives() {
   auto shuffled = at::empty({64}, at::kLong);
+  auto shifted = at::empty({64}, at::kFloat);
   auto ballot = at::empty({64}, at::kInt);
-  launch_kernel(collectives_kernel, 1, 64, 0, shuffled.data_ptr<int64_t>(),
+  launch_kernel(collectives_kernel, 1, 64, 0, shuffled.data_ptr<int64_t>(), shifted.data_ptr<float>(),
                 reinterpret_cast<uint32_t*>(ballot.data_ptr<int32_t>()));
-  return {shuffled, ballot};
+  return {shuffled, shifted, ballot};
 }
 
 // Lane 0 alone waits for its warp: a deadlock on a GPU.

@@ -413,18 +413,56 @@ struct Constant {
   __host__ __device__ constexpr operator int() const { return N; }
 };
 
+// -- Division by a divisor fixed for a launch --------------------------------------------------------
+//
+// Granlund and Montgomery's method, as torch's IntDivider: a multiply-high by a reciprocal computed
+// on the host, three instructions, where a 32-bit division is about twenty and a 64-bit one a long
+// software routine.
+
+// Division of 32-bit unsigned n < 2^31 by a divisor fixed for a launch.
+struct FastDivider {
+  uint32_t divisor, magic;
+  int shift;
+
+  __device__ __forceinline__ uint32_t quotient(uint32_t n) const {
+    return (__umulhi(n, magic) + n) >> shift;
+  }
+};
+
+// Division of 64-bit indices, for maps beyond 2^31 values.
+struct PlainDivider {
+  int64_t divisor;
+
+  __device__ __forceinline__ int64_t quotient(int64_t n) const { return n / divisor; }
+};
+
+// The divider of index_t's kind for `divisor` >= 1.
+template <typename index_t>
+auto divider(int64_t divisor) {
+  if constexpr (std::is_same_v<index_t, int32_t>) {
+    int shift = 0;
+    while ((int64_t{1} << shift) < divisor) ++shift;
+    const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
+    return FastDivider{static_cast<uint32_t>(divisor), static_cast<uint32_t>(magic), shift};
+  } else {
+    return PlainDivider{divisor};
+  }
+}
+
 // -- DIVISION: one team per (sample, channel) plane -----------------------------------------------
 //
 // A block works on several planes at a time. Its shared memory: the tile of each value of a plane
 // (uint8, shared by the block's planes, which have one size; when a plane has at most 256 tiles
 // and 16 Ki values, else the tile is computed), then per team its region: when staged, the plane;
 // the plane's LFC as floats (first, so that its address is the region's, one register, in the
-// rounding loop); the sums, minima and maxima of a tile row's columns (width floats each); in teams
-// of fewer than 16 lanes, the levels of one step (16 per lane). In-plane indices are 32-bit (a
-// plane has fewer than 2^31 values; the host checks).
+// rounding loop); where tiles are summed by columns (tile_stats_by_columns), the sums,
+// minima and maxima of a tile row's columns (width floats each); in teams of fewer than 16 lanes,
+// the levels of one step (16 per lane). In-plane indices are 32-bit (a plane has fewer than 2^31
+// values; the host checks).
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
+  FastDivider by_cols;  // divides by cols
 };
 
 constexpr int64_t kMaxTileTable = 16 * 1024;
@@ -450,8 +488,8 @@ __host__ __device__ __forceinline__ int64_t plane_column_bytes(const PlaneShape&
 }
 
 __host__ __device__ __forceinline__ int64_t plane_team_bytes(const PlaneShape& s, int64_t element, bool staged,
-                                                             int lanes) {
-  return plane_stage_bytes(s, element, staged) + 3 * plane_column_bytes(s) + plane_lfc_bytes(s) +
+                                                             int lanes, int run) {
+  return plane_stage_bytes(s, element, staged) + (run == 0 ? 3 * plane_column_bytes(s) : 0) + plane_lfc_bytes(s) +
          level_staging_bytes(lanes);
 }
 
@@ -473,23 +511,146 @@ __device__ __forceinline__ int tile_index(const PlaneShape& s, const uint8_t* ti
   return has_tile_table(s) ? tile_of[j] : computed_tile(s, j);
 }
 
+// Adds a tile's mean to the plane's LFC (`plane_lfc`, written when `active`) and to the team's
+// float copy, and the tile's least and greatest HFC to `range`. Rounding is monotonic, so the least
+// HFC of a tile, min(x - mean), is its least value minus the mean (likewise the greatest): the range
+// needs no pass of its own. A NaN value makes its tile's mean, so that tile's least and greatest
+// HFC, NaN, and with them the plane's range: values need no NaN test of their own.
+__device__ __forceinline__ void add_tile(int t, float sum, int count, float least, float greatest, bool active,
+                                         c10::BFloat16* plane_lfc, float* lfc_values, Range& range) {
+  const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>(count)));
+  if (active) plane_lfc[t] = mean;
+  const float mean_value = static_cast<float>(mean);
+  lfc_values[t] = mean_value;
+  const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
+  range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
+}
+
+// RUN adjacent values of a map, loaded at once (16 bytes a load at most: a staged plane is aligned to
+// 16 bytes in shared memory, not more).
+template <typename scalar_t, int RUN>
+struct alignas(RUN * sizeof(scalar_t) < 16 ? RUN * sizeof(scalar_t) : 16) Run {
+  scalar_t v[RUN];
+};
+
+// Tile means and the HFC's range, a tile row at a time: each column of the tile row summed
+// downwards (and its minimum and maximum kept) by a lane per column, then the columns of a tile
+// summed by a lane per tile, through the team's column arrays (width floats each).
+template <typename scalar_t>
+__device__ __forceinline__ void tile_stats_by_columns(const scalar_t* plane, const PlaneShape& s, int lane,
+                                                      int lanes, bool active, float* column_sum,
+                                                      c10::BFloat16* plane_lfc, float* lfc_values, Range& range) {
+  float* column_min = column_sum + plane_column_bytes(s) / 4;
+  float* column_max = column_min + plane_column_bytes(s) / 4;
+  for (int tr = 0; tr < s.rows; ++tr) {
+    const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
+    for (int w = lane; w < s.width; w += lanes) {
+      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+      for (int h = h0; h < h1; ++h) {
+        const float v = static_cast<float>(plane[h * s.width + w]);
+        sum = __fadd_rn(sum, v);
+        least = fminf(least, v);
+        greatest = fmaxf(greatest, v);
+      }
+      column_sum[w] = sum;
+      column_min[w] = least;
+      column_max[w] = greatest;
+    }
+    __syncwarp();
+    for (int tc = lane; tc < s.cols; tc += lanes) {
+      const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
+      float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
+      for (int w = w0; w < w1; ++w) {
+        sum = __fadd_rn(sum, column_sum[w]);
+        least = fminf(least, column_min[w]);
+        greatest = fmaxf(greatest, column_max[w]);
+      }
+      add_tile(tr * s.cols + tc, sum, (h1 - h0) * (w1 - w0), least, greatest, active, plane_lfc, lfc_values, range);
+    }
+    __syncwarp();  // the column arrays are reused, the LFC is read by the whole team
+  }
+}
+
+// The run of adjacent values a lane sums in tile_stats_in_runs on planes of `s` in teams of `lanes`
+// lanes, the map's data at `address`: the longest of 8, 4 and 2 values that divides the tiles' and
+// the rows' width, whose loads are aligned and of whose runs a tile has no more than the team's
+// lanes; 0 (tile_stats_by_columns) where none is.
+int tile_run(const PlaneShape& s, int lanes, const void* address, int64_t element) {
+  for (const int run : {8, 4, 2}) {
+    if (s.tile_w % run == 0 && s.width % run == 0 && s.tile_w / run <= lanes &&
+        reinterpret_cast<uintptr_t>(address) % min64(16, run * element) == 0) {
+      return run;
+    }
+  }
+  return 0;
+}
+
+// The same figures, the same sums in the same order, with the lanes busy and no shared memory: a
+// lane per run of RUN columns of a tile, a team of `lanes` lanes taking lanes / (tile_w / RUN)
+// tiles at a time. Each lane sums its columns downwards, a run of values per load; the tile's first
+// lane then adds its lanes' column sums from left to right, by shuffles. Runs lie wholly inside the
+// plane or wholly past its edge; the latter add +0.0, which leaves a sum that started from +0.0
+// unchanged, and their minimum and maximum are empty.
+template <typename scalar_t, int RUN>
+__device__ __forceinline__ void tile_stats_in_runs(const scalar_t* plane, const PlaneShape& s, int lane, int lanes,
+                                                   bool active, c10::BFloat16* plane_lfc, float* lfc_values,
+                                                   Range& range) {
+  const int per_tile = s.tile_w / RUN, per_step = lanes / per_tile, tiles = s.rows * s.cols;
+  const int slot = lane / per_tile, part = lane - slot * per_tile;
+  for (int first = 0; first < tiles; first += per_step) {
+    const int t = first + slot;
+    const bool owned = slot < per_step && t < tiles;
+    const int tr = static_cast<int>(s.by_cols.quotient(t)), tc = t - tr * s.cols;
+    const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
+    const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width, w = w0 + RUN * part;
+    float column[RUN] = {};
+    float least = INFINITY, greatest = -INFINITY;
+    if (owned && w < w1) {
+#pragma unroll 2
+      for (int h = h0; h < h1; ++h) {
+        const Run<scalar_t, RUN> run = *reinterpret_cast<const Run<scalar_t, RUN>*>(plane + h * s.width + w);
+#pragma unroll
+        for (int i = 0; i < RUN; ++i) {
+          const float v = static_cast<float>(run.v[i]);
+          column[i] = __fadd_rn(column[i], v);
+          least = fminf(least, v);
+          greatest = fmaxf(greatest, v);
+        }
+      }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < RUN; ++i) sum = __fadd_rn(sum, column[i]);
+    // Each lane's own figures are shuffled, not its running ones, which would reach the next tile.
+    float tile_least = least, tile_greatest = greatest;
+    for (int k = 1; k < per_tile; ++k) {
+#pragma unroll
+      for (int i = 0; i < RUN; ++i) sum = __fadd_rn(sum, __shfl_down_sync(0xFFFFFFFFu, column[i], k));
+      tile_least = fminf(tile_least, __shfl_down_sync(0xFFFFFFFFu, least, k));
+      tile_greatest = fmaxf(tile_greatest, __shfl_down_sync(0xFFFFFFFFu, greatest, k));
+    }
+    if (owned && part == 0) {
+      add_tile(t, sum, (h1 - h0) * (w1 - w0), tile_least, tile_greatest, active, plane_lfc, lfc_values, range);
+    }
+  }
+  __syncwarp();  // the LFC is read by the whole team
+}
+
 template <typename scalar_t, int BITS, bool STAGED, bool WHOLE_BLOCKS>
 __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t planes, PlaneShape s, int lanes,
-                                         uint64_t seed, uint64_t offset, c10::BFloat16* __restrict__ lfc,
-                                         uint8_t* __restrict__ packed, c10::BFloat16* __restrict__ minimum,
-                                         c10::BFloat16* __restrict__ scale) {
+                                         int run, uint64_t seed, uint64_t offset,
+                                         c10::BFloat16* __restrict__ lfc, uint8_t* __restrict__ packed,
+                                         c10::BFloat16* __restrict__ minimum, c10::BFloat16* __restrict__ scale) {
   extern __shared__ __align__(16) unsigned char shared[];
   constexpr int64_t element = sizeof(scalar_t);
   uint8_t* tile_of = shared;
   fill_tile_table(s, tile_of);
   const int lane = team_lane(lanes);
   unsigned char* own =
-      shared + plane_tables_bytes(s) + team_index(lanes) * plane_team_bytes(s, element, STAGED, lanes);
+      shared + plane_tables_bytes(s) + team_index(lanes) * plane_team_bytes(s, element, STAGED, lanes, run);
   float* lfc_values = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
   float* column_sum = lfc_values + plane_lfc_bytes(s) / 4;
-  float* column_min = column_sum + plane_column_bytes(s) / 4;
-  float* column_max = column_min + plane_column_bytes(s) / 4;
-  uint8_t* staging = reinterpret_cast<uint8_t*>(column_max + plane_column_bytes(s) / 4);
+  uint8_t* staging = reinterpret_cast<uint8_t*>(column_sum) + (run == 0 ? 3 * plane_column_bytes(s) : 0);
   const int calls = membench::noise_calls(s.area, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
@@ -504,43 +665,12 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
           team_stage(reinterpret_cast<const unsigned char*>(plane), s.area * element, own, lane, lanes));
     }
     c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
-    // Tile means and the HFC's range in one pass: each column of a tile row summed downwards (and
-    // its minimum and maximum kept), then the columns of a tile. Rounding is monotonic, so the least
-    // HFC of a tile, min(x - mean), is its least value minus the mean (likewise the greatest): the
-    // range needs no pass of its own. A NaN value makes its tile's mean, so that tile's least and
-    // greatest HFC, NaN, and with them the plane's range: values need no NaN test of their own.
     Range range{INFINITY, -INFINITY, 0};
-    for (int tr = 0; tr < s.rows; ++tr) {
-      const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
-      for (int w = lane; w < s.width; w += lanes) {
-        float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
-        for (int h = h0; h < h1; ++h) {
-          const float v = static_cast<float>(plane[h * s.width + w]);
-          sum = __fadd_rn(sum, v);
-          least = fminf(least, v);
-          greatest = fmaxf(greatest, v);
-        }
-        column_sum[w] = sum;
-        column_min[w] = least;
-        column_max[w] = greatest;
-      }
-      __syncwarp();
-      for (int tc = lane; tc < s.cols; tc += lanes) {
-        const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width;
-        float sum = 0.0f, least = INFINITY, greatest = -INFINITY;
-        for (int w = w0; w < w1; ++w) {
-          sum = __fadd_rn(sum, column_sum[w]);
-          least = fminf(least, column_min[w]);
-          greatest = fmaxf(greatest, column_max[w]);
-        }
-        const c10::BFloat16 mean(__fdiv_rn(sum, static_cast<float>((h1 - h0) * (w1 - w0))));
-        if (team.active) plane_lfc[tr * s.cols + tc] = mean;
-        const float mean_value = static_cast<float>(mean);
-        lfc_values[tr * s.cols + tc] = mean_value;
-        const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
-        range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
-      }
-      __syncwarp();  // the column arrays are reused, the LFC is read by the whole team
+    switch (run) {
+      case 8: tile_stats_in_runs<scalar_t, 8>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
+      case 4: tile_stats_in_runs<scalar_t, 4>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
+      case 2: tile_stats_in_runs<scalar_t, 2>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
+      default: tile_stats_by_columns(plane, s, lane, lanes, team.active, column_sum, plane_lfc, lfc_values, range);
     }
     const membench::Grid grid = range_grid(team_range(range, lanes), BITS);  // the same on the team's lanes
     if (lane == 0 && team.active) {
@@ -830,40 +960,8 @@ __global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const 
 // -- max pooling with window indices --------------------------------------------------------------
 //
 // A thread per output (forward) or input (backward) value finds its plane, row and column, and the
-// windows it lies in, by divisions by the map's sizes, the stride and the window. Where every
-// index fits 32 bits they use a multiply-high by a reciprocal computed on the host (Granlund and
-// Montgomery's method, as torch's IntDivider): three instructions, where a 32-bit division is
-// about twenty and a 64-bit one a long software routine.
-
-// Division of 32-bit unsigned n < 2^31 by a divisor fixed for a launch.
-struct FastDivider {
-  uint32_t divisor, magic;
-  int shift;
-
-  __device__ __forceinline__ uint32_t quotient(uint32_t n) const {
-    return (__umulhi(n, magic) + n) >> shift;
-  }
-};
-
-// Division of 64-bit indices, for maps beyond 2^31 values.
-struct PlainDivider {
-  int64_t divisor;
-
-  __device__ __forceinline__ int64_t quotient(int64_t n) const { return n / divisor; }
-};
-
-// The divider of index_t's kind for `divisor` >= 1.
-template <typename index_t>
-auto divider(int64_t divisor) {
-  if constexpr (std::is_same_v<index_t, int32_t>) {
-    int shift = 0;
-    while ((int64_t{1} << shift) < divisor) ++shift;
-    const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
-    return FastDivider{static_cast<uint32_t>(divisor), static_cast<uint32_t>(magic), shift};
-  } else {
-    return PlainDivider{divisor};
-  }
-}
+// windows it lies in, by divisions by the map's sizes, the stride and the window: FastDivider's
+// where every index fits 32 bits.
 
 template <typename DividerType>
 struct PoolShape {
@@ -981,6 +1079,7 @@ PlaneShape plane_shape(int64_t height, int64_t width, int64_t block) {
   s.rows = static_cast<int>((height + tile_h - 1) / tile_h);
   s.cols = static_cast<int>((width + tile_w - 1) / tile_w);
   s.area = static_cast<int>(height * width);
+  s.by_cols = divider<int32_t>(s.cols);
   return s;
 }
 
@@ -997,10 +1096,11 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
   if (planes == 0 || s.area == 0) return {lfc, packed, minimum, scale};
   const int64_t element = x.element_size();
   const int lanes = team_lanes(s.area);
+  const int run = tile_run(s, lanes, x.data_ptr(), element);
   const Launch launch =
       team_launch(x, lanes, plane_tables_bytes(s),
                   stageable(x) && stage_bytes(static_cast<int64_t>(s.area) * element) <= kMaxStage,
-                  [&](bool staged) { return plane_team_bytes(s, element, staged, lanes); });
+                  [&](bool staged) { return plane_team_bytes(s, element, staged, lanes, run); });
   const bool whole_blocks = membench::noise_calls(s.area, kPerCall) == membench::kNoiseCalls;
   MEMBENCH_DISPATCH_MAP_TYPES(x.scalar_type(), "division_compress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
@@ -1011,7 +1111,7 @@ std::vector<at::Tensor> division_compress_cuda(at::Tensor x, int64_t block, int6
                                                   : division_compress_kernel<scalar_t, kBits, false, false>);
       const int64_t blocks = prepare_launch(kernel, launch, planes, x);
       launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, x.data_ptr<scalar_t>(), planes, s,
-                    launch.lanes, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
+                    launch.lanes, run, static_cast<uint64_t>(seed), static_cast<uint64_t>(offset),
                     lfc.data_ptr<c10::BFloat16>(), packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
                     scale.data_ptr<c10::BFloat16>());
     });
