@@ -585,21 +585,32 @@ int tile_run(const PlaneShape& s, int lanes, const void* address, int64_t elemen
   return 0;
 }
 
+// Where a lane works in tile_stats_in_runs: a team takes `per_step` tiles at a time, `per_tile`
+// lanes each; the lane's tile of a step and its run of the tile. The same for every plane of a
+// launch, so found once (integer divisions).
+struct RunSlot {
+  int per_tile, per_step, slot, part;
+};
+
+__device__ __forceinline__ RunSlot run_slot(const PlaneShape& s, int run, int lane, int lanes) {
+  const int per_tile = run > 0 ? s.tile_w / run : 1, slot = lane / per_tile;
+  return {per_tile, lanes / per_tile, slot, lane - slot * per_tile};
+}
+
 // The same figures, the same sums in the same order, with the lanes busy and no shared memory: a
 // lane per run of RUN columns of a tile, a team of `lanes` lanes taking lanes / (tile_w / RUN)
-// tiles at a time. Each lane sums its columns downwards, a run of values per load; the tile's first
-// lane then adds its lanes' column sums from left to right, by shuffles. Runs lie wholly inside the
-// plane or wholly past its edge; the latter add +0.0, which leaves a sum that started from +0.0
-// unchanged, and their minimum and maximum are empty.
+// tiles at a time (`at`). Each lane sums its columns downwards, a run of values per load; the
+// tile's first lane then adds its lanes' column sums from left to right, by shuffles. Runs lie
+// wholly inside the plane or wholly past its edge; the latter add +0.0, which leaves a sum that
+// started from +0.0 unchanged, and their minimum and maximum are empty.
 template <typename scalar_t, int RUN>
-__device__ __forceinline__ void tile_stats_in_runs(const scalar_t* plane, const PlaneShape& s, int lane, int lanes,
+__device__ __forceinline__ void tile_stats_in_runs(const scalar_t* plane, const PlaneShape& s, const RunSlot& at,
                                                    bool active, c10::BFloat16* plane_lfc, float* lfc_values,
                                                    Range& range) {
-  const int per_tile = s.tile_w / RUN, per_step = lanes / per_tile, tiles = s.rows * s.cols;
-  const int slot = lane / per_tile, part = lane - slot * per_tile;
-  for (int first = 0; first < tiles; first += per_step) {
-    const int t = first + slot;
-    const bool owned = slot < per_step && t < tiles;
+  const int per_tile = at.per_tile, part = at.part, tiles = s.rows * s.cols;
+  for (int first = 0; first < tiles; first += at.per_step) {
+    const int t = first + at.slot;
+    const bool owned = at.slot < at.per_step && t < tiles;
     const int tr = static_cast<int>(s.by_cols.quotient(t)), tc = t - tr * s.cols;
     const int h0 = tr * s.tile_h, h1 = h0 + s.tile_h < s.height ? h0 + s.tile_h : s.height;
     const int w0 = tc * s.tile_w, w1 = w0 + s.tile_w < s.width ? w0 + s.tile_w : s.width, w = w0 + RUN * part;
@@ -651,6 +662,7 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
   float* lfc_values = reinterpret_cast<float*>(own + plane_stage_bytes(s, element, STAGED));
   float* column_sum = lfc_values + plane_lfc_bytes(s) / 4;
   uint8_t* staging = reinterpret_cast<uint8_t*>(column_sum) + (run == 0 ? 3 * plane_column_bytes(s) : 0);
+  const RunSlot at = run_slot(s, run, lane, lanes);
   const int calls = membench::noise_calls(s.area, kPerCall);
   const int span = kPerCall * lanes;
   const float top = static_cast<float>((1 << BITS) - 1);
@@ -667,9 +679,9 @@ __global__ void division_compress_kernel(const scalar_t* __restrict__ x, int64_t
     c10::BFloat16* plane_lfc = lfc + p * s.rows * s.cols;
     Range range{INFINITY, -INFINITY, 0};
     switch (run) {
-      case 8: tile_stats_in_runs<scalar_t, 8>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
-      case 4: tile_stats_in_runs<scalar_t, 4>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
-      case 2: tile_stats_in_runs<scalar_t, 2>(plane, s, lane, lanes, team.active, plane_lfc, lfc_values, range); break;
+      case 8: tile_stats_in_runs<scalar_t, 8>(plane, s, at, team.active, plane_lfc, lfc_values, range); break;
+      case 4: tile_stats_in_runs<scalar_t, 4>(plane, s, at, team.active, plane_lfc, lfc_values, range); break;
+      case 2: tile_stats_in_runs<scalar_t, 2>(plane, s, at, team.active, plane_lfc, lfc_values, range); break;
       default: tile_stats_by_columns(plane, s, lane, lanes, team.active, column_sum, plane_lfc, lfc_values, range);
     }
     const membench::Grid grid = range_grid(team_range(range, lanes), BITS);  // the same on the team's lanes
