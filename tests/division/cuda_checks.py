@@ -110,7 +110,8 @@ def check_nan_and_infinity(kernels, device: torch.device, dtype: torch.dtype) ->
 
 def check_views_at_any_offset(kernels, device: torch.device, dtype: torch.dtype) -> None:
     """A map that starts inside its storage, on a 16-byte boundary (staged) or off it (not), or
-    1, 2 or 4 values in, whose tiles are then summed by columns or in shorter runs."""
+    1, 2 or 4 values in, whose tiles are then summed by columns or in shorter runs; packed rows
+    that start off 8 bytes."""
     for shape in ((3, 4, 56, 56), (3, 1, 7, 7)):
         x = random_map(shape, dtype)
         view = x.to(device)[1:]
@@ -124,6 +125,15 @@ def check_views_at_any_offset(kernels, device: torch.device, dtype: torch.dtype)
         shifted.copy_(x)
         saved = kernels.division_compress(shifted, 8, 2, SEED, OFFSET)
         assert equal_on(device, saved, compress.division_compress(x, 8, 2, SEED, OFFSET)), shift
+    # Packed rows one byte into their storage: not read eight values' levels at once.
+    lfc, packed, minimum, scale = compress.division_compress(x, 8, 2, SEED, OFFSET)
+    shifted = torch.empty(packed.numel() + 1, dtype=torch.uint8, device=device)[1:].view(packed.shape)
+    shifted.copy_(packed)
+    restored = kernels.division_decompress(
+        lfc.to(device), shifted, minimum.to(device), scale.to(device), 8, 2, 56, 56, dtype
+    )
+    reference = compress.division_decompress(lfc, packed, minimum, scale, 8, 2, 56, 56, dtype)
+    assert equal_on(device, [restored], [reference])
 
 
 # LFC blocks and planes whose tiles are summed by a lane per column (an odd tile width; a plane under

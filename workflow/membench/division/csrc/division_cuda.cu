@@ -739,11 +739,22 @@ __host__ __device__ __forceinline__ int64_t unpack_team_bytes(const PlaneShape& 
   return (staged ? stage_bytes(packed_row_bytes(s.area, bits)) : 0) + plane_lfc_bytes(s);
 }
 
+// The levels of eight values: 8 * BITS bits.
+template <int BITS>
+using RunLevels = std::conditional_t<
+    BITS == 1, uint8_t, std::conditional_t<BITS == 2, uint16_t, std::conditional_t<BITS == 4, uint32_t, uint64_t>>>;
+
+// Whether division_decompress_kernel reads runs of eight values (in_runs): planes of whole runs, whose
+// packed rows, a whole number of RunLevels each, start on 8 bytes.
+bool unpacks_in_runs(const PlaneShape& s, const at::Tensor& packed) {
+  return s.area % 8 == 0 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 8 == 0;
+}
+
 template <typename scalar_t, int BITS, bool STAGED>
 __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
                                            const c10::BFloat16* __restrict__ minimum,
                                            const c10::BFloat16* __restrict__ scale, int64_t planes, PlaneShape s,
-                                           int lanes, scalar_t* __restrict__ out) {
+                                           int lanes, bool in_runs, scalar_t* __restrict__ out) {
   constexpr int per_byte = 8 / BITS;
   extern __shared__ __align__(16) unsigned char shared[];
   uint8_t* tile_of = shared;
@@ -766,22 +777,30 @@ __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc
     }
     const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
     scalar_t* plane_out = out + p * s.area;
-    auto value_of = [&](int j) {
-      const int level = (row[j / per_byte] >> ((j % per_byte) * BITS)) & ((1 << BITS) - 1);
+    constexpr int mask = (1 << BITS) - 1;
+    auto value_of = [&](int level, int tile) {
       const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
-      return static_cast<scalar_t>(__fadd_rn(hfc, lfc_values[tile_index(s, tile_of, j)]));
+      return static_cast<scalar_t>(__fadd_rn(hfc, lfc_values[tile]));
     };
     if (team.active) {
-      if (s.area % 8 == 0) {
-        // Runs of eight values per lane, stored at once (every plane starts on a multiple of eight).
+      if (in_runs) {
+        // Runs of eight values per lane (every plane starts on a multiple of eight): their levels
+        // read at once, and their tiles (eight bytes of the table), and the values stored at once.
         for (int j0 = 8 * lane; j0 < s.area; j0 += 8 * lanes) {
+          const RunLevels<BITS> levels = *reinterpret_cast<const RunLevels<BITS>*>(row + j0 / per_byte);
+          const uint64_t tiles = has_tile_table(s) ? *reinterpret_cast<const uint64_t*>(tile_of + j0) : 0;
           Values8<scalar_t> run;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) run.v[i] = value_of(j0 + i);
+          for (int i = 0; i < 8; ++i) {
+            const int tile = has_tile_table(s) ? static_cast<int>((tiles >> (8 * i)) & 0xFF) : computed_tile(s, j0 + i);
+            run.v[i] = value_of(static_cast<int>((levels >> (i * BITS)) & mask), tile);
+          }
           *reinterpret_cast<Values8<scalar_t>*>(plane_out + j0) = run;
         }
       } else {
-        for (int j = lane; j < s.area; j += lanes) plane_out[j] = value_of(j);
+        for (int j = lane; j < s.area; j += lanes) {
+          plane_out[j] = value_of((row[j / per_byte] >> ((j % per_byte) * BITS)) & mask, tile_index(s, tile_of, j));
+        }
       }
     }
     __syncwarp();  // the team's region is reused at the next step
@@ -1150,7 +1169,7 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
       const int64_t blocks = prepare_launch(kernel, launch, planes, packed);
       launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, lfc.data_ptr<c10::BFloat16>(),
                     packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(),
-                    planes, s, launch.lanes, out.data_ptr<scalar_t>());
+                    planes, s, launch.lanes, unpacks_in_runs(s, packed), out.data_ptr<scalar_t>());
     });
   });
   return out;
