@@ -455,10 +455,10 @@ auto divider(int64_t divisor) {
 // (uint8, shared by the block's planes, which have one size; when a plane has at most 256 tiles
 // and 16 Ki values, else the tile is computed), then per team its region: when staged, the plane;
 // the plane's LFC as floats (first, so that its address is the region's, one register, in the
-// rounding loop); where tiles are summed by columns (tile_stats_by_columns), the sums,
-// minima and maxima of a tile row's columns (width floats each); in teams of fewer than 16 lanes,
-// the levels of one step (16 per lane). In-plane indices are 32-bit (a plane has fewer than 2^31
-// values; the host checks).
+// rounding loop); where tiles are summed by columns (tile_stats_by_columns), the sums, minima and
+// maxima of a tile row's columns (width floats each); in teams of fewer than 16 lanes, the levels
+// of one step (16 per lane). In-plane indices are 32-bit (a plane has fewer than 2^31 values; the
+// host checks).
 
 struct PlaneShape {
   int height, width, tile_h, tile_w, rows, cols, area;
