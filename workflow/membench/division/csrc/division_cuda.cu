@@ -739,23 +739,48 @@ __host__ __device__ __forceinline__ int64_t unpack_team_bytes(const PlaneShape& 
   return (staged ? stage_bytes(packed_row_bytes(s.area, bits)) : 0) + plane_lfc_bytes(s);
 }
 
-// The levels of eight values: 8 * BITS bits.
-template <int BITS>
-using RunLevels = std::conditional_t<
-    BITS == 1, uint8_t, std::conditional_t<BITS == 2, uint16_t, std::conditional_t<BITS == 4, uint32_t, uint64_t>>>;
+// An unsigned integer of BYTES bytes.
+template <int BYTES>
+using Bytes = std::conditional_t<
+    BYTES == 1, uint8_t, std::conditional_t<BYTES == 2, uint16_t, std::conditional_t<BYTES == 4, uint32_t, uint64_t>>>;
 
-// Whether division_decompress_kernel reads runs of eight values (in_runs): planes of whole runs, whose
-// packed rows, a whole number of RunLevels each, start on 8 bytes.
-bool unpacks_in_runs(const PlaneShape& s, const at::Tensor& packed) {
-  return s.area % 8 == 0 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 8 == 0;
+// The run of values division_decompress_kernel unpacks at once on planes of `s` from `packed` at
+// `bits` bits: 8 or 4 values whose levels are whole bytes, on planes of whole runs with a tile table
+// whose packed rows start on 8 bytes; 0 (a value at a time) where none is.
+int unpack_run(const PlaneShape& s, int64_t bits, const at::Tensor& packed) {
+  if (!has_tile_table(s) || reinterpret_cast<uintptr_t>(packed.data_ptr()) % 8 != 0) return 0;
+  for (const int run : {8, 4}) {
+    if (s.area % run == 0 && run * bits % 8 == 0) return run;
+  }
+  return 0;
+}
+
+// Writes a plane's values (`value_of(level, tile)`) by runs of RUN per lane: a run's levels (RUN *
+// BITS bits of the packed `row`) and its tiles (RUN bytes of the tile table `tile_of`) are read at
+// once, and its values stored at once (every plane starts on a multiple of RUN).
+template <int RUN, int BITS, typename scalar_t, typename ValueOf>
+__device__ __forceinline__ void unpack_runs(const uint8_t* row, const uint8_t* tile_of, const PlaneShape& s, int lane,
+                                            int lanes, ValueOf value_of, scalar_t* plane_out) {
+  static_assert(RUN * BITS % 8 == 0, "a run's levels are whole bytes");
+  for (int j0 = RUN * lane; j0 < s.area; j0 += RUN * lanes) {
+    const Bytes<RUN * BITS / 8> levels = *reinterpret_cast<const Bytes<RUN * BITS / 8>*>(row + j0 / (8 / BITS));
+    const Bytes<RUN> tiles = *reinterpret_cast<const Bytes<RUN>*>(tile_of + j0);
+    Run<scalar_t, RUN> run;
+#pragma unroll
+    for (int i = 0; i < RUN; ++i) {
+      run.v[i] = value_of(static_cast<int>((levels >> (i * BITS)) & ((1 << BITS) - 1)),
+                          static_cast<int>((tiles >> (8 * i)) & 0xFF));
+    }
+    *reinterpret_cast<Run<scalar_t, RUN>*>(plane_out + j0) = run;
+  }
 }
 
 template <typename scalar_t, int BITS, bool STAGED>
 __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc, const uint8_t* __restrict__ packed,
                                            const c10::BFloat16* __restrict__ minimum,
                                            const c10::BFloat16* __restrict__ scale, int64_t planes, PlaneShape s,
-                                           int lanes, bool in_runs, scalar_t* __restrict__ out) {
-  constexpr int per_byte = 8 / BITS;
+                                           int lanes, int run, scalar_t* __restrict__ out) {
+  constexpr unsigned per_byte = 8 / BITS;
   extern __shared__ __align__(16) unsigned char shared[];
   uint8_t* tile_of = shared;
   fill_tile_table(s, tile_of);
@@ -777,30 +802,21 @@ __global__ void division_decompress_kernel(const c10::BFloat16* __restrict__ lfc
     }
     const float low = static_cast<float>(minimum[p]), step = static_cast<float>(scale[p]);
     scalar_t* plane_out = out + p * s.area;
-    constexpr int mask = (1 << BITS) - 1;
     auto value_of = [&](int level, int tile) {
       const float hfc = __fadd_rn(__fmul_rn(static_cast<float>(level), step), low);
       return static_cast<scalar_t>(__fadd_rn(hfc, lfc_values[tile]));
     };
     if (team.active) {
-      if (in_runs) {
-        // Runs of eight values per lane (every plane starts on a multiple of eight): their levels
-        // read at once, and their tiles (eight bytes of the table), and the values stored at once.
-        for (int j0 = 8 * lane; j0 < s.area; j0 += 8 * lanes) {
-          const RunLevels<BITS> levels = *reinterpret_cast<const RunLevels<BITS>*>(row + j0 / per_byte);
-          const uint64_t tiles = has_tile_table(s) ? *reinterpret_cast<const uint64_t*>(tile_of + j0) : 0;
-          Values8<scalar_t> run;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            const int tile = has_tile_table(s) ? static_cast<int>((tiles >> (8 * i)) & 0xFF) : computed_tile(s, j0 + i);
-            run.v[i] = value_of(static_cast<int>((levels >> (i * BITS)) & mask), tile);
+      switch (run) {
+        case 8: unpack_runs<8, BITS>(row, tile_of, s, lane, lanes, value_of, plane_out); break;
+        case 4:
+          if constexpr (4 * BITS % 8 == 0) unpack_runs<4, BITS>(row, tile_of, s, lane, lanes, value_of, plane_out);
+          break;
+        default:
+          for (unsigned j = lane; j < static_cast<unsigned>(s.area); j += lanes) {
+            const int level = (row[j / per_byte] >> (j % per_byte * BITS)) & ((1 << BITS) - 1);
+            plane_out[j] = value_of(level, tile_index(s, tile_of, static_cast<int>(j)));
           }
-          *reinterpret_cast<Values8<scalar_t>*>(plane_out + j0) = run;
-        }
-      } else {
-        for (int j = lane; j < s.area; j += lanes) {
-          plane_out[j] = value_of((row[j / per_byte] >> ((j % per_byte) * BITS)) & mask, tile_index(s, tile_of, j));
-        }
       }
     }
     __syncwarp();  // the team's region is reused at the next step
@@ -1169,7 +1185,7 @@ at::Tensor division_decompress_cuda(at::Tensor lfc, at::Tensor packed, at::Tenso
       const int64_t blocks = prepare_launch(kernel, launch, planes, packed);
       launch_kernel(kernel, blocks, 32 * launch.warps, launch.shared, lfc.data_ptr<c10::BFloat16>(),
                     packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(), scale.data_ptr<c10::BFloat16>(),
-                    planes, s, launch.lanes, unpacks_in_runs(s, packed), out.data_ptr<scalar_t>());
+                    planes, s, launch.lanes, unpack_run(s, bits, packed), out.data_ptr<scalar_t>());
     });
   });
   return out;
