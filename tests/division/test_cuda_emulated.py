@@ -76,6 +76,11 @@ def test_the_emulation_refuses_a_write_past_the_shared_memory_asked_for(emulated
 def test_the_cuda_host_code_refuses_in_one_line_what_the_kernels_cannot_run(emulated):
     with pytest.raises(RuntimeError, match="groups of 2\\^30 values or more are not supported on CUDA"):
         emulated.group_compress(torch.zeros(8), 1 << 30, 2, SEED, OFFSET)
+    grid = torch.zeros(1, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="groups of 2\\^30 values or more are not supported on CUDA"):
+        emulated.group_decompress(
+            torch.zeros(1, 2, dtype=torch.uint8), grid, grid, 1 << 30, 2, [8], torch.float32
+        )
     with pytest.raises(RuntimeError, match="planes of more than 4096 rows or columns are not supported"):
         emulated.division_compress(torch.zeros(1, 1, 1, 4097), 8, 2, SEED, OFFSET)
     # Blocks of 1 value: a 300 x 300 plane's LFC alone (352 KiB as floats) is more than a block's memory.

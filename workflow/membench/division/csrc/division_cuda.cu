@@ -744,6 +744,19 @@ template <int BYTES>
 using Bytes = std::conditional_t<
     BYTES == 1, uint8_t, std::conditional_t<BYTES == 2, uint16_t, std::conditional_t<BYTES == 4, uint32_t, uint64_t>>>;
 
+// The levels of the run of RUN values from value `first` (a multiple of RUN) of a packed row: RUN *
+// BITS bits, read at once; run_level picks level i.
+template <int RUN, int BITS>
+__device__ __forceinline__ Bytes<RUN * BITS / 8> run_levels(const uint8_t* row, int first) {
+  static_assert(RUN * BITS % 8 == 0, "a run's levels are whole bytes");
+  return *reinterpret_cast<const Bytes<RUN * BITS / 8>*>(row + first / (8 / BITS));
+}
+
+template <int BITS, typename Word>
+__device__ __forceinline__ int run_level(Word levels, int i) {
+  return static_cast<int>((levels >> (i * BITS)) & ((1u << BITS) - 1));
+}
+
 // The run of values division_decompress_kernel unpacks at once on planes of `s` from `packed` at
 // `bits` bits: 8 or 4 values whose levels are whole bytes, on planes of whole runs with a tile table
 // whose packed rows start on 8 bytes; 0 (a value at a time) where none is.
@@ -761,15 +774,13 @@ int unpack_run(const PlaneShape& s, int64_t bits, const at::Tensor& packed) {
 template <int RUN, int BITS, typename scalar_t, typename ValueOf>
 __device__ __forceinline__ void unpack_runs(const uint8_t* row, const uint8_t* tile_of, const PlaneShape& s, int lane,
                                             int lanes, ValueOf value_of, scalar_t* plane_out) {
-  static_assert(RUN * BITS % 8 == 0, "a run's levels are whole bytes");
   for (int j0 = RUN * lane; j0 < s.area; j0 += RUN * lanes) {
-    const Bytes<RUN * BITS / 8> levels = *reinterpret_cast<const Bytes<RUN * BITS / 8>*>(row + j0 / (8 / BITS));
+    const auto levels = run_levels<RUN, BITS>(row, j0);
     const Bytes<RUN> tiles = *reinterpret_cast<const Bytes<RUN>*>(tile_of + j0);
     Run<scalar_t, RUN> run;
 #pragma unroll
     for (int i = 0; i < RUN; ++i) {
-      run.v[i] = value_of(static_cast<int>((levels >> (i * BITS)) & ((1 << BITS) - 1)),
-                          static_cast<int>((tiles >> (8 * i)) & 0xFF));
+      run.v[i] = value_of(run_level<BITS>(levels, i), static_cast<int>((tiles >> (8 * i)) & 0xFF));
     }
     *reinterpret_cast<Run<scalar_t, RUN>*>(plane_out + j0) = run;
   }
@@ -909,19 +920,34 @@ __global__ void group_compress_kernel(const scalar_t* __restrict__ x, int64_t nu
   }
 }
 
+// A warp per group. Where `in_runs` (groups of whole runs of eight, packed rows on 8 bytes), a lane
+// unpacks eight values at once, as DIVISION's decompressor does; the last group's values past its
+// last whole run, and other groups, a value at a time.
 template <typename scalar_t, int BITS>
 __global__ void group_decompress_kernel(const uint8_t* __restrict__ packed, const c10::BFloat16* __restrict__ minimum,
                                         const c10::BFloat16* __restrict__ scale, int64_t numel, int64_t group_size,
-                                        int64_t groups, scalar_t* __restrict__ out) {
-  constexpr int per_byte = 8 / BITS;
+                                        int64_t groups, bool in_runs, scalar_t* __restrict__ out) {
+  constexpr unsigned per_byte = 8 / BITS;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (g >= groups) return;
-  const int64_t base = g * group_size, count = min64(group_size, numel - base);
+  const int lane = threadIdx.x % 32;
+  const int count = static_cast<int>(min64(group_size, numel - g * group_size));  // below 2^30 (the host checks)
   const uint8_t* row = packed + g * packed_row_bytes(group_size, BITS);
+  scalar_t* group_out = out + g * group_size;
   const float low = static_cast<float>(minimum[g]), step = static_cast<float>(scale[g]);
-  for (int64_t k = threadIdx.x % 32; k < count; k += 32) {
-    const int level = (row[k / per_byte] >> ((k % per_byte) * BITS)) & ((1 << BITS) - 1);
-    out[base + k] = static_cast<scalar_t>(__fadd_rn(__fmul_rn(static_cast<float>(level), step), low));
+  auto value_of = [&](int level) {
+    return static_cast<scalar_t>(__fadd_rn(__fmul_rn(static_cast<float>(level), step), low));
+  };
+  const int in_eights = in_runs ? count / 8 * 8 : 0;
+  for (int k0 = 8 * lane; k0 < in_eights; k0 += 8 * 32) {
+    const auto levels = run_levels<8, BITS>(row, k0);
+    Run<scalar_t, 8> run;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) run.v[i] = value_of(run_level<BITS>(levels, i));
+    *reinterpret_cast<Run<scalar_t, 8>*>(group_out + k0) = run;
+  }
+  for (unsigned k = in_eights + lane; k < static_cast<unsigned>(count); k += 32) {
+    group_out[k] = value_of((row[k / per_byte] >> (k % per_byte * BITS)) & ((1 << BITS) - 1));
   }
 }
 
@@ -1225,15 +1251,17 @@ std::vector<at::Tensor> group_compress_cuda(at::Tensor x, int64_t group_size, in
 
 at::Tensor group_decompress_cuda(at::Tensor packed, at::Tensor minimum, at::Tensor scale, int64_t group_size,
                                  int64_t bits, int64_t numel, at::ScalarType dtype) {
+  TORCH_CHECK(group_size < (int64_t{1} << 30), "groups of 2^30 values or more are not supported on CUDA");
   const c10::cuda::CUDAGuard device_guard(packed.device());
   const int64_t groups = (numel + group_size - 1) / group_size;
   auto out = at::empty({numel}, packed.options().dtype(dtype));
   if (numel == 0) return out;
+  const bool in_runs = group_size % 8 == 0 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 8 == 0;
   MEMBENCH_DISPATCH_MAP_TYPES(dtype, "group_decompress_cuda", [&] {
     dispatch_bits(bits, [&](auto bits_constant) {
       launch_kernel(group_decompress_kernel<scalar_t, decltype(bits_constant)::value>, (groups + kWarps - 1) / kWarps,
                     kThreads, 0, packed.data_ptr<uint8_t>(), minimum.data_ptr<c10::BFloat16>(),
-                    scale.data_ptr<c10::BFloat16>(), numel, group_size, groups, out.data_ptr<scalar_t>());
+                    scale.data_ptr<c10::BFloat16>(), numel, group_size, groups, in_runs, out.data_ptr<scalar_t>());
     });
   });
   return out;
