@@ -400,10 +400,11 @@ __device__ __forceinline__ TeamRow team_row(int64_t first, int64_t rows, int lan
   return {row < rows ? row : rows - 1, row < rows};
 }
 
-// Eight values of a map, loaded or stored at once (one or two 16-byte accesses).
-template <typename scalar_t>
-struct alignas(8 * sizeof(scalar_t)) Values8 {
-  scalar_t v[8];
+// RUN adjacent values of a map, loaded or stored at once (16 bytes an access at most: a staged
+// plane is aligned to 16 bytes in shared memory, not more).
+template <typename scalar_t, int RUN>
+struct alignas(RUN * sizeof(scalar_t) < 16 ? RUN * sizeof(scalar_t) : 16) Run {
+  scalar_t v[RUN];
 };
 
 // An int known at compile time, where a count is the same for a whole launch (device code cannot
@@ -525,13 +526,6 @@ __device__ __forceinline__ void add_tile(int t, float sum, int count, float leas
   const float hfc_least = __fsub_rn(least, mean_value), hfc_greatest = __fsub_rn(greatest, mean_value);
   range_merge(range, hfc_least, hfc_greatest, (hfc_least != hfc_least) | (hfc_greatest != hfc_greatest));
 }
-
-// RUN adjacent values of a map, loaded at once (16 bytes a load at most: a staged plane is aligned to
-// 16 bytes in shared memory, not more).
-template <typename scalar_t, int RUN>
-struct alignas(RUN * sizeof(scalar_t) < 16 ? RUN * sizeof(scalar_t) : 16) Run {
-  scalar_t v[RUN];
-};
 
 // Tile means and the HFC's range, a tile row at a time: each column of the tile row summed
 // downwards (and its minimum and maximum kept) by a lane per column, then the columns of a tile
@@ -966,15 +960,15 @@ __global__ void relu_pack_kernel(const scalar_t* __restrict__ x, int64_t numel, 
   if (b >= (numel + 7) / 8) return;
   uint8_t byte = 0;
   if constexpr (EIGHTS) {
-    const Values8<scalar_t> in = reinterpret_cast<const Values8<scalar_t>*>(x)[b];
-    Values8<scalar_t> kept;
+    const Run<scalar_t, 8> in = reinterpret_cast<const Run<scalar_t, 8>*>(x)[b];
+    Run<scalar_t, 8> kept;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float v = static_cast<float>(in.v[i]);
       kept.v[i] = static_cast<scalar_t>(__fmul_rn(v, v > 0.0f ? 1.0f : 0.0f));
       byte |= static_cast<uint8_t>(v > 0.0f) << i;
     }
-    reinterpret_cast<Values8<scalar_t>*>(out)[b] = kept;
+    reinterpret_cast<Run<scalar_t, 8>*>(out)[b] = kept;
   } else {
     for (int i = 0; i < 8 && b * 8 + i < numel; ++i) {
       const float v = static_cast<float>(x[b * 8 + i]);
@@ -1015,14 +1009,14 @@ __global__ void masked_grad_kernel(const scalar_t* __restrict__ grad_out, const 
   if constexpr (EIGHTS) {
     if (j >= numel / 8) return;
     const uint8_t byte = packed[j];
-    const Values8<scalar_t> grad = reinterpret_cast<const Values8<scalar_t>*>(grad_out)[j];
-    Values8<scalar_t> result;
+    const Run<scalar_t, 8> grad = reinterpret_cast<const Run<scalar_t, 8>*>(grad_out)[j];
+    Run<scalar_t, 8> result;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float keep = (byte >> i) & 1 ? 1.0f : 0.0f;
       result.v[i] = static_cast<scalar_t>(__fmul_rn(__fmul_rn(static_cast<float>(grad.v[i]), keep), gain));
     }
-    reinterpret_cast<Values8<scalar_t>*>(grad_in)[j] = result;
+    reinterpret_cast<Run<scalar_t, 8>*>(grad_in)[j] = result;
   } else {
     if (j >= numel) return;
     const float keep = (packed[j / 8] >> (j % 8)) & 1 ? 1.0f : 0.0f;
